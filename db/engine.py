@@ -1,0 +1,56 @@
+"""The one engine factory: used by the app, the tests and Alembic."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sqlite3
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import sqlite_vec
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+log = logging.getLogger(__name__)
+
+BUSY_TIMEOUT_MS = 5000
+
+
+def sqlite_module() -> ModuleType:
+    """Return a DB-API sqlite module that can load extensions (the stdlib one when it can)."""
+    if hasattr(sqlite3.Connection, "enable_load_extension"):
+        return sqlite3
+    # pyenv's and macOS's Pythons are built without extension loading (DESIGN.md, facts).
+    return importlib.import_module("sqlean")
+
+
+def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+    dbapi_conn.enable_load_extension(True)
+    sqlite_vec.load(dbapi_conn)
+    dbapi_conn.enable_load_extension(False)
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.close()
+
+
+def make_engine(url: str) -> Engine:
+    """Build an engine; for SQLite: sqlite-vec loaded, WAL, foreign keys and a busy timeout on every connection."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return create_engine(url, pool_pre_ping=True)
+    if parsed.database and parsed.database != ":memory:":
+        Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, module=sqlite_module(), connect_args={"check_same_thread": False})
+    event.listen(engine, "connect", _on_connect)
+    return engine
+
+
+def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
+    """Return the session factory every query module uses."""
+    return sessionmaker(engine, expire_on_commit=False)

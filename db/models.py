@@ -1,0 +1,165 @@
+"""SQLAlchemy typed models. The schema changes only through Alembic migrations in migrations/."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, DateTime, ForeignKey, Index, Integer, String, Text, TypeDecorator
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+def utcnow() -> datetime:
+    """Now, timezone-aware UTC."""
+    return datetime.now(UTC)
+
+
+def new_id() -> str:
+    """A new random UUID as text."""
+    return str(uuid.uuid4())
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Stores naive UTC, returns aware UTC: SQLite keeps no time zone."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        return value.astimezone(UTC).replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        return None if value is None else value.replace(tzinfo=UTC)
+
+
+class Base(DeclarativeBase):
+    """Declarative base of every table."""
+
+    type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class User(Base):
+    """A Telegram user who talked to the bot (or the local terminal user)."""
+
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    first_name: Mapped[str | None] = mapped_column(String(255))
+    username: Mapped[str | None] = mapped_column(String(255))
+    timezone: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ChatSession(Base):
+    """A slice of one user's conversation; `ended_at` is set when it is archived."""
+
+    __tablename__ = "sessions"
+    __table_args__ = (Index("ix_sessions_user_open", "user_id", "ended_at"),)
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    user_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("users.id", ondelete="CASCADE"))
+    chat_id: Mapped[int] = mapped_column(BigInteger)
+    name: Mapped[str] = mapped_column(String(255))
+    started_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_activity_at: Mapped[datetime] = mapped_column(default=utcnow)
+    ended_at: Mapped[datetime | None] = mapped_column()
+    summary: Mapped[str | None] = mapped_column(Text)
+
+
+class Message(Base):
+    """One message of a session: user text, assistant text and tool calls, or a tool result."""
+
+    __tablename__ = "messages"
+    __table_args__ = (
+        Index("ix_messages_session", "session_id", "id"),
+        Index("ix_messages_status", "status"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    session_id: Mapped[str] = mapped_column(String(36), ForeignKey("sessions.id", ondelete="CASCADE"))
+    user_id: Mapped[int] = mapped_column(BigInteger)
+    chat_id: Mapped[int] = mapped_column(BigInteger)
+    role: Mapped[str] = mapped_column(String(16))  # user | assistant | tool
+    content: Mapped[str | None] = mapped_column(Text)
+    # assistant: [{"id", "name", "arguments"}]; tool: the id of the call it answers
+    tool_calls: Mapped[list[Any] | None] = mapped_column(JSON)
+    tool_call_id: Mapped[str | None] = mapped_column(String(128))
+    tool_name: Mapped[str | None] = mapped_column(String(64))
+    # user messages: pending -> answered | failed | interrupted; others: done
+    status: Mapped[str] = mapped_column(String(16), default="done")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class LLMCall(Base):
+    """One request to the LLM endpoint, successful or not."""
+
+    __tablename__ = "llm_calls"
+    __table_args__ = (Index("ix_llm_calls_user_time", "user_id", "created_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user_id: Mapped[int | None] = mapped_column(BigInteger)
+    session_id: Mapped[str | None] = mapped_column(String(36))
+    purpose: Mapped[str] = mapped_column(String(32))  # chat | final | code_generate | summary | embedding
+    model: Mapped[str] = mapped_column(String(128))
+    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    cached_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    tokens_estimated: Mapped[bool] = mapped_column(default=False)
+    duration_ms: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ToolCallLog(Base):
+    """One tool call that passed the registry's choke point."""
+
+    __tablename__ = "tool_calls"
+    __table_args__ = (Index("ix_tool_calls_user_time", "user_id", "created_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user_id: Mapped[int | None] = mapped_column(BigInteger)
+    session_id: Mapped[str | None] = mapped_column(String(36))
+    call_id: Mapped[str] = mapped_column(String(128))
+    tool: Mapped[str] = mapped_column(String(64))
+    arguments: Mapped[str] = mapped_column(Text)
+    ok: Mapped[bool] = mapped_column()
+    result: Mapped[str] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Text)
+    duration_ms: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class CodeExecution(Base):
+    """Every code run (the spec's `code_executions`), plus language, user, isolation and output sizes."""
+
+    __tablename__ = "code_executions"
+    __table_args__ = (
+        Index("ix_code_executions_user_time", "user_id", "created_at"),
+        Index("ix_code_executions_session", "session_id"),
+    )
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    code: Mapped[str] = mapped_column(Text)
+    stdout: Mapped[str | None] = mapped_column(Text)
+    stderr: Mapped[str | None] = mapped_column(Text)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    duration_ms: Mapped[int | None] = mapped_column(Integer)
+    success: Mapped[bool] = mapped_column()
+    session_id: Mapped[str | None] = mapped_column(String(36))
+    trigger_message: Mapped[str | None] = mapped_column(Text)
+    llm_reasoning: Mapped[str | None] = mapped_column(Text)
+    error_category: Mapped[str | None] = mapped_column(String(32))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    language: Mapped[str] = mapped_column(String(32), default="python")
+    user_id: Mapped[int | None] = mapped_column(BigInteger)
+    isolation: Mapped[str] = mapped_column(String(32))
+    stdout_bytes: Mapped[int] = mapped_column(Integer, default=0)
+    stderr_bytes: Mapped[int] = mapped_column(Integer, default=0)
+    truncated: Mapped[bool] = mapped_column(default=False)
