@@ -40,7 +40,7 @@ def _on_connect(dbapi_conn: Any, _record: Any) -> None:
 
 
 def make_engine(url: str) -> Engine:
-    """Build an engine; for SQLite: sqlite-vec loaded, WAL, foreign keys and a busy timeout on every connection."""
+    """Build an engine; for SQLite, every connection gets sqlite-vec, WAL, foreign keys and a busy timeout."""
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
         return create_engine(url, pool_pre_ping=True)

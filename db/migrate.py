@@ -15,8 +15,20 @@ MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 DEFAULT_DATABASE_URL = "sqlite:///data/assistant.db"
 
 # Tables that sqlite-vec and FTS5 create behind a virtual table; Alembic must neither create nor drop them.
-SHADOW_SUFFIXES = ("_chunks", "_rowids", "_vector_chunks00", "_info", "_auxiliary", "_data", "_idx",
-                   "_content", "_docsize", "_config", "_metadatachunks00", "_metadatatext00")
+SHADOW_SUFFIXES = (
+    "_chunks",
+    "_rowids",
+    "_vector_chunks00",
+    "_info",
+    "_auxiliary",
+    "_data",
+    "_idx",
+    "_content",
+    "_docsize",
+    "_config",
+    "_metadatachunks00",
+    "_metadatatext00",
+)
 
 
 def is_managed_table(name: str | None, virtual_tables: set[str]) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import JSON, BigInteger, DateTime, ForeignKey, Index, Integer, String, Text, TypeDecorator
 from sqlalchemy.engine import Dialect
@@ -41,7 +41,11 @@ class UTCDateTime(TypeDecorator[datetime]):
 class Base(DeclarativeBase):
     """Declarative base of every table."""
 
-    type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: JSON, list[Any]: JSON}
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        datetime: UTCDateTime(),
+        dict[str, Any]: JSON,
+        list[Any]: JSON,
+    }
 
 
 class User(Base):

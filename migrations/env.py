@@ -22,9 +22,7 @@ def run_migrations() -> None:
             {
                 row[0]
                 for row in connection.execute(
-                    text(
-                        "SELECT name FROM sqlite_master WHERE type='table' AND sql LIKE 'CREATE VIRTUAL%'"
-                    )
+                    text("SELECT name FROM sqlite_master WHERE type='table' AND sql LIKE 'CREATE VIRTUAL%'")
                 )
             }
             if engine.dialect.name == "sqlite"
