@@ -1,0 +1,199 @@
+"""The only module that imports openai: streaming chat completions with tools, retries and accounting."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol
+
+import openai
+from openai import AsyncOpenAI
+
+from core_tools.errors import LLMUnavailable
+from core_tools.types import ChatMessage, LLMReply, ToolCallRequest, Usage
+
+log = logging.getLogger(__name__)
+
+DeltaCallback = Callable[[str], Awaitable[None]]
+
+
+class LLMCallRecorder(Protocol):
+    """Where each LLM request is recorded (the database in the app)."""
+
+    def record_llm_call(
+        self,
+        *,
+        user_id: int | None,
+        session_id: str | None,
+        purpose: str,
+        model: str,
+        prompt_tokens: int,
+        completion_tokens: int,
+        cached_tokens: int,
+        tokens_estimated: bool,
+        duration_ms: int,
+        error: str | None,
+    ) -> None: ...
+
+
+class BudgetGate(Protocol):
+    """Refuses a request before it is sent when a usage cap is reached (raises BudgetExceeded)."""
+
+    def check(self, user_id: int | None) -> None: ...
+
+
+def estimate_tokens(text: str) -> int:
+    """A rough token count (about four characters a token) for servers that report no usage."""
+    return max(1, len(text) // 4) if text else 0
+
+
+def _explain(exc: Exception) -> str:
+    """A short, secret-free reason a user can read."""
+    if isinstance(exc, openai.AuthenticationError):
+        return "the language model rejected the API key (check OPENAI_API_KEY)"
+    if isinstance(exc, openai.RateLimitError):
+        return "the language model is rate-limiting requests"
+    if isinstance(exc, openai.APITimeoutError):
+        return "the language model did not answer in time"
+    if isinstance(exc, openai.APIConnectionError):
+        return "the language model could not be reached"
+    if isinstance(exc, openai.NotFoundError):
+        return "the language model endpoint or model was not found (check OPENAI_BASE_URL and LLM_MODEL)"
+    if isinstance(exc, openai.APIStatusError):
+        return f"the language model answered with an error (HTTP {exc.status_code})"
+    return f"the language model call failed ({type(exc).__name__})"
+
+
+class LLMClient:
+    """Streams chat completions from any OpenAI-compatible endpoint; every request passes `complete`."""
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        api_key: str,
+        model: str,
+        timeout_s: float = 60.0,
+        max_retries: int = 2,
+        recorder: LLMCallRecorder | None = None,
+        budget: BudgetGate | None = None,
+    ) -> None:
+        # The SDK retries 408/409/429/5xx and connection errors with exponential backoff.
+        self._client = AsyncOpenAI(
+            base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=max_retries
+        )
+        self.model = model
+        self._recorder = recorder
+        self.budget = budget
+
+    async def close(self) -> None:
+        """Close the HTTP client."""
+        await self._client.close()
+
+    async def complete(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        on_delta: DeltaCallback | None = None,
+        purpose: str = "chat",
+        user_id: int | None = None,
+        session_id: str | None = None,
+    ) -> LLMReply:
+        """Send one streamed request; raise LLMUnavailable (with a user-readable reason) when it fails."""
+        if self.budget is not None:
+            self.budget.check(user_id)
+        started = time.monotonic()
+        payload = [m.to_openai() for m in messages]
+        try:
+            reply = await self._stream(payload, tools, on_delta)
+        except Exception as exc:
+            reason = _explain(exc)
+            log.warning("LLM request failed (%s): %s", purpose, reason)
+            self._record(user_id, session_id, purpose, Usage(), started, reason)
+            raise LLMUnavailable(reason) from exc
+        if reply.usage.prompt_tokens == 0 and reply.usage.completion_tokens == 0:
+            prompt_text = json.dumps(payload, ensure_ascii=False) + json.dumps(tools or [])
+            out_text = reply.content + "".join(c.arguments for c in reply.tool_calls)
+            reply.usage = Usage(estimate_tokens(prompt_text), estimate_tokens(out_text), 0, estimated=True)
+        self._record(user_id, session_id, purpose, reply.usage, started, None)
+        return reply
+
+    def _record(
+        self,
+        user_id: int | None,
+        session_id: str | None,
+        purpose: str,
+        usage: Usage,
+        started: float,
+        error: str | None,
+    ) -> None:
+        if self._recorder is None:
+            return
+        try:
+            self._recorder.record_llm_call(
+                user_id=user_id,
+                session_id=session_id,
+                purpose=purpose,
+                model=self.model,
+                prompt_tokens=usage.prompt_tokens,
+                completion_tokens=usage.completion_tokens,
+                cached_tokens=usage.cached_tokens,
+                tokens_estimated=usage.estimated,
+                duration_ms=int((time.monotonic() - started) * 1000),
+                error=error,
+            )
+        except Exception:
+            log.exception("could not record an LLM call")
+
+    async def _stream(
+        self,
+        payload: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        on_delta: DeltaCallback | None,
+    ) -> LLMReply:
+        # Plain dicts go in: the SDK's TypedDicts would leak openai types into the rest of the code.
+        stream = await self._client.chat.completions.create(  # type: ignore[call-overload]
+            model=self.model,
+            messages=payload,
+            tools=tools if tools else openai.omit,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        content: list[str] = []
+        calls: dict[int, dict[str, Any]] = {}
+        usage = Usage()
+        finish: str | None = None
+        async for chunk in stream:
+            if chunk.usage is not None:
+                cached = 0
+                details = getattr(chunk.usage, "prompt_tokens_details", None)
+                if details is not None and getattr(details, "cached_tokens", None):
+                    cached = int(details.cached_tokens)
+                usage = Usage(chunk.usage.prompt_tokens or 0, chunk.usage.completion_tokens or 0, cached)
+            for choice in chunk.choices:
+                delta = choice.delta
+                if choice.finish_reason:
+                    finish = choice.finish_reason
+                if delta is None:
+                    continue
+                if delta.content:
+                    content.append(delta.content)
+                    if on_delta is not None:
+                        await on_delta("".join(content))
+                for tc in delta.tool_calls or []:
+                    slot = calls.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
+                    if tc.id:
+                        slot["id"] = tc.id
+                    if tc.function is not None:
+                        if tc.function.name:
+                            slot["name"] += tc.function.name
+                        if tc.function.arguments:
+                            slot["arguments"] += tc.function.arguments
+        tool_calls = [
+            ToolCallRequest(c["id"] or f"call_{i}", c["name"], c["arguments"])
+            for i, c in sorted(calls.items())
+        ]
+        return LLMReply("".join(content), tool_calls, usage, finish, self.model)

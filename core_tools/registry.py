@@ -1,0 +1,194 @@
+"""The tool registry: a tool is a typed async function; every call passes one choke point."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, get_type_hints
+
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+from core_tools.errors import ToolError
+from core_tools.types import ToolCallRequest, ToolContext, ToolOutcome
+
+log = logging.getLogger(__name__)
+
+ToolFn = Callable[..., Awaitable[Any]]
+
+
+class ToolCallRecorder(Protocol):
+    """Where the registry logs each call (the database in the app)."""
+
+    def record_tool_call(
+        self,
+        *,
+        user_id: int | None,
+        session_id: str | None,
+        call_id: str,
+        tool: str,
+        arguments: str,
+        ok: bool,
+        result: str,
+        error: str | None,
+        duration_ms: int,
+    ) -> None: ...
+
+
+def _strip_titles(schema: Any) -> Any:
+    """Drop pydantic's auto titles: they cost tokens and tell the model nothing."""
+    if isinstance(schema, dict):
+        return {k: _strip_titles(v) for k, v in schema.items() if not (k == "title" and isinstance(v, str))}
+    if isinstance(schema, list):
+        return [_strip_titles(v) for v in schema]
+    return schema
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A registered tool: name, description, the function and the argument model built from its signature."""
+
+    name: str
+    description: str
+    fn: ToolFn
+    args_model: type[BaseModel]
+    timeout_s: float
+
+    @classmethod
+    def from_function(cls, fn: ToolFn, *, name: str | None = None, timeout_s: float = 60.0) -> Tool:
+        """Build a tool from `async def f(ctx: ToolContext, a: int, b: str = "x")` and its docstring."""
+        if not inspect.iscoroutinefunction(fn):
+            raise TypeError(f"tool {fn!r} must be an async function")
+        hints = get_type_hints(fn, include_extras=True)
+        fields: dict[str, Any] = {}
+        for pname, param in inspect.signature(fn).parameters.items():
+            if pname in ("self", "ctx"):
+                continue
+            if pname not in hints:
+                raise TypeError(f"tool parameter {pname!r} of {fn!r} needs a type annotation")
+            default = ... if param.default is inspect.Parameter.empty else param.default
+            fields[pname] = (hints[pname], default)
+        tool_name = name or fn.__name__
+        model = create_model(
+            f"{tool_name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
+        )
+        doc = inspect.getdoc(fn) or ""
+        description = doc.split("\n\n")[0].replace("\n", " ").strip() if doc else tool_name
+        return cls(tool_name, description, fn, model, timeout_s)
+
+    def schema(self) -> dict[str, Any]:
+        """The OpenAI function-tool schema."""
+        params = _strip_titles(self.args_model.model_json_schema())
+        params.setdefault("properties", {})
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": params},
+        }
+
+
+def _validation_message(err: ValidationError) -> str:
+    parts = []
+    for e in err.errors(include_url=False):
+        loc = ".".join(str(p) for p in e["loc"]) or "arguments"
+        parts.append(f"{loc}: {e['msg']}")
+    return "; ".join(parts)
+
+
+class ToolRegistry:
+    """Holds the tools and runs every call through `call`, which never raises."""
+
+    def __init__(self, recorder: ToolCallRecorder | None = None, max_result_chars: int = 12_000) -> None:
+        self._tools: dict[str, Tool] = {}
+        self._recorder = recorder
+        self.max_result_chars = max_result_chars
+
+    def register(self, fn: ToolFn, *, name: str | None = None, timeout_s: float = 60.0) -> Tool:
+        """Register an async function as a tool."""
+        tool = Tool.from_function(fn, name=name, timeout_s=timeout_s)
+        if tool.name in self._tools:
+            raise ValueError(f"tool {tool.name!r} registered twice")
+        self._tools[tool.name] = tool
+        return tool
+
+    @property
+    def names(self) -> list[str]:
+        """Names of the registered tools."""
+        return list(self._tools)
+
+    def schemas(self) -> list[dict[str, Any]]:
+        """Schemas of every tool, for the LLM request."""
+        return [t.schema() for t in self._tools.values()]
+
+    async def call(self, request: ToolCallRequest, ctx: ToolContext) -> ToolOutcome:
+        """Validate, run, time-limit and log one call; any failure becomes an error result for the model."""
+        started = time.monotonic()
+        error: str | None = None
+        content: str
+        try:
+            value = await self._run(request, ctx)
+            full = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+            content = full
+        except ToolError as exc:
+            error = str(exc)
+        except TimeoutError:
+            tool = self._tools.get(request.name)
+            error = f"the tool {request.name!r} timed out after {tool.timeout_s if tool else '?'} s"
+        except Exception as exc:  # the choke point: a tool bug must not end the turn
+            log.exception("tool %s failed", request.name)
+            error = f"the tool {request.name!r} failed: {type(exc).__name__}: {exc}"
+        if error is not None:
+            full = json.dumps({"ok": False, "error": error}, ensure_ascii=False)
+            content = full
+        if len(content) > self.max_result_chars:
+            cut = len(content) - self.max_result_chars
+            content = content[: self.max_result_chars] + f"\n[... {cut} more characters cut ...]"
+        duration_ms = int((time.monotonic() - started) * 1000)
+        log.info(
+            "tool call %s id=%s ok=%s %d ms%s",
+            request.name,
+            request.id,
+            error is None,
+            duration_ms,
+            f" error={error}" if error else "",
+        )
+        if self._recorder is not None:
+            try:
+                self._recorder.record_tool_call(
+                    user_id=ctx.user_id,
+                    session_id=ctx.session_id,
+                    call_id=request.id,
+                    tool=request.name,
+                    arguments=request.arguments,
+                    ok=error is None,
+                    result=full,
+                    error=error,
+                    duration_ms=duration_ms,
+                )
+            except Exception:
+                log.exception("could not record tool call %s", request.id)
+        return ToolOutcome(request.id, request.name, error is None, content, duration_ms, error)
+
+    async def _run(self, request: ToolCallRequest, ctx: ToolContext) -> Any:
+        tool = self._tools.get(request.name)
+        if tool is None:
+            raise ToolError(
+                f"unknown tool {request.name!r}; available tools: {', '.join(self._tools) or 'none'}"
+            )
+        raw = request.arguments.strip() or "{}"
+        try:
+            args = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ToolError(f"the arguments are not valid JSON ({exc.msg} at position {exc.pos})") from None
+        if not isinstance(args, dict):
+            raise ToolError("the arguments must be a JSON object")
+        try:
+            parsed = tool.args_model.model_validate(args)
+        except ValidationError as exc:
+            raise ToolError(f"invalid arguments for {tool.name}: {_validation_message(exc)}") from None
+        kwargs = {k: getattr(parsed, k) for k in type(parsed).model_fields}
+        async with asyncio.timeout(tool.timeout_s):
+            return await tool.fn(ctx, **kwargs)

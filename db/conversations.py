@@ -1,0 +1,210 @@
+"""Users, sessions and messages: the conversation history every turn is built from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from db.models import ChatSession, Message, User, utcnow
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """A message row as plain data."""
+
+    id: int
+    role: str
+    content: str | None
+    tool_calls: list[dict[str, Any]] | None
+    tool_call_id: str | None
+    tool_name: str | None
+    status: str
+    created_at: datetime
+
+
+def _stored(m: Message) -> StoredMessage:
+    return StoredMessage(
+        m.id, m.role, m.content, m.tool_calls, m.tool_call_id, m.tool_name, m.status, m.created_at
+    )
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """A session row as plain data."""
+
+    id: str
+    user_id: int
+    chat_id: int
+    name: str
+    started_at: datetime
+    last_activity_at: datetime
+    ended_at: datetime | None
+
+
+def _info(s: ChatSession) -> SessionInfo:
+    return SessionInfo(s.id, s.user_id, s.chat_id, s.name, s.started_at, s.last_activity_at, s.ended_at)
+
+
+@dataclass(frozen=True)
+class PendingMessage:
+    """A user message whose turn never finished (the process died mid-turn)."""
+
+    id: int
+    user_id: int
+    chat_id: int
+    content: str
+
+
+class Conversations:
+    """Queries over users, sessions and messages."""
+
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self._sm = sessions
+
+    def ensure_user(self, user_id: int, first_name: str | None = None, username: str | None = None) -> None:
+        """Create the user on first contact; refresh name and last-seen time after that."""
+        with self._sm.begin() as s:
+            user = s.get(User, user_id)
+            if user is None:
+                s.add(User(id=user_id, first_name=first_name, username=username))
+            else:
+                user.first_name = first_name or user.first_name
+                user.username = username or user.username
+                user.last_seen_at = utcnow()
+
+    def user_timezone(self, user_id: int) -> str | None:
+        """The user's IANA time zone, if they set one."""
+        with self._sm() as s:
+            user = s.get(User, user_id)
+            return None if user is None else user.timezone
+
+    def set_user_timezone(self, user_id: int, tz: str) -> None:
+        """Remember the user's IANA time zone."""
+        with self._sm.begin() as s:
+            user = s.get(User, user_id)
+            if user is None:
+                s.add(User(id=user_id, timezone=tz))
+            else:
+                user.timezone = tz
+
+    def current_session(self, user_id: int, chat_id: int, now: datetime | None = None) -> SessionInfo:
+        """The user's open session, opening one if there is none."""
+        with self._sm.begin() as s:
+            open_ = s.scalars(
+                select(ChatSession)
+                .where(ChatSession.user_id == user_id, ChatSession.ended_at.is_(None))
+                .order_by(ChatSession.started_at.desc())
+                .limit(1)
+            ).first()
+            if open_ is not None:
+                return _info(open_)
+            started = now or utcnow()
+            new = ChatSession(
+                user_id=user_id,
+                chat_id=chat_id,
+                name=f"Session {started:%Y-%m-%d %H:%M}",
+                started_at=started,
+                last_activity_at=started,
+            )
+            s.add(new)
+            s.flush()
+            return _info(new)
+
+    def get_session(self, session_id: str) -> SessionInfo | None:
+        """A session by id."""
+        with self._sm() as s:
+            row = s.get(ChatSession, session_id)
+            return None if row is None else _info(row)
+
+    def end_session(self, session_id: str, summary: str | None = None, now: datetime | None = None) -> None:
+        """Close a session, keeping its summary."""
+        with self._sm.begin() as s:
+            row = s.get(ChatSession, session_id)
+            if row is not None and row.ended_at is None:
+                row.ended_at = now or utcnow()
+                row.summary = summary
+
+    def start_session(
+        self, user_id: int, chat_id: int, name: str | None = None, now: datetime | None = None
+    ) -> SessionInfo:
+        """Open a new session (the caller ends the old one first)."""
+        started = now or utcnow()
+        with self._sm.begin() as s:
+            new = ChatSession(
+                user_id=user_id,
+                chat_id=chat_id,
+                name=name or f"Session {started:%Y-%m-%d %H:%M}",
+                started_at=started,
+                last_activity_at=started,
+            )
+            s.add(new)
+            s.flush()
+            return _info(new)
+
+    def open_sessions(self) -> list[SessionInfo]:
+        """Every session that has not ended."""
+        with self._sm() as s:
+            rows = s.scalars(select(ChatSession).where(ChatSession.ended_at.is_(None))).all()
+            return [_info(r) for r in rows]
+
+    def add_message(
+        self,
+        session_id: str,
+        user_id: int,
+        chat_id: int,
+        role: str,
+        content: str | None,
+        *,
+        tool_calls: list[dict[str, Any]] | None = None,
+        tool_call_id: str | None = None,
+        tool_name: str | None = None,
+        status: str = "done",
+    ) -> int:
+        """Store one message and mark the session active; returns its id."""
+        now = utcnow()
+        with self._sm.begin() as s:
+            msg = Message(
+                session_id=session_id,
+                user_id=user_id,
+                chat_id=chat_id,
+                role=role,
+                content=content,
+                tool_calls=tool_calls,
+                tool_call_id=tool_call_id,
+                tool_name=tool_name,
+                status=status,
+                created_at=now,
+            )
+            s.add(msg)
+            s.execute(update(ChatSession).where(ChatSession.id == session_id).values(last_activity_at=now))
+            s.flush()
+            return msg.id
+
+    def set_status(self, message_id: int, status: str) -> None:
+        """Change a user message's status (pending -> answered | failed | interrupted)."""
+        with self._sm.begin() as s:
+            s.execute(update(Message).where(Message.id == message_id).values(status=status))
+
+    def messages(self, session_id: str, limit: int = 500) -> list[StoredMessage]:
+        """The newest `limit` messages of a session, oldest first."""
+        with self._sm() as s:
+            rows = s.scalars(
+                select(Message)
+                .where(Message.session_id == session_id)
+                .order_by(Message.id.desc())
+                .limit(limit)
+            ).all()
+            return [_stored(m) for m in reversed(rows)]
+
+    def take_pending(self) -> list[PendingMessage]:
+        """User messages left pending by a process that died; marks them interrupted."""
+        with self._sm.begin() as s:
+            rows = s.scalars(select(Message).where(Message.role == "user", Message.status == "pending")).all()
+            out = [PendingMessage(m.id, m.user_id, m.chat_id, m.content or "") for m in rows]
+            for m in rows:
+                m.status = "interrupted"
+            return out
