@@ -1,0 +1,924 @@
+"""A loopback fake of the Telegram Bot API that the real python-telegram-bot client talks to over HTTP.
+
+Usage::
+
+    async with FakeTelegram(token="123:ABC") as tg:
+        bot = telegram.Bot("123:ABC", base_url=tg.base_url, base_file_url=tg.base_file_url)
+        tg.push_text(42, "/start hello")
+        ...
+        calls = await tg.wait_for_call("sendMessage", chat_id=42)
+        assert tg.sent_texts(42) == ["Hi!"]
+
+Notes on fidelity:
+
+* Parameters arrive form-urlencoded (or multipart for uploads) with complex values JSON-encoded, exactly as
+  PTB sends them; JSON bodies are accepted too. Values are decoded into ``Call.params`` (``chat_id`` -> int,
+  ``entities`` -> list of dicts, ...), except for free-text parameters such as ``text`` and ``caption``.
+* ``parse_mode`` is not rendered: the text is stored as sent. ``MarkdownV2`` text is, however, checked for
+  unescaped reserved characters the way Telegram rejects them (400 ``can't parse entities``).
+* With ``strict_entities=True`` (the default) entities pointing outside the text (in UTF-16 code units) are
+  rejected with 400 ``can't parse entities``; real Telegram may be more lenient, but such entities are bugs.
+* ``messages[chat_id]`` holds only the messages the bot sent (what the user sees from the bot), with edits
+  applied and deletions removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Self
+
+from aiohttp import web
+
+__all__ = [
+    "MAX_MESSAGE_LENGTH",
+    "Call",
+    "FakeTelegram",
+    "TelegramError",
+    "UploadedFile",
+    "utf16_len",
+]
+
+MAX_MESSAGE_LENGTH = 4096
+MAX_CAPTION_LENGTH = 1024
+
+JsonDict = dict[str, Any]
+ParamsPredicate = Callable[[JsonDict], bool]
+
+# Parameters whose values are free text (or opaque ids) and must never be JSON-decoded.
+_STRING_PARAMS = frozenset(
+    {
+        "text",
+        "caption",
+        "callback_query_id",
+        "inline_query_id",
+        "parse_mode",
+        "url",
+        "secret_token",
+        "file_id",
+        "title",
+        "description",
+        "short_description",
+        "name",
+        "query",
+        "ip_address",
+        "emoji",
+        "action",
+        "business_connection_id",
+        "message_effect_id",
+        "language_code",
+        "inline_message_id",
+        "document",
+        "photo",
+        "audio",
+        "video",
+        "voice",
+        "animation",
+        "sticker",
+        "thumbnail",
+        "explanation",
+        "question",
+    }
+)
+
+_MEDIA_METHODS = {
+    "senddocument": "document",
+    "sendphoto": "photo",
+    "sendaudio": "audio",
+    "sendvoice": "voice",
+    "sendvideo": "video",
+    "sendanimation": "animation",
+    "sendsticker": "sticker",
+}
+
+_MDV2_RESERVED = frozenset("_*[]()~`>#+-=|{}.!")
+
+
+def utf16_len(text: str) -> int:
+    """Length of ``text`` in UTF-16 code units, the unit Telegram uses for lengths and entity offsets."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+@dataclass(frozen=True)
+class TelegramError:
+    """An error reply of the fake Bot API: HTTP status, description and optional extra parameters."""
+
+    status: int
+    description: str
+    parameters: JsonDict | None = None
+    raw_body: str | None = None
+    content_type: str = "application/json"
+
+    def response(self) -> web.Response:
+        """Render the error as the HTTP response Telegram would send."""
+        if self.raw_body is not None:
+            return web.Response(status=self.status, text=self.raw_body, content_type=self.content_type)
+        body: JsonDict = {"ok": False, "error_code": self.status, "description": self.description}
+        if self.parameters:
+            body["parameters"] = self.parameters
+        return web.json_response(body, status=self.status)
+
+
+class _ApiError(Exception):
+    """Raised inside method handlers to answer with a Bot API error."""
+
+    def __init__(self, error: TelegramError) -> None:
+        super().__init__(error.description)
+        self.error = error
+
+
+def _bad_request(description: str) -> _ApiError:
+    return _ApiError(TelegramError(400, f"Bad Request: {description}"))
+
+
+def named_error(name: str, *, retry_after: int = 1) -> TelegramError:
+    """Build a canned Telegram error by name (``retry_after``, ``bad_gateway``, ``cant_parse``, ...)."""
+    if name == "retry_after":
+        return TelegramError(
+            429, f"Too Many Requests: retry after {retry_after}", {"retry_after": retry_after}
+        )
+    if name == "bad_gateway":
+        html = (
+            "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n"
+            "<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx/1.18.0</center>\r\n"
+            "</body>\r\n</html>\r\n"
+        )
+        return TelegramError(502, "Bad Gateway", raw_body=html, content_type="text/html")
+    if name == "cant_parse":
+        return TelegramError(
+            400,
+            "Bad Request: can't parse entities: Can't find end of the entity starting at byte offset 0",
+        )
+    if name == "message_not_modified":
+        return TelegramError(
+            400,
+            "Bad Request: message is not modified: specified new message content and reply markup are "
+            "exactly the same as a current content and reply markup of the message",
+        )
+    simple: dict[str, tuple[int, str]] = {
+        "message_too_long": (400, "Bad Request: message is too long"),
+        "message_empty": (400, "Bad Request: message text is empty"),
+        "message_to_edit_not_found": (400, "Bad Request: message to edit not found"),
+        "chat_not_found": (400, "Bad Request: chat not found"),
+        "forbidden": (403, "Forbidden: bot was blocked by the user"),
+        "unauthorized": (401, "Unauthorized"),
+        "conflict": (
+            409,
+            "Conflict: terminated by other getUpdates request; make sure that only one bot instance "
+            "is running",
+        ),
+        "server_error": (500, "Internal Server Error"),
+    }
+    if name not in simple:
+        known = sorted([*simple, "retry_after", "bad_gateway", "cant_parse", "message_not_modified", "hang"])
+        raise ValueError(f"unknown Telegram error name {name!r}; known: {known}")
+    status, description = simple[name]
+    return TelegramError(status, description)
+
+
+@dataclass
+class UploadedFile:
+    """A file part received in a multipart request (e.g. the ``document`` of ``sendDocument``)."""
+
+    filename: str
+    content_type: str
+    data: bytes
+
+
+@dataclass
+class Call:
+    """One recorded Bot API request: the method, its decoded parameters, and how the fake answered."""
+
+    method: str
+    params: JsonDict
+    time: float
+    status: int = 200
+    result: Any = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the fake answered with ``{"ok": true, ...}``."""
+        return self.status == 200
+
+
+@dataclass
+class _Fault:
+    method: str
+    error: TelegramError | None
+    remaining: int | None
+    predicate: ParamsPredicate | None = None
+    hang: float = 0.0
+
+
+class _Notifier:
+    """Wake-up-on-change primitive usable from sync code (no lock needed)."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def notify(self) -> None:
+        self._event.set()
+        self._event = asyncio.Event()
+
+    async def wait(self, timeout: float) -> None:
+        event = self._event
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), timeout=max(timeout, 0.0))
+
+
+def _decode_value(key: str, value: str) -> Any:
+    if key in _STRING_PARAMS:
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def _check_markdown_v2(text: str) -> None:
+    """Reject unescaped reserved characters like Telegram does for ``parse_mode=MarkdownV2``."""
+    i = 0
+    n = len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if text.startswith("```", i):
+            end = text.find("```", i + 3)
+            if end < 0:
+                raise _bad_request(f"can't parse entities: Can't find end of Pre entity at byte offset {i}")
+            i = end + 3
+            continue
+        if ch == "`":
+            end = i + 1
+            while end < n and text[end] != "`":
+                end += 2 if text[end] == "\\" else 1
+            if end >= n:
+                raise _bad_request(f"can't parse entities: Can't find end of Code entity at byte offset {i}")
+            i = end + 1
+            continue
+        if text.startswith("](", i):
+            end = i + 2
+            while end < n and text[end] != ")":
+                end += 2 if text[end] == "\\" else 1
+            i = end + 1
+            continue
+        if ch in ".!-+=#{}()" or (ch == ">" and i > 0 and text[i - 1] != "\n"):
+            raise _bad_request(
+                f"can't parse entities: Character '{ch}' is reserved and must be escaped with the "
+                "preceding '\\'"
+            )
+        i += 1
+
+
+class FakeTelegram:
+    """Loopback Bot API server: records calls, keeps chat state, serves long polling and injects faults."""
+
+    def __init__(
+        self,
+        token: str = "123:ABC",
+        *,
+        host: str = "127.0.0.1",
+        strict_entities: bool = True,
+        bot_username: str = "test_bot",
+        bot_first_name: str = "TestBot",
+    ) -> None:
+        self.token = token
+        self.host = host
+        self.strict_entities = strict_entities
+        self.port = 0
+        bot_id = token.split(":", 1)[0]
+        self.bot_user: JsonDict = {
+            "id": int(bot_id) if bot_id.isdigit() else 1,
+            "is_bot": True,
+            "first_name": bot_first_name,
+            "username": bot_username,
+            "can_join_groups": True,
+            "can_read_all_group_messages": False,
+            "supports_inline_queries": False,
+        }
+        self.calls: list[Call] = []
+        self.messages: dict[int, list[JsonDict]] = {}
+        self.updates: list[JsonDict] = []
+        self.commands: dict[str, list[JsonDict]] = {}
+        self.webhook_url = ""
+        self.files: dict[str, tuple[str, bytes]] = {}
+        self.latency = 0.0
+        self._faults: list[_Fault] = []
+        self._chats: dict[int, JsonDict] = {}
+        self._users: dict[int, JsonDict] = {}
+        self._message_ids: dict[int, itertools.count[int]] = {}
+        self._update_ids = itertools.count(10_000)
+        self._file_ids = itertools.count(1)
+        self._callback_ids = itertools.count(1)
+        self._notifier = _Notifier()
+        self._closing = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def base_url(self) -> str:
+        """PTB ``base_url``: PTB requests ``{base_url}{token}/{method}``."""
+        return f"http://{self.host}:{self.port}/bot"
+
+    @property
+    def base_file_url(self) -> str:
+        """PTB ``base_file_url``: PTB downloads ``{base_file_url}{token}/{file_path}``."""
+        return f"http://{self.host}:{self.port}/file/bot"
+
+    async def start(self) -> None:
+        """Start the HTTP server on an ephemeral port of ``host``."""
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, 0)
+        await site.start()
+        self.port = int(runner.addresses[0][1])
+        self._runner = runner
+
+    async def close(self) -> None:
+        """Release pending long polls and stop the server."""
+        self._closing.set()
+        self._notifier.notify()
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ inspection helpers
+
+    def calls_to(self, method: str) -> list[Call]:
+        """All recorded calls of ``method`` (case-insensitive), successful or not."""
+        low = method.lower()
+        return [c for c in self.calls if c.method.lower() == low]
+
+    def sent_texts(self, chat_id: int) -> list[str]:
+        """The texts (or captions) of the bot's messages currently visible in ``chat_id``, in order."""
+        return [str(m.get("text", m.get("caption", ""))) for m in self.messages.get(chat_id, [])]
+
+    def last_message(self, chat_id: int) -> JsonDict:
+        """The bot's latest visible message in ``chat_id`` (AssertionError if none)."""
+        msgs = self.messages.get(chat_id)
+        if not msgs:
+            raise AssertionError(f"no bot messages in chat {chat_id}\n{self.describe_calls()}")
+        return msgs[-1]
+
+    def describe_calls(self, limit: int = 40) -> str:
+        """A readable summary of the last ``limit`` recorded calls (used in assertion messages)."""
+        lines = [f"recorded calls ({len(self.calls)} total, last {limit}):"]
+        for c in self.calls[-limit:]:
+            params = {k: v for k, v in c.params.items() if not isinstance(v, UploadedFile)}
+            shown = json.dumps(params, ensure_ascii=False, default=str)
+            if len(shown) > 300:
+                shown = shown[:300] + "..."
+            err = f" error={c.error!r}" if c.error else ""
+            lines.append(f"  {c.method} -> {c.status}{err} {shown}")
+        return "\n".join(lines)
+
+    async def wait_for(self, predicate: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
+        """Wait until ``predicate()`` is truthy (re-checked on every state change) and return its value."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            value = predicate()
+            if value:
+                return value
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                label = what or getattr(predicate, "__name__", "predicate")
+                raise AssertionError(
+                    f"timed out after {timeout}s waiting for {label}\n{self.describe_calls()}"
+                )
+            await self._notifier.wait(min(remaining, 0.5))
+
+    async def wait_for_call(
+        self,
+        method: str,
+        count: int = 1,
+        chat_id: int | str | None = None,
+        timeout: float = 10.0,
+        ok: bool | None = None,
+    ) -> list[Call]:
+        """Wait until at least ``count`` calls of ``method`` (optionally to ``chat_id``) were answered."""
+
+        def matching() -> list[Call]:
+            found = self.calls_to(method)
+            if chat_id is not None:
+                found = [c for c in found if c.params.get("chat_id") == chat_id]
+            if ok is not None:
+                found = [c for c in found if c.ok == ok]
+            return found
+
+        what = f"{count} call(s) to {method}" + (f" for chat {chat_id}" if chat_id is not None else "")
+        await self.wait_for(lambda: len(matching()) >= count, timeout=timeout, what=what)
+        return matching()
+
+    # ------------------------------------------------------------------ fault injection
+
+    def fail_next(
+        self,
+        method: str,
+        times: int = 1,
+        error: str | TelegramError = "retry_after",
+        retry_after: int = 1,
+        hang: float = 5.0,
+    ) -> None:
+        """Answer the next ``times`` calls of ``method`` with ``error``.
+
+        ``error`` is a name (``retry_after``, ``bad_gateway``, ``cant_parse``, ``message_not_modified``,
+        ``message_too_long``, ``forbidden``, ``chat_not_found``, ``server_error``, ...) or a TelegramError.
+        ``error="hang"`` delays the call by ``hang`` seconds and then processes it normally (client timeouts).
+        """
+        self._faults.append(self._make_fault(method, times, error, retry_after, hang, None))
+
+    def fail_when(
+        self,
+        method: str,
+        predicate: ParamsPredicate,
+        error: str | TelegramError = "cant_parse",
+        times: int | None = None,
+        retry_after: int = 1,
+        hang: float = 5.0,
+    ) -> None:
+        """Answer calls of ``method`` whose params satisfy ``predicate`` with ``error`` (None: always)."""
+        self._faults.append(self._make_fault(method, times, error, retry_after, hang, predicate))
+
+    def clear_faults(self) -> None:
+        """Remove every scripted fault."""
+        self._faults.clear()
+
+    @staticmethod
+    def _make_fault(
+        method: str,
+        times: int | None,
+        error: str | TelegramError,
+        retry_after: int,
+        hang: float,
+        predicate: ParamsPredicate | None,
+    ) -> _Fault:
+        if error == "hang":
+            return _Fault(method.lower(), None, times, predicate, hang)
+        err = named_error(error, retry_after=retry_after) if isinstance(error, str) else error
+        return _Fault(method.lower(), err, times, predicate)
+
+    def _take_fault(self, method: str, params: JsonDict) -> _Fault | None:
+        low = method.lower()
+        for fault in self._faults:
+            if fault.method != low or (fault.predicate is not None and not fault.predicate(params)):
+                continue
+            if fault.remaining is not None:
+                fault.remaining -= 1
+                if fault.remaining <= 0:
+                    self._faults.remove(fault)
+            return fault
+        return None
+
+    # ------------------------------------------------------------------ update injection
+
+    def _user(self, user_id: int, first_name: str, username: str | None) -> JsonDict:
+        user: JsonDict = {"id": user_id, "is_bot": False, "first_name": first_name, "language_code": "en"}
+        if username:
+            user["username"] = username
+        self._users[user_id] = user
+        return user
+
+    def _chat(self, chat_id: int) -> JsonDict:
+        if chat_id in self._chats:
+            return dict(self._chats[chat_id])
+        if chat_id > 0:
+            user = self._users.get(chat_id, {"first_name": "Ann"})
+            chat: JsonDict = {"id": chat_id, "type": "private", "first_name": user["first_name"]}
+            if "username" in user:
+                chat["username"] = user["username"]
+        else:
+            kind = "supergroup" if str(chat_id).startswith("-100") else "group"
+            chat = {"id": chat_id, "type": kind, "title": "Test group"}
+        return chat
+
+    def _next_message_id(self, chat_id: int) -> int:
+        counter = self._message_ids.setdefault(chat_id, itertools.count(1))
+        return next(counter)
+
+    def _incoming(self, user_id: int, chat_id: int | None, first_name: str, username: str | None) -> JsonDict:
+        sender = self._user(user_id, first_name, username)
+        cid = user_id if chat_id is None else chat_id
+        self._chats.pop(cid, None)
+        chat = self._chat(cid)
+        self._chats[cid] = chat
+        return {
+            "message_id": self._next_message_id(cid),
+            "from": sender,
+            "chat": chat,
+            "date": int(time.time()),
+        }
+
+    def push_update(self, update: JsonDict) -> int:
+        """Queue a raw update dict for getUpdates (``update_id`` assigned if missing); returns update_id."""
+        upd = dict(update)
+        if "update_id" not in upd:
+            upd["update_id"] = next(self._update_ids)
+        self.updates.append(upd)
+        self._notifier.notify()
+        return int(upd["update_id"])
+
+    def push_text(
+        self,
+        user_id: int,
+        text: str,
+        chat_id: int | None = None,
+        first_name: str = "Ann",
+        username: str | None = None,
+    ) -> int:
+        """Queue a text message from ``user_id`` (private chat unless ``chat_id``); returns the update_id."""
+        msg = self._incoming(user_id, chat_id, first_name, username)
+        msg["text"] = text
+        if text.startswith("/"):
+            command = text.split(maxsplit=1)[0]
+            msg["entities"] = [{"type": "bot_command", "offset": 0, "length": utf16_len(command)}]
+        return self.push_update({"message": msg})
+
+    def push_sticker(self, user_id: int, chat_id: int | None = None, emoji: str = "👍") -> int:
+        """Queue a sticker message from ``user_id``; returns the update_id."""
+        msg = self._incoming(user_id, chat_id, self._users.get(user_id, {}).get("first_name", "Ann"), None)
+        file_id = self.add_file(b"RIFF\x00\x00\x00\x00WEBPVP8 ", "stickers/sticker.webp")
+        msg["sticker"] = {
+            "file_id": file_id,
+            "file_unique_id": f"u{file_id}",
+            "type": "regular",
+            "width": 512,
+            "height": 512,
+            "is_animated": False,
+            "is_video": False,
+            "emoji": emoji,
+        }
+        return self.push_update({"message": msg})
+
+    def push_photo(
+        self, user_id: int, chat_id: int | None = None, caption: str | None = None, data: bytes | None = None
+    ) -> int:
+        """Queue a photo message (two sizes, downloadable via getFile) from ``user_id``; returns update_id."""
+        msg = self._incoming(user_id, chat_id, self._users.get(user_id, {}).get("first_name", "Ann"), None)
+        payload = data if data is not None else b"\xff\xd8\xff\xe0fake-jpeg\xff\xd9"
+        sizes = []
+        for width in (90, 800):
+            file_id = self.add_file(payload, f"photos/file_{width}.jpg")
+            sizes.append(
+                {
+                    "file_id": file_id,
+                    "file_unique_id": f"u{file_id}",
+                    "width": width,
+                    "height": width * 3 // 4,
+                    "file_size": len(payload),
+                }
+            )
+        msg["photo"] = sizes
+        if caption is not None:
+            msg["caption"] = caption
+        return self.push_update({"message": msg})
+
+    def push_callback(
+        self, user_id: int, data: str, message_id: int | None = None, chat_id: int | None = None
+    ) -> int:
+        """Queue a callback query (inline button press) on a bot message; returns the update_id."""
+        cid = user_id if chat_id is None else chat_id
+        msgs = self.messages.get(cid, [])
+        message = next((m for m in msgs if m["message_id"] == message_id), msgs[-1] if msgs else None)
+        query: JsonDict = {
+            "id": str(next(self._callback_ids)),
+            "from": self._users.get(user_id) or self._user(user_id, "Ann", None),
+            "chat_instance": f"ci{cid}",
+            "data": data,
+        }
+        if message is not None:
+            query["message"] = message
+        return self.push_update({"callback_query": query})
+
+    def add_file(self, data: bytes, file_path: str = "documents/file.bin") -> str:
+        """Register downloadable bytes; returns a file_id usable with getFile."""
+        file_id = f"file{next(self._file_ids)}"
+        self.files[file_id] = (f"{file_id}_{file_path}", data)
+        return file_id
+
+    # ------------------------------------------------------------------ HTTP plumbing
+
+    async def _parse_params(self, request: web.Request) -> JsonDict:
+        params: JsonDict = {k: _decode_value(k, v) for k, v in request.query.items()}
+        if request.method != "POST" or not request.can_read_body:
+            return params
+        if request.content_type == "application/json":
+            body = await request.json()
+            if isinstance(body, dict):
+                params.update(body)
+            return params
+        post = await request.post()
+        for key, value in post.items():
+            if isinstance(value, web.FileField):
+                params[key] = UploadedFile(value.filename, value.content_type, value.file.read())
+            elif isinstance(value, bytes | bytearray):
+                params[key] = _decode_value(key, bytes(value).decode())
+            else:
+                params[key] = _decode_value(key, value)
+        return params
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        path = request.path
+        if path.startswith("/file/bot"):
+            return self._serve_file(path[len("/file/bot") :])
+        if not path.startswith("/bot") or path.count("/") != 2:
+            return web.json_response({"ok": False, "error_code": 404, "description": "Not Found"}, status=404)
+        token, method = path[len("/bot") :].split("/", 1)
+        arrived = time.monotonic()
+        params = await self._parse_params(request)
+        call = Call(method=method, params=params, time=arrived)
+        try:
+            if token != self.token:
+                raise _ApiError(TelegramError(401, "Unauthorized"))
+            if self.latency and method.lower() != "getupdates":
+                await self._sleep(self.latency)
+            fault = self._take_fault(method, params)
+            if fault is not None:
+                if fault.error is not None:
+                    raise _ApiError(fault.error)
+                await self._sleep(fault.hang)
+            result = await self._dispatch(method, params)
+        except _ApiError as exc:
+            call.status = exc.error.status
+            call.error = exc.error.description
+            self._record(call)
+            return exc.error.response()
+        call.result = result
+        self._record(call)
+        return web.json_response({"ok": True, "result": result})
+
+    def _record(self, call: Call) -> None:
+        self.calls.append(call)
+        self._notifier.notify()
+
+    def _serve_file(self, rest: str) -> web.Response:
+        token, _, file_path = rest.partition("/")
+        if token != self.token:
+            return web.Response(status=401, text="Unauthorized")
+        for stored_path, data in self.files.values():
+            if stored_path == file_path:
+                return web.Response(body=data, content_type="application/octet-stream")
+        return web.Response(status=404, text="Not Found")
+
+    async def _sleep(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._closing.wait(), timeout=seconds)
+
+    async def _dispatch(self, method: str, p: JsonDict) -> Any:
+        low = method.lower()
+        if low in _MEDIA_METHODS:
+            return self._send_media(_MEDIA_METHODS[low], p)
+        simple: dict[str, Any] = {
+            "getme": lambda: dict(self.bot_user),
+            "sendmessage": lambda: self._send_message(p),
+            "editmessagetext": lambda: self._edit_message_text(p),
+            "deletemessage": lambda: self._delete_messages(p, [p.get("message_id")]),
+            "deletemessages": lambda: self._delete_messages(p, list(p.get("message_ids") or [])),
+            "setmycommands": lambda: self._set_commands(p),
+            "getmycommands": lambda: list(self.commands.get(self._scope_key(p), [])),
+            "deletemycommands": lambda: bool(self.commands.pop(self._scope_key(p), True)),
+            "deletewebhook": lambda: self._delete_webhook(p),
+            "setwebhook": lambda: self._set_webhook(p),
+            "getwebhookinfo": lambda: {
+                "url": self.webhook_url,
+                "has_custom_certificate": False,
+                "pending_update_count": len(self.updates),
+            },
+            "getfile": lambda: self._get_file(p),
+        }
+        if low == "getupdates":
+            return await self._get_updates(p)
+        if low in simple:
+            return simple[low]()
+        # sendChatAction, answerCallbackQuery, close, logOut and anything else.
+        return True
+
+    # ------------------------------------------------------------------ method implementations
+
+    def _require_chat(self, p: JsonDict) -> int:
+        chat_id = p.get("chat_id")
+        if chat_id is None or chat_id == "":
+            raise _bad_request("chat_id is empty")
+        if not isinstance(chat_id, int):
+            raise _bad_request("chat not found")
+        return chat_id
+
+    def _validate_text(self, text: Any, entities: Any, parse_mode: Any, *, limit: int, caption: bool) -> None:
+        if not caption and (not isinstance(text, str) or not text.strip()):
+            raise _bad_request("message text is empty")
+        if not isinstance(text, str):
+            return
+        length = utf16_len(text)
+        if length > limit:
+            raise _bad_request("message caption is too long" if caption else "message is too long")
+        if entities is not None:
+            if not isinstance(entities, list) or not all(isinstance(e, dict) for e in entities):
+                raise _bad_request("can't parse entities: entities must be an array of MessageEntity")
+            if self.strict_entities:
+                for idx, ent in enumerate(entities):
+                    off, ln = ent.get("offset"), ent.get("length")
+                    if (
+                        not isinstance(off, int)
+                        or not isinstance(ln, int)
+                        or off < 0
+                        or ln <= 0
+                        or off + ln > length
+                        or "type" not in ent
+                    ):
+                        raise _bad_request(
+                            f"can't parse entities: entity #{idx} {ent} is out of the text bounds "
+                            f"(UTF-16 length {length})"
+                        )
+        elif parse_mode == "MarkdownV2":
+            _check_markdown_v2(text)
+
+    def _new_message(self, chat_id: int, p: JsonDict) -> JsonDict:
+        msg: JsonDict = {
+            "message_id": self._next_message_id(chat_id),
+            "from": dict(self.bot_user),
+            "chat": self._chat(chat_id),
+            "date": int(time.time()),
+        }
+        markup = p.get("reply_markup")
+        if isinstance(markup, dict) and "inline_keyboard" in markup:
+            msg["reply_markup"] = markup
+        if "message_thread_id" in p:
+            msg["message_thread_id"] = p["message_thread_id"]
+        return msg
+
+    def _send_message(self, p: JsonDict) -> JsonDict:
+        chat_id = self._require_chat(p)
+        text, entities = p.get("text"), p.get("entities")
+        self._validate_text(text, entities, p.get("parse_mode"), limit=MAX_MESSAGE_LENGTH, caption=False)
+        msg = self._new_message(chat_id, p)
+        msg["text"] = text
+        if entities:
+            msg["entities"] = entities
+        if isinstance(p.get("link_preview_options"), dict):
+            msg["link_preview_options"] = p["link_preview_options"]
+        self.messages.setdefault(chat_id, []).append(msg)
+        return msg
+
+    def _find_message(self, chat_id: int, message_id: Any, missing: str) -> JsonDict:
+        for msg in self.messages.get(chat_id, []):
+            if msg["message_id"] == message_id:
+                return msg
+        raise _bad_request(missing)
+
+    def _edit_message_text(self, p: JsonDict) -> Any:
+        text, entities = p.get("text"), p.get("entities")
+        self._validate_text(text, entities, p.get("parse_mode"), limit=MAX_MESSAGE_LENGTH, caption=False)
+        if "inline_message_id" in p:
+            return True
+        chat_id = self._require_chat(p)
+        msg = self._find_message(chat_id, p.get("message_id"), "message to edit not found")
+        if "text" not in msg:
+            raise _bad_request("there is no text in the message to edit")
+        markup = p.get("reply_markup")
+        new_markup = markup if isinstance(markup, dict) and "inline_keyboard" in markup else None
+        if (
+            msg.get("text") == text
+            and (msg.get("entities") or []) == (entities or [])
+            and msg.get("reply_markup") == new_markup
+        ):
+            raise _ApiError(named_error("message_not_modified"))
+        msg["text"] = text
+        msg["edit_date"] = int(time.time())
+        if entities:
+            msg["entities"] = entities
+        else:
+            msg.pop("entities", None)
+        if new_markup is not None:
+            msg["reply_markup"] = new_markup
+        else:
+            msg.pop("reply_markup", None)
+        return dict(msg)
+
+    def _delete_messages(self, p: JsonDict, ids: Iterable[Any]) -> bool:
+        chat_id = self._require_chat(p)
+        for message_id in ids:
+            msg = self._find_message(chat_id, message_id, "message to delete not found")
+            self.messages[chat_id].remove(msg)
+        return True
+
+    def _send_media(self, kind: str, p: JsonDict) -> JsonDict:
+        chat_id = self._require_chat(p)
+        media = p.get(kind)
+        if media is None or media == "":
+            raise _bad_request(f"there is no {kind} in the request")
+        caption = p.get("caption")
+        entities = p.get("caption_entities")
+        if caption is not None:
+            self._validate_text(
+                caption, entities, p.get("parse_mode"), limit=MAX_CAPTION_LENGTH, caption=True
+            )
+        if isinstance(media, UploadedFile):
+            file_id = self.add_file(media.data, f"{kind}s/{media.filename}")
+            size, name, mime = len(media.data), media.filename, media.content_type
+        else:
+            file_id, size, name, mime = str(media), 0, "file", "application/octet-stream"
+        info: JsonDict = {"file_id": file_id, "file_unique_id": f"u{file_id}", "file_size": size}
+        msg = self._new_message(chat_id, p)
+        if kind == "photo":
+            msg["photo"] = [{**info, "width": 800, "height": 600}]
+        elif kind == "sticker":
+            msg["sticker"] = {
+                **info,
+                "type": "regular",
+                "width": 512,
+                "height": 512,
+                "is_animated": False,
+                "is_video": False,
+            }
+        else:
+            info.update({"file_name": name, "mime_type": mime})
+            if kind in ("video", "animation"):
+                info.update({"width": 640, "height": 480, "duration": 1})
+            elif kind in ("audio", "voice"):
+                info["duration"] = 1
+            msg[kind] = info
+        if caption is not None:
+            msg["caption"] = caption
+            if entities:
+                msg["caption_entities"] = entities
+        self.messages.setdefault(chat_id, []).append(msg)
+        return msg
+
+    def _get_file(self, p: JsonDict) -> JsonDict:
+        file_id = str(p.get("file_id", ""))
+        if file_id not in self.files:
+            raise _bad_request("invalid file_id")
+        path, data = self.files[file_id]
+        return {
+            "file_id": file_id,
+            "file_unique_id": f"u{file_id}",
+            "file_size": len(data),
+            "file_path": path,
+        }
+
+    @staticmethod
+    def _scope_key(p: JsonDict) -> str:
+        scope = p.get("scope") or {"type": "default"}
+        return json.dumps([scope, p.get("language_code", "")], sort_keys=True)
+
+    def _set_commands(self, p: JsonDict) -> bool:
+        commands = p.get("commands")
+        if not isinstance(commands, list):
+            raise _bad_request("can't parse commands JSON object")
+        for cmd in commands:
+            if not isinstance(cmd, dict) or not cmd.get("command") or not cmd.get("description"):
+                raise _bad_request("BOT_COMMAND_INVALID")
+        self.commands[self._scope_key(p)] = commands
+        return True
+
+    def _delete_webhook(self, p: JsonDict) -> bool:
+        self.webhook_url = ""
+        if p.get("drop_pending_updates"):
+            self.updates.clear()
+        return True
+
+    def _set_webhook(self, p: JsonDict) -> bool:
+        self.webhook_url = str(p.get("url", ""))
+        if p.get("drop_pending_updates"):
+            self.updates.clear()
+        return True
+
+    async def _get_updates(self, p: JsonDict) -> list[JsonDict]:
+        if self.webhook_url:
+            raise _ApiError(
+                TelegramError(409, "Conflict: can't use getUpdates method while webhook is active")
+            )
+        offset = p.get("offset")
+        limit = p.get("limit") or 100
+        timeout = float(p.get("timeout") or 0)
+        if isinstance(offset, int) and offset != 0:
+            if offset < 0:
+                del self.updates[: max(len(self.updates) + offset, 0)]
+            else:
+                self.updates[:] = [u for u in self.updates if u["update_id"] >= offset]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not self.updates and not self._closing.is_set():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            await self._notifier.wait(remaining)
+        return [dict(u) for u in self.updates[: int(limit)]]
