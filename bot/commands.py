@@ -1,0 +1,35 @@
+"""The bot's commands in one list, so /help and the Telegram command menu never disagree."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Command:
+    """One slash command."""
+
+    name: str
+    args: str
+    description: str
+
+
+COMMANDS: list[Command] = [
+    Command("start", "", "introduction"),
+    Command("help", "", "this list of commands"),
+    Command("newsession", "[name]", "start a new conversation session"),
+]
+
+
+def help_text() -> str:
+    """The /help message."""
+    lines = [
+        "I am your personal assistant. Write to me in plain words; I can search the web, run code and "
+        "remember things for you.",
+        "",
+        "Commands:",
+    ]
+    for c in COMMANDS:
+        usage = f"/{c.name} {c.args}".rstrip()
+        lines.append(f"{usage} - {c.description}")
+    return "\n".join(lines)

@@ -1,0 +1,122 @@
+"""One settings class, read from the environment and `.env`; the only place that reads the environment."""
+
+from __future__ import annotations
+
+from typing import Annotated
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import AnyHttpUrl, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+# What to tell an operator for each setting that is missing or wrong: one line, no traceback.
+HINTS: dict[str, str] = {
+    "TELEGRAM_BOT_TOKEN": "put the token @BotFather gave you (looks like 123456:ABC-DEF...)",
+    "TELEGRAM_API_BASE_URL": "leave it unset for the public Bot API, or give e.g. http://localhost:8081/bot",
+    "ALLOWED_USER_IDS": "comma-separated numeric Telegram user ids, e.g. 12345678,87654321 "
+    "(leave it empty and message the bot: it replies with your id)",
+    "OPENAI_API_KEY": "the API key of your OpenAI-compatible endpoint (any text for a local server)",
+    "OPENAI_BASE_URL": "an OpenAI-compatible base URL, e.g. https://api.openai.com/v1 or http://localhost:11434/v1",
+    "LLM_MODEL": "the model name your endpoint serves, e.g. gpt-4o-mini or llama3.1",
+    "DATABASE_URL": "an SQLAlchemy URL, e.g. sqlite:///data/assistant.db",
+    "DEFAULT_TIMEZONE": "an IANA time zone such as Europe/Berlin",
+}
+
+
+class Settings(BaseSettings):
+    """Every setting of the bot. `.env.example` documents each one."""
+
+    model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore")
+
+    # Telegram
+    # Optional here so that `python -m bot chat` runs without Telegram; `missing_for_telegram` checks them.
+    telegram_bot_token: SecretStr | None = None
+    telegram_api_base_url: str = "https://api.telegram.org/bot"
+    allowed_user_ids: Annotated[list[int] | None, NoDecode] = None
+    # LLM
+    openai_api_key: SecretStr = Field(min_length=1)
+    openai_base_url: AnyHttpUrl = AnyHttpUrl("https://api.openai.com/v1")
+    llm_model: str = Field(default="gpt-4o-mini", min_length=1)
+    llm_timeout_s: float = Field(default=60.0, gt=0, le=600)
+    llm_max_retries: int = Field(default=2, ge=0, le=10)
+    # The turn loop
+    max_tool_rounds: int = Field(default=8, ge=1, le=50)
+    history_token_budget: int = Field(default=8000, ge=500)
+    turn_timeout_s: float = Field(default=300.0, gt=0)
+    tool_timeout_s: float = Field(default=60.0, gt=0)
+    default_timezone: str = "UTC"
+    # Storage and logs
+    database_url: str = "sqlite:///data/assistant.db"
+    log_level: str = "INFO"
+    # Streaming: at most one message edit per this many seconds (Telegram throttles edits).
+    stream_edit_interval_s: float = Field(default=1.0, ge=0.0)
+
+    @field_validator("allowed_user_ids", mode="before")
+    @classmethod
+    def _split_ids(cls, value: object) -> object:
+        if isinstance(value, str):
+            parts = [p.strip() for p in value.replace(";", ",").split(",") if p.strip()]
+            for p in parts:
+                if not p.lstrip("-").isdigit():
+                    raise ValueError(f"{p!r} is not a numeric Telegram user id")
+            return [int(p) for p in parts]
+        return value
+
+    @field_validator("default_timezone")
+    @classmethod
+    def _check_tz(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {value!r}") from None
+        return value
+
+    @field_validator("telegram_bot_token")
+    @classmethod
+    def _check_token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None:
+            return None
+        token = value.get_secret_value()
+        head, _, tail = token.partition(":")
+        if not head.isdigit() or not tail:
+            raise ValueError("this does not look like a bot token")
+        return value
+
+    @property
+    def owner_id(self) -> int | None:
+        """The first allowed user is the owner."""
+        return self.allowed_user_ids[0] if self.allowed_user_ids else None
+
+    def missing_for_telegram(self) -> list[str]:
+        """Error lines for what running the Telegram bot needs and is not set."""
+        lines = []
+        if self.telegram_bot_token is None:
+            lines.append(
+                f"Configuration error: TELEGRAM_BOT_TOKEN is missing: {HINTS['TELEGRAM_BOT_TOKEN']}."
+            )
+        if self.allowed_user_ids is None:
+            lines.append(f"Configuration error: ALLOWED_USER_IDS is missing: {HINTS['ALLOWED_USER_IDS']}.")
+        return lines
+
+    def secrets(self) -> list[str]:
+        """Secret values, for the log filter that masks them."""
+        values = [self.openai_api_key.get_secret_value()]
+        if self.telegram_bot_token is not None:
+            values.append(self.telegram_bot_token.get_secret_value())
+        return [v for v in values if len(v) >= 6]
+
+
+def describe_errors(err: ValidationError) -> list[str]:
+    """One line per bad setting: the variable, what is wrong, what to put there. Never the value itself."""
+    lines = []
+    for e in err.errors(include_url=False):
+        field = str(e["loc"][0]) if e["loc"] else "?"
+        var = field.upper()
+        problem = "is missing" if e["type"] == "missing" else f"is invalid ({e['msg']})"
+        hint = HINTS.get(var, "see .env.example")
+        lines.append(f"Configuration error: {var} {problem}: {hint}.")
+    return lines
+
+
+def load_settings() -> Settings:
+    """Read the settings; raises pydantic.ValidationError, which `describe_errors` turns into lines."""
+    return Settings()  # type: ignore[call-arg]  # values come from the environment

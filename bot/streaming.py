@@ -1,0 +1,181 @@
+"""A reply that streams by throttled message edits and always delivers the final, formatted text."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+
+from telegram import Bot
+from telegram.constants import ChatAction
+from telegram.error import BadRequest, RetryAfter, TelegramError
+
+from bot.render import TELEGRAM_LIMIT, Rendered, plain_chunks, render, utf16_len
+
+log = logging.getLogger(__name__)
+
+PREVIEW_LIMIT = TELEGRAM_LIMIT - 96
+FINAL_ATTEMPTS = 6
+
+
+def _retry_seconds(exc: RetryAfter) -> float:
+    ra = exc.retry_after
+    return ra if isinstance(ra, (int, float)) else ra.total_seconds()
+
+
+class StreamingReply:
+    """Implements the agent's TurnSink for one Telegram chat.
+
+    While the answer streams, one message is edited at most once per `min_interval` seconds and only when
+    its text changed; a 429 pauses edits for `retry_after`. `finish` replaces the preview with the rendered
+    answer, split into as many messages as needed, retrying until it is delivered.
+    """
+
+    def __init__(
+        self,
+        bot: Bot,
+        chat_id: int,
+        *,
+        min_interval: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.bot = bot
+        self.chat_id = chat_id
+        self.min_interval = min_interval
+        self.clock = clock
+        self.message_id: int | None = None
+        self._text = ""
+        self._status: str | None = None
+        self._shown = ""
+        self._next_edit = 0.0
+        self._flush_task: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+        self._finished = False
+
+    async def text(self, partial: str) -> None:
+        """The answer so far."""
+        self._text = partial
+        self._status = None
+        await self._update()
+
+    async def status(self, line: str) -> None:
+        """A one-line status under the text, replaced by the answer."""
+        self._status = line
+        await self._update()
+
+    def _preview(self) -> str:
+        body = self._text
+        if utf16_len(body) > PREVIEW_LIMIT:
+            body = body[: PREVIEW_LIMIT // 2] + "\n…"
+        if self._status:
+            body = f"{body}\n\n⏳ {self._status}" if body.strip() else f"⏳ {self._status}"
+        return body
+
+    async def _update(self) -> None:
+        if self._finished:
+            return
+        wait = self._next_edit - self.clock()
+        if wait > 0:
+            # Throttled: show the latest text when the interval is over, even if nothing else comes.
+            if self._flush_task is None or self._flush_task.done():
+                self._flush_task = asyncio.create_task(self._delayed_flush(wait))
+            return
+        await self._flush()
+
+    async def _delayed_flush(self, wait: float) -> None:
+        await asyncio.sleep(wait)
+        await self._flush()
+
+    async def _flush(self) -> None:
+        async with self._lock:
+            if self._finished:
+                return
+            preview = self._preview()
+            if not preview.strip() or preview == self._shown:
+                return
+            self._next_edit = self.clock() + self.min_interval
+            try:
+                if self.message_id is None:
+                    msg = await self.bot.send_message(self.chat_id, preview)
+                    self.message_id = msg.message_id
+                else:
+                    await self.bot.edit_message_text(preview, self.chat_id, self.message_id)
+                self._shown = preview
+            except RetryAfter as exc:
+                self._next_edit = self.clock() + _retry_seconds(exc)
+                log.info("chat %s: edits paused for %.0f s (429)", self.chat_id, _retry_seconds(exc))
+            except TelegramError as exc:  # a preview is not essential; the final text is
+                log.info("chat %s: preview update failed: %s", self.chat_id, exc)
+
+    async def finish(self, markdown: str) -> list[int]:
+        """Deliver the final answer (rendered Markdown); returns the ids of the messages that carry it."""
+        return await self.finish_rendered(render(markdown) or [Rendered("(empty answer)", ())])
+
+    async def finish_plain(self, text: str) -> list[int]:
+        """Deliver a plain-text final message (errors, notices)."""
+        return await self.finish_rendered([Rendered(t, ()) for t in plain_chunks(text)])
+
+    async def finish_rendered(self, parts: list[Rendered]) -> list[int]:
+        """Deliver already rendered parts."""
+        self._finished = True
+        if self._flush_task is not None:
+            self._flush_task.cancel()
+        async with self._lock:
+            ids: list[int] = []
+            for i, part in enumerate(parts):
+                ids.extend(await self._deliver(part, self.message_id if i == 0 else None))
+            return ids
+
+    async def _deliver(self, part: Rendered, edit_id: int | None) -> list[int]:
+        entities: tuple[object, ...] | None = part.entities or None
+        for _attempt in range(FINAL_ATTEMPTS):
+            try:
+                if edit_id is not None:
+                    await self.bot.edit_message_text(
+                        part.text,
+                        self.chat_id,
+                        edit_id,
+                        entities=entities,  # type: ignore[arg-type]
+                    )
+                    return [edit_id]
+                msg = await self.bot.send_message(self.chat_id, part.text, entities=entities)  # type: ignore[arg-type]
+                return [msg.message_id]
+            except RetryAfter as exc:
+                await asyncio.sleep(_retry_seconds(exc))
+            except BadRequest as exc:
+                text = str(exc).lower()
+                if "not modified" in text:
+                    return [edit_id] if edit_id is not None else []
+                if entities and ("entit" in text or "parse" in text):
+                    log.info("chat %s: formatting rejected (%s); sending plain text", self.chat_id, exc)
+                    entities = None
+                    continue
+                if edit_id is not None:  # the preview is gone or cannot be edited: send a new message
+                    edit_id = None
+                    continue
+                raise
+            except TelegramError as exc:  # network trouble or 5xx: try again shortly
+                log.warning("chat %s: delivery failed (%s); retrying", self.chat_id, exc)
+                await asyncio.sleep(1.0)
+        raise TelegramError(f"could not deliver a message to chat {self.chat_id}")
+
+
+@contextlib.asynccontextmanager
+async def typing_indicator(bot: Bot, chat_id: int, every: float = 4.5) -> AsyncIterator[None]:
+    """Show "typing..." until the block ends; a failing sendChatAction is logged and ignored."""
+
+    async def loop() -> None:
+        while True:
+            try:
+                await bot.send_chat_action(chat_id, ChatAction.TYPING)
+            except TelegramError as exc:
+                log.debug("sendChatAction failed: %s", exc)
+            await asyncio.sleep(every)
+
+    task = asyncio.create_task(loop())
+    try:
+        yield
+    finally:
+        task.cancel()

@@ -1,0 +1,71 @@
+"""The composition root: builds every object once; everything else receives what it needs."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from sqlalchemy import Engine
+
+from bot.settings import Settings
+from core_tools.agent import Agent, AgentConfig
+from core_tools.llm import LLMClient
+from core_tools.registry import ToolRegistry
+from core_tools.sessions import SessionManager
+from db.conversations import Conversations
+from db.engine import make_engine, make_sessionmaker
+from db.migrate import upgrade
+from db.usage import UsageLog
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Services:
+    """Everything the front ends (Telegram, terminal) use."""
+
+    settings: Settings
+    engine: Engine
+    conversations: Conversations
+    usage: UsageLog
+    llm: LLMClient
+    registry: ToolRegistry
+    agent: Agent
+    sessions: SessionManager
+
+    async def aclose(self) -> None:
+        """Release connections."""
+        await self.llm.close()
+        self.engine.dispose()
+
+
+def build_services(settings: Settings) -> Services:
+    """Migrate the database to head and build the services."""
+    upgrade(settings.database_url)
+    engine = make_engine(settings.database_url)
+    sm = make_sessionmaker(engine)
+    conversations = Conversations(sm)
+    usage = UsageLog(sm)
+    llm = LLMClient(
+        base_url=str(settings.openai_base_url),
+        api_key=settings.openai_api_key.get_secret_value(),
+        model=settings.llm_model,
+        timeout_s=settings.llm_timeout_s,
+        max_retries=settings.llm_max_retries,
+        recorder=usage,
+    )
+    registry = ToolRegistry(recorder=usage)
+    agent = Agent(
+        llm,
+        registry,
+        conversations,
+        AgentConfig(
+            max_tool_rounds=settings.max_tool_rounds,
+            history_token_budget=settings.history_token_budget,
+            turn_timeout_s=settings.turn_timeout_s,
+            default_timezone=settings.default_timezone,
+        ),
+    )
+    return Services(
+        settings, engine, conversations, usage, llm, registry, agent, SessionManager(conversations)
+    )
