@@ -1,0 +1,91 @@
+"""Runs the real bot (PTB Application, openai client, SQLite) against the loopback fakes."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bot.app import build_application, on_startup
+from bot.settings import Settings
+from bot.wiring import Services, build_services
+from tests.fakes.openai_api import FakeLLM
+from tests.fakes.telegram_api import FakeTelegram
+
+TOKEN = "123456:TEST-TOKEN-abcdef"
+OWNER = 111
+FRIEND = 222
+STRANGER = 999
+
+
+def make_settings(tmp_path: Path, tg: FakeTelegram | None, llm: FakeLLM, **overrides: Any) -> Settings:
+    """Settings pointing at the fakes and a database file under tmp_path; no .env is read."""
+    values: dict[str, Any] = {
+        "telegram_bot_token": TOKEN,
+        "telegram_api_base_url": tg.base_url if tg else "http://127.0.0.1:9/bot",
+        "allowed_user_ids": f"{OWNER},{FRIEND}",
+        "openai_api_key": "sk-test-key-123",
+        "openai_base_url": llm.base_url,
+        "llm_model": "fake-model",
+        "llm_max_retries": 0,
+        "llm_timeout_s": 10,
+        "database_url": f"sqlite:///{tmp_path / 'data' / 'assistant.db'}",
+        "stream_edit_interval_s": 0.2,
+    }
+    values.update(overrides)
+    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+
+
+@dataclass
+class Harness:
+    """A running bot and its fakes."""
+
+    tg: FakeTelegram
+    llm: FakeLLM
+    services: Services
+    settings: Settings
+
+    async def final_text(self, chat_id: int, contains: str, timeout: float = 10.0) -> str:
+        """Wait until a visible message in the chat contains `contains`; return it."""
+
+        def found() -> str | None:
+            for t in self.tg.sent_texts(chat_id):
+                if contains in t:
+                    return t
+            return None
+
+        result: str = await self.tg.wait_for(
+            found, timeout=timeout, what=f"a message containing {contains!r}"
+        )
+        return result
+
+
+@asynccontextmanager
+async def running_bot(
+    tmp_path: Path,
+    tg: FakeTelegram,
+    llm: FakeLLM,
+    *,
+    setup: Callable[[Services], None] | None = None,
+    **overrides: Any,
+) -> AsyncIterator[Harness]:
+    """Start the bot with long polling against the fakes, as `python -m bot` would; stop it afterwards."""
+    settings = make_settings(tmp_path, tg, llm, **overrides)
+    services = build_services(settings)
+    if setup is not None:
+        setup(services)
+    app = build_application(services)
+    await app.initialize()
+    await on_startup(app)
+    await app.start()
+    assert app.updater is not None
+    await app.updater.start_polling(poll_interval=0, timeout=1)
+    try:
+        yield Harness(tg, llm, services, settings)
+    finally:
+        await app.updater.stop()
+        await app.stop()
+        await app.shutdown()
+        await services.aclose()
