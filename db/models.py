@@ -167,3 +167,33 @@ class CodeExecution(Base):
     stdout_bytes: Mapped[int] = mapped_column(Integer, default=0)
     stderr_bytes: Mapped[int] = mapped_column(Integer, default=0)
     truncated: Mapped[bool] = mapped_column(default=False)
+
+
+class Memory(Base):
+    """One remembered item of a user, in one layer (long | mid | short | session).
+
+    `id` is the integer rowid that the FTS5 (`memories_fts`) and vec0 (`memories_vec`) tables key on;
+    `public_id` is the id the model sees. A superseded row is kept with `superseded_by` set.
+    """
+
+    __tablename__ = "memories"
+    __table_args__ = (
+        Index("ix_memories_user_layer_time", "user_id", "layer", "created_at"),
+        Index("ix_memories_user_session", "user_id", "session_id"),
+        Index("ix_memories_expires", "expires_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    public_id: Mapped[str] = mapped_column(String(36), unique=True, default=new_id)
+    user_id: Mapped[int] = mapped_column(BigInteger)
+    layer: Mapped[str] = mapped_column(String(16))  # long | mid | short | session
+    category: Mapped[str] = mapped_column(String(32))
+    content: Mapped[str] = mapped_column(Text)
+    certainty: Mapped[float | None] = mapped_column()
+    session_id: Mapped[str | None] = mapped_column(String(36))  # set for the session layer only
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime | None] = mapped_column()
+    superseded_by: Mapped[str | None] = mapped_column(String(36))  # public_id of the newer memory
+    # Which embedder produced the row's vector in memories_vec; NULL when it has none (embedder down).
+    embedder: Mapped[str | None] = mapped_column(String(128))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from pathlib import Path
 from typing import Annotated
@@ -221,7 +222,7 @@ async def test_streaming_edits_are_throttled(tmp_path: Path, tg: FakeTelegram, l
         updates = tg.calls_to("sendMessage") + tg.calls_to("editMessageText")
         stamps = sorted(c.time for c in updates)
         previews = stamps[:-1]  # the last one is the final formatted text, which is never held back
-        gaps = [b - a for a, b in zip(previews, previews[1:], strict=False)]
+        gaps = [b - a for a, b in itertools.pairwise(previews)]
         assert all(g >= 0.45 for g in gaps), gaps
         assert len(updates) < 10
 
@@ -291,7 +292,7 @@ async def test_two_chats_run_in_parallel_while_one_chat_stays_ordered(
         assert (
             llm.max_active == 2
         )  # the friend's turn ran beside the owner's; the owner's two did not overlap
-        second = [r for r in llm.requests if r["messages"][-1]["content"] == "owner two"][0]
+        second = next(r for r in llm.requests if r["messages"][-1]["content"] == "owner two")
         assert ("assistant", "re: owner one") in [(m["role"], m["content"]) for m in second["messages"]]
 
 
