@@ -1,0 +1,122 @@
+"""The tool registry's choke point and the history budget, without Telegram or the LLM."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from core_tools.agent import build_history
+from core_tools.errors import ToolError
+from core_tools.registry import ToolRegistry
+from core_tools.types import ToolCallRequest, ToolContext
+from db.conversations import StoredMessage
+
+CTX = ToolContext(user_id=1, chat_id=1, session_id="s")
+
+
+async def greet(
+    ctx: ToolContext,
+    name: Annotated[str, Field(description="who to greet")],
+    style: Literal["short", "long"] = "short",
+) -> dict[str, str]:
+    """Greet someone.
+
+    Longer text that is not part of the description.
+    """
+    if name == "boom":
+        raise RuntimeError("kaboom")
+    if name == "refuse":
+        raise ToolError("I will not greet refuse")
+    if name == "slow":
+        await asyncio.sleep(5)
+    return {"greeting": f"hi {name}" if style == "short" else f"hello there, {name}"}
+
+
+def registry() -> ToolRegistry:
+    reg = ToolRegistry()
+    reg.register(greet, timeout_s=0.2)
+    return reg
+
+
+def test_schema_comes_from_signature_and_docstring() -> None:
+    schema = registry().schemas()[0]["function"]
+    assert schema["name"] == "greet"
+    assert schema["description"] == "Greet someone."
+    params = schema["parameters"]
+    assert params["required"] == ["name"]
+    assert params["properties"]["name"] == {"description": "who to greet", "type": "string"}
+    assert params["properties"]["style"]["enum"] == ["short", "long"]
+    assert params["additionalProperties"] is False
+
+
+async def test_failures_become_error_results() -> None:
+    reg = registry()
+
+    async def run(name: str, args: str) -> dict[str, object]:
+        out = await reg.call(ToolCallRequest("c", name, args), CTX)
+        return json.loads(out.content) if out.content.startswith("{") else {"raw": out.content}
+
+    assert await run("greet", '{"name": "Ann"}') == {"greeting": "hi Ann"}
+    assert "unknown tool 'nope'" in str((await run("nope", "{}"))["error"])
+    assert "not valid JSON" in str((await run("greet", "{name:"))["error"])
+    assert "style: Input should be 'short' or 'long'" in str(
+        (await run("greet", '{"name": "A", "style": "x"}'))["error"]
+    )
+    assert "extra" in str((await run("greet", '{"name": "A", "colour": 1}'))["error"]).lower()
+    assert "kaboom" in str((await run("greet", '{"name": "boom"}'))["error"])
+    assert (await run("greet", '{"name": "refuse"}'))["error"] == "I will not greet refuse"
+    assert "timed out after 0.2 s" in str((await run("greet", '{"name": "slow"}'))["error"])
+
+
+async def test_long_results_are_capped_for_the_model() -> None:
+    reg = ToolRegistry(max_result_chars=100)
+
+    async def big(ctx: ToolContext) -> str:
+        """Return a lot."""
+        return "x" * 1000
+
+    reg.register(big)
+    out = await reg.call(ToolCallRequest("c", "big", ""), CTX)
+    assert out.ok and len(out.content) < 200 and "900 more characters cut" in out.content
+
+
+def _m(
+    i: int, role: str, content: str | None, calls: list[str] | None = None, answers: str | None = None
+) -> StoredMessage:
+    tool_calls = [{"id": c, "name": "t", "arguments": "{}"} for c in calls] if calls else None
+    return StoredMessage(
+        i, role, content, tool_calls, answers, "t" if answers else None, "done", datetime.now(UTC)
+    )
+
+
+def test_history_drops_oldest_first_and_never_splits_a_tool_call() -> None:
+    msgs = [
+        _m(1, "user", "old question " * 50),
+        _m(2, "assistant", "old answer " * 50),
+        _m(3, "user", "use a tool"),
+        _m(4, "assistant", None, calls=["a", "b"]),
+        _m(5, "tool", "result a", answers="a"),
+        _m(6, "tool", "result b", answers="b"),
+        _m(7, "assistant", "done"),
+        _m(8, "user", "next"),
+    ]
+    small = build_history(msgs, token_budget=60)
+    assert small[0].content == "use a tool"
+    assert [m.role for m in small] == ["user", "assistant", "tool", "tool", "assistant", "user"]
+    tiny = build_history(msgs, token_budget=10)
+    assert [(m.role, m.content) for m in tiny] == [("user", "next")]  # never starts with an assistant turn
+
+
+def test_history_drops_a_tool_call_cut_by_a_crash() -> None:
+    msgs = [
+        _m(1, "user", "q"),
+        _m(2, "assistant", None, calls=["a", "b"]),
+        _m(3, "tool", "result a", answers="a"),
+        _m(4, "user", "are you there?"),
+    ]
+    out = build_history(msgs, token_budget=1000)
+    assert [(m.role, m.content) for m in out] == [("user", "q"), ("user", "are you there?")]
