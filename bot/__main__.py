@@ -6,11 +6,15 @@ import argparse
 import asyncio
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from bot.logs import setup_logging
 from bot.settings import Settings, describe_errors, load_settings
+
+if TYPE_CHECKING:
+    from bot.wiring import Services
 
 log = logging.getLogger("bot")
 
@@ -24,14 +28,25 @@ def _settings() -> Settings | None:
         return None
 
 
+def _build(settings: Settings) -> Services | None:
+    from bot.wiring import build_services
+
+    try:
+        return build_services(settings)
+    except ValueError as exc:  # an unusable combination of settings, e.g. a provider without its key
+        print(f"Configuration error: {exc}.", file=sys.stderr)
+        return None
+
+
 def run_bot(settings: Settings) -> int:
     """Run the Telegram bot with long polling until SIGINT/SIGTERM."""
     from telegram import Update
 
     from bot.app import build_application
-    from bot.wiring import build_services
 
-    services = build_services(settings)
+    services = _build(settings)
+    if services is None:
+        return 2
     app = build_application(services)
     log.info(
         "starting: model %s at %s, %d allowed user(s), database %s",
@@ -50,9 +65,10 @@ def run_bot(settings: Settings) -> int:
 def run_chat(settings: Settings) -> int:
     """Chat in the terminal as the owner (or user 0)."""
     from bot.terminal import chat_loop
-    from bot.wiring import build_services
 
-    services = build_services(settings)
+    services = _build(settings)
+    if services is None:
+        return 2
 
     async def go() -> None:
         try:

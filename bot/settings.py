@@ -19,6 +19,8 @@ HINTS: dict[str, str] = {
     "LLM_MODEL": "the model name your endpoint serves, e.g. gpt-4o-mini or llama3.1",
     "DATABASE_URL": "an SQLAlchemy URL, e.g. sqlite:///data/assistant.db",
     "DEFAULT_TIMEZONE": "an IANA time zone such as Europe/Berlin",
+    "SEARCH_PROVIDER": "a comma-separated list of searxng, brave, tavily, duckduckgo (or leave it empty)",
+    "SEARXNG_URL": "the base URL of your SearXNG, e.g. http://searxng:8080",
 }
 
 
@@ -44,6 +46,15 @@ class Settings(BaseSettings):
     turn_timeout_s: float = Field(default=300.0, gt=0)
     tool_timeout_s: float = Field(default=60.0, gt=0)
     default_timezone: str = "UTC"
+    # Web search: an ordered, comma-separated chain of providers (searxng, brave, tavily, duckduckgo).
+    # Empty: searxng when SEARXNG_URL is set, then brave and tavily when their keys are set, then duckduckgo.
+    search_provider: str = ""
+    searxng_url: str | None = None
+    brave_api_key: SecretStr | None = None
+    tavily_api_key: SecretStr | None = None
+    search_timeout_s: float = Field(default=8.0, gt=0, le=60)
+    # Let the fetch tool read private/loopback addresses (off: a prompt-injected page could probe your LAN).
+    fetch_allow_private: bool = False
     # Storage and logs
     database_url: str = "sqlite:///data/assistant.db"
     log_level: str = "INFO"
@@ -100,8 +111,9 @@ class Settings(BaseSettings):
     def secrets(self) -> list[str]:
         """Secret values, for the log filter that masks them."""
         values = [self.openai_api_key.get_secret_value()]
-        if self.telegram_bot_token is not None:
-            values.append(self.telegram_bot_token.get_secret_value())
+        for secret in (self.telegram_bot_token, self.brave_api_key, self.tavily_api_key):
+            if secret is not None:
+                values.append(secret.get_secret_value())
         return [v for v in values if len(v) >= 6]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from pydantic import SecretStr
 from sqlalchemy import Engine
 
 from bot.settings import Settings
@@ -12,6 +13,7 @@ from core_tools.agent import Agent, AgentConfig
 from core_tools.llm import LLMClient
 from core_tools.registry import ToolRegistry
 from core_tools.sessions import SessionManager
+from core_tools.tools.search import SearchTool, build_search_tool
 from db.conversations import Conversations
 from db.engine import make_engine, make_sessionmaker
 from db.migrate import upgrade
@@ -32,15 +34,29 @@ class Services:
     registry: ToolRegistry
     agent: Agent
     sessions: SessionManager
+    search: SearchTool
 
     async def aclose(self) -> None:
         """Release connections."""
         await self.llm.close()
+        await self.search.aclose()
         self.engine.dispose()
 
 
+def _secret(value: SecretStr | None) -> str | None:
+    return value.get_secret_value() if value is not None else None
+
+
 def build_services(settings: Settings) -> Services:
-    """Migrate the database to head and build the services."""
+    """Migrate the database to head and build the services; ValueError means a setting is unusable."""
+    search = build_search_tool(
+        provider_names=[p for p in settings.search_provider.split(",") if p.strip()] or None,
+        searxng_url=settings.searxng_url,
+        brave_api_key=_secret(settings.brave_api_key),
+        tavily_api_key=_secret(settings.tavily_api_key),
+        timeout_s=settings.search_timeout_s,
+        fetch_allow_private=settings.fetch_allow_private,
+    )
     upgrade(settings.database_url)
     engine = make_engine(settings.database_url)
     sm = make_sessionmaker(engine)
@@ -55,6 +71,9 @@ def build_services(settings: Settings) -> Services:
         recorder=usage,
     )
     registry = ToolRegistry(recorder=usage)
+    for tool in search.tools():
+        registry.register(tool, timeout_s=settings.search_timeout_s * 4 + 10)
+    log.info("%s", search.describe())
     agent = Agent(
         llm,
         registry,
@@ -67,5 +86,5 @@ def build_services(settings: Settings) -> Services:
         ),
     )
     return Services(
-        settings, engine, conversations, usage, llm, registry, agent, SessionManager(conversations)
+        settings, engine, conversations, usage, llm, registry, agent, SessionManager(conversations), search
     )

@@ -1,0 +1,118 @@
+"""The real `python -m bot` process: start-up errors, kill -9 mid-turn, and the terminal chat."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+from tests.fakes.openai_api import FakeLLM, hang, text
+from tests.fakes.telegram_api import FakeTelegram
+from tests.harness import OWNER, TOKEN, running_bot
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def bot_env(tmp_path: Path, **values: str) -> dict[str, str]:
+    """A clean environment: nothing of the test runner's leaks in; the repo is importable from tmp_path."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "PYTHONPATH": str(REPO)}
+    env.update(values)
+    return env
+
+
+async def run_bot(
+    tmp_path: Path, *args: str, env: dict[str, str], stdin: bytes | None = None, timeout: float = 30
+) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot",
+        *args,
+        cwd=tmp_path,
+        env=env,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_missing_settings_stop_start_up_with_one_line_each(tmp_path: Path) -> None:
+    code, out, err = await run_bot(tmp_path, env=bot_env(tmp_path))
+    assert code == 2
+    assert "Traceback" not in out + err
+    lines = err.strip().splitlines()
+    assert lines == [line for line in lines if line.startswith("Configuration error: ")] and any(
+        "OPENAI_API_KEY is missing" in line for line in lines
+    )
+
+    code, _, err = await run_bot(tmp_path, env=bot_env(tmp_path, OPENAI_API_KEY="sk-x"))
+    assert code == 2 and "TELEGRAM_BOT_TOKEN is missing" in err and "ALLOWED_USER_IDS is missing" in err
+
+    bad = bot_env(tmp_path, OPENAI_API_KEY="sk-x", TELEGRAM_BOT_TOKEN="nonsense", ALLOWED_USER_IDS="12,ann")
+    code, _, err = await run_bot(tmp_path, env=bad)
+    assert code == 2 and "Traceback" not in err
+    assert "TELEGRAM_BOT_TOKEN is invalid" in err and "'ann' is not a numeric Telegram user id" in err
+    assert "nonsense" not in err  # a value that may be a secret is never echoed
+
+
+async def test_kill_9_mid_turn_then_restart_tells_the_user(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    llm.script(hang(60))
+    db_url = f"sqlite:///{tmp_path / 'data' / 'assistant.db'}"
+    env = bot_env(
+        tmp_path,
+        TELEGRAM_BOT_TOKEN=TOKEN,
+        TELEGRAM_API_BASE_URL=tg.base_url,
+        ALLOWED_USER_IDS=str(OWNER),
+        OPENAI_API_KEY="sk-test",
+        OPENAI_BASE_URL=llm.base_url,
+        LLM_MAX_RETRIES="0",
+        DATABASE_URL=db_url,
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot",
+        cwd=tmp_path,
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        await tg.wait_for_call("getUpdates", timeout=30)
+        tg.push_text(OWNER, "Plan my trip to Lisbon")
+        await llm.wait_for_requests(1, timeout=30)
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    llm.script(text("Sure, let us plan Lisbon."))
+    async with running_bot(tmp_path, tg, llm) as h:
+        notice = await h.final_text(OWNER, "I was restarted")
+        assert "Plan my trip to Lisbon" in notice
+        tg.push_text(OWNER, "Please continue")
+        await h.final_text(OWNER, "Sure, let us plan Lisbon.")
+        users = [m["content"] for m in llm.requests[-1]["messages"] if m["role"] == "user"]
+        assert users == ["Plan my trip to Lisbon", "Please continue"]
+
+
+async def test_terminal_chat(tmp_path: Path, llm: FakeLLM) -> None:
+    llm.script(text("Hello from the **terminal**."))
+    env = bot_env(
+        tmp_path,
+        OPENAI_API_KEY="sk-test",
+        OPENAI_BASE_URL=llm.base_url,
+        DATABASE_URL=f"sqlite:///{tmp_path / 'chat.db'}",
+    )
+    code, out, err = await run_bot(tmp_path, "chat", env=env, stdin=b"hi there\n/quit\n")
+    assert code == 0, err
+    assert "Hello from the **terminal**." in out
+    assert llm.requests[0]["messages"][-1] == {"role": "user", "content": "hi there"}
