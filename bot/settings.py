@@ -72,6 +72,12 @@ class Settings(BaseSettings):
             return [int(p) for p in parts]
         return value
 
+    @field_validator("searxng_url", "brave_api_key", "tavily_api_key", "telegram_bot_token", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        # `KEY=` in .env means "not set", not "set to the empty string".
+        return None if isinstance(value, str) and not value.strip() else value
+
     @field_validator("default_timezone")
     @classmethod
     def _check_tz(cls, value: str) -> str:

@@ -72,7 +72,7 @@ def build_services(settings: Settings) -> Services:
     )
     registry = ToolRegistry(recorder=usage)
     for tool in search.tools():
-        registry.register(tool, timeout_s=settings.search_timeout_s * 4 + 10)
+        registry.register(tool, timeout_s=settings.tool_timeout_s)
     log.info("%s", search.describe())
     agent = Agent(
         llm,
