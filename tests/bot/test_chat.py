@@ -13,7 +13,7 @@ from sqlalchemy import select
 
 from core_tools.types import ToolContext
 from db.models import LLMCall, Message, ToolCallLog
-from tests.fakes.openai_api import FakeLLM, call, error, text, tool_calls
+from tests.fakes.openai_api import FakeLLM, call, error, hang, text, tool_calls
 from tests.fakes.telegram_api import FakeTelegram
 from tests.harness import FRIEND, OWNER, STRANGER, running_bot
 
@@ -307,3 +307,23 @@ async def test_newsession_starts_a_fresh_history(tmp_path: Path, tg: FakeTelegra
         tg.push_text(OWNER, "new topic")
         await h.final_text(OWNER, "fresh answer")
         assert [m["content"] for m in llm.requests[-1]["messages"][1:]] == ["new topic"]
+
+
+async def test_failing_non_essential_calls_are_ignored(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    tg.fail_when("sendChatAction", lambda p: True, error="bad_gateway")
+    tg.fail_next("setMyCommands", error="server_error")
+    llm.script(text("still here"))
+    async with running_bot(tmp_path, tg, llm) as h:
+        tg.push_text(OWNER, "hi")
+        await h.final_text(OWNER, "still here")
+        assert tg.calls_to("sendChatAction") and not tg.calls_to("sendChatAction")[0].ok
+
+
+async def test_llm_timeout_gets_a_short_explanation(tmp_path: Path, tg: FakeTelegram, llm: FakeLLM) -> None:
+    llm.script(hang(5))
+    async with running_bot(tmp_path, tg, llm, llm_timeout_s=0.5) as h:
+        tg.push_text(OWNER, "slow question")
+        apology = await h.final_text(OWNER, "could not get an answer")
+        assert "did not answer in time" in apology
