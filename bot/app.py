@@ -21,6 +21,7 @@ from telegram.ext import (
     filters,
 )
 
+from bot.code_commands import CodeCommands
 from bot.commands import COMMANDS, help_text
 from bot.streaming import StreamingReply, typing_indicator
 from bot.wiring import Services
@@ -191,11 +192,15 @@ def build_application(services: Services) -> Application[Any, Any, Any, Any, Any
         .build()
     )
     app.bot_data["services"] = services
+    services.notifier.bot = app.bot
     h = Handlers(services)
     app.add_handler(TypeHandler(Update, h.gate), group=-1)
     app.add_handler(CommandHandler("start", h.start))
     app.add_handler(CommandHandler("help", h.help))
     app.add_handler(CommandHandler("newsession", h.newsession))
+    code_commands = CodeCommands(services.code.executions)
+    app.add_handler(CommandHandler("codestats", code_commands.codestats))
+    app.add_handler(CommandHandler("codefailures", code_commands.codefailures))
     app.add_handler(MessageHandler(filters.TEXT & ~filters.COMMAND, h.text))
     app.add_handler(MessageHandler(filters.COMMAND, h.help))  # an unknown command: show what exists
     app.add_handler(MessageHandler(~filters.TEXT & ~filters.StatusUpdate.ALL, h.unsupported))

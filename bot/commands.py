@@ -18,6 +18,8 @@ COMMANDS: list[Command] = [
     Command("start", "", "introduction"),
     Command("help", "", "this list of commands"),
     Command("newsession", "[name]", "start a new conversation session"),
+    Command("codestats", "[days]", "statistics of your code runs (default: last 7 days)"),
+    Command("codefailures", "[n]", "your last failed code runs (default 5, at most 20)"),
 ]
 
 

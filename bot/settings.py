@@ -55,6 +55,14 @@ class Settings(BaseSettings):
     search_timeout_s: float = Field(default=8.0, gt=0, le=60)
     # Let the fetch tool read private/loopback addresses (off: a prompt-injected page could probe your LAN).
     fetch_allow_private: bool = False
+    # The code sandbox (bubblewrap). Without bwrap the code tool refuses to run unless unsandboxed is allowed.
+    code_timeout_s: float = Field(default=30.0, gt=0)
+    code_max_timeout_s: float = Field(default=120.0, gt=0)
+    code_memory_mb: int = Field(default=512, ge=64)
+    code_network: bool = False
+    code_allow_unsandboxed: bool = False
+    code_generate_attempts: int = Field(default=3, ge=1, le=10)
+    code_generate_wait_s: float = Field(default=20.0, ge=0)
     # Storage and logs
     database_url: str = "sqlite:///data/assistant.db"
     log_level: str = "INFO"

@@ -8,14 +8,18 @@ from dataclasses import dataclass
 from pydantic import SecretStr
 from sqlalchemy import Engine
 
+from bot.notify import TelegramNotifier
 from bot.settings import Settings
 from core_tools.agent import Agent, AgentConfig
 from core_tools.llm import LLMClient
 from core_tools.registry import ToolRegistry
+from core_tools.sandbox import LocalExecutor, SandboxLimits, describe
 from core_tools.sessions import SessionManager
+from core_tools.tools.code import CodeTool
 from core_tools.tools.search import SearchTool, build_search_tool
 from db.conversations import Conversations
 from db.engine import make_engine, make_sessionmaker
+from db.executions import Executions
 from db.migrate import upgrade
 from db.usage import UsageLog
 
@@ -35,6 +39,8 @@ class Services:
     agent: Agent
     sessions: SessionManager
     search: SearchTool
+    code: CodeTool
+    notifier: TelegramNotifier
 
     async def aclose(self) -> None:
         """Release connections."""
@@ -74,6 +80,27 @@ def build_services(settings: Settings) -> Services:
     for tool in search.tools():
         registry.register(tool, timeout_s=settings.tool_timeout_s)
     log.info("%s", search.describe())
+    executor = LocalExecutor(
+        SandboxLimits(
+            timeout_s=settings.code_timeout_s,
+            max_timeout_s=settings.code_max_timeout_s,
+            memory_mb=settings.code_memory_mb,
+            network=settings.code_network,
+        ),
+        allow_unsandboxed=settings.code_allow_unsandboxed,
+    )
+    log.info("%s", describe(executor))
+    notifier = TelegramNotifier()
+    code = CodeTool(
+        executor,
+        Executions(sm),
+        llm,
+        notifier,
+        generate_attempts=settings.code_generate_attempts,
+        generate_wait_s=settings.code_generate_wait_s,
+    )
+    # The sandbox has its own timeout; the margin covers a generation's LLM calls until a job takes over.
+    registry.register(code.code, timeout_s=settings.code_max_timeout_s + settings.code_generate_wait_s + 30)
     agent = Agent(
         llm,
         registry,
@@ -86,5 +113,15 @@ def build_services(settings: Settings) -> Services:
         ),
     )
     return Services(
-        settings, engine, conversations, usage, llm, registry, agent, SessionManager(conversations), search
+        settings,
+        engine,
+        conversations,
+        usage,
+        llm,
+        registry,
+        agent,
+        SessionManager(conversations),
+        search,
+        code,
+        notifier,
     )

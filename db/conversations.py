@@ -94,6 +94,9 @@ class Conversations:
     def current_session(self, user_id: int, chat_id: int, now: datetime | None = None) -> SessionInfo:
         """The user's open session, opening one if there is none."""
         with self._sm.begin() as s:
+            if s.get(User, user_id) is None:  # e.g. /newsession as the very first message
+                s.add(User(id=user_id))
+                s.flush()
             open_ = s.scalars(
                 select(ChatSession)
                 .where(ChatSession.user_id == user_id, ChatSession.ended_at.is_(None))

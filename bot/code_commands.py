@@ -1,0 +1,91 @@
+"""/codestats and /codefailures: the user's own code runs, from the execution log."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from telegram import Update
+from telegram.ext import ContextTypes
+
+from bot.streaming import StreamingReply
+from db.executions import Executions
+from db.models import utcnow
+
+STATS_USAGE = "Usage: /codestats [days], where days is a whole number from 1 to 365 (default 7)."
+FAILURES_USAGE = "Usage: /codefailures [n], where n is a whole number from 1 to 20 (default 5)."
+
+
+def parse_count(args: list[str], default: int, low: int, high: int) -> int | None:
+    """The single optional integer argument of a command, or None when it is not valid."""
+    if not args:
+        return default
+    if len(args) > 1 or not args[0].isdigit():
+        return None
+    value = int(args[0])
+    return value if low <= value <= high else None
+
+
+def _fence(text: str) -> str:
+    """A fence longer than any backtick run inside the text, so the block cannot be closed early."""
+    ticks = 3
+    while "`" * ticks in text:
+        ticks += 1
+    return "`" * ticks
+
+
+def _block(text: str, lang: str = "") -> str:
+    fence = _fence(text)
+    return f"{fence}{lang}\n{text}\n{fence}"
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "\n…"
+
+
+class CodeCommands:
+    """Handlers for the execution-log commands."""
+
+    def __init__(self, executions: Executions) -> None:
+        self.executions = executions
+
+    async def codestats(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """/codestats [days]."""
+        assert update.effective_message and update.effective_user
+        days = parse_count(context.args or [], 7, 1, 365)
+        if days is None:
+            await update.effective_message.reply_text(STATS_USAGE)
+            return
+        s = self.executions.stats(update.effective_user.id, utcnow() - timedelta(days=days))
+        period = "day" if days == 1 else f"{days} days"
+        if s.total == 0:
+            await update.effective_message.reply_text(f"No code runs in the last {period}.")
+            return
+        lines = [
+            f"Code runs in the last {period}",
+            f"Total: {s.total} · succeeded: {s.succeeded} · failed: {s.failed}",
+            f"Duration: average {s.avg_ms or 0:.0f} ms · p95 {s.p95_ms or 0} ms",
+        ]
+        if s.categories:
+            lines.append("Top errors: " + ", ".join(f"{name} {count}" for name, count in s.categories[:5]))
+        await update.effective_message.reply_text("\n".join(lines))
+
+    async def codefailures(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """/codefailures [n]."""
+        assert update.effective_message and update.effective_user and update.effective_chat
+        n = parse_count(context.args or [], 5, 1, 20)
+        if n is None:
+            await update.effective_message.reply_text(FAILURES_USAGE)
+            return
+        failures = self.executions.failures(update.effective_user.id, n)
+        if not failures:
+            await update.effective_message.reply_text("No failed code runs. 🎉")
+            return
+        for f in failures:
+            head = f"❌ `{f.id[:8]}` · {f.error_category or 'unknown'} · {f.created_at:%Y-%m-%d %H:%M} UTC"
+            body = [
+                head,
+                _block(_clip(f.code, 500), f.language),
+                "Error:",
+                _block(_clip(f.stderr.strip(), 300)),
+            ]
+            await StreamingReply(context.bot, update.effective_chat.id).finish("\n".join(body))

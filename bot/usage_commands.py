@@ -1,0 +1,212 @@
+"""/usage and /budget: the Telegram side of usage and cost control; core_tools.usage does the work."""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from telegram import Bot, Update
+from telegram.error import TelegramError
+from telegram.ext import Application, BaseHandler, CommandHandler, ContextTypes
+
+from bot.commands import Command
+from core_tools.usage import PERIODS, REPORT_PERIODS, UsageService
+
+log = logging.getLogger(__name__)
+
+Ctx = ContextTypes.DEFAULT_TYPE
+
+# Add these to bot.commands.COMMANDS so /help and the command menu list them.
+USAGE_COMMANDS: list[Command] = [
+    Command("usage", "[today|week|month]", "your tokens, estimated cost and tool use"),
+    Command("budget", "USER_ID daily|monthly AMOUNT", "owner: set a user's usage cap"),
+]
+
+USAGE_HELP = "Usage: /usage [today|week|month] (the owner also: /usage all [today|week|month])"
+BUDGET_HELP = (
+    "Usage: /budget USER_ID daily|monthly AMOUNT\n"
+    "AMOUNT: 2.00 or $2 (USD), 50000 tokens or 50k tokens, off (no cap), default (back to the default); "
+    "off and default take an optional usd|tokens.\n"
+    "/budget shows all caps; /budget USER_ID shows one user's."
+)
+REGISTERED_KEY = "usage_handlers_registered"
+MAX_TEXT = 4000  # under Telegram's 4096
+
+
+class TelegramNotifier:
+    """Sends a plain-text message outside of a turn (core_tools.types.Notifier)."""
+
+    def __init__(self, bot: Bot) -> None:
+        self.bot = bot
+
+    async def send(self, chat_id: int, text: str) -> None:
+        """Send `text` to `chat_id`; failures are logged, not raised."""
+        try:
+            await self.bot.send_message(chat_id, text[:MAX_TEXT])
+        except TelegramError as exc:
+            log.warning("could not send a notice to chat %s: %s", chat_id, exc)
+
+
+@dataclass(frozen=True)
+class BudgetChange:
+    """A parsed `/budget USER_ID PERIOD AMOUNT [KIND]`: `action` is "set", "off" or "default"."""
+
+    user_id: int
+    period: str
+    action: str
+    kind: str | None
+    limit: float | None
+
+
+_AMOUNT = re.compile(r"^\$?(\d+(?:\.\d+)?)([km]?)(usd|\$|tokens?)?$")
+
+
+def parse_budget_change(args: list[str]) -> BudgetChange | None:
+    """Parse `/budget` arguments that change a cap; None when they do not make sense."""
+    if len(args) not in (3, 4) or not args[0].lstrip("-").isdigit():
+        return None
+    user_id, period = int(args[0]), args[1].lower()
+    if period not in PERIODS:
+        return None
+    words = [w.lower() for w in args[2:]]
+    if words[0] in ("off", "none", "default", "reset"):
+        action = "off" if words[0] in ("off", "none") else "default"
+        kind = None
+        if len(words) == 2:
+            kind = {"usd": "cost", "$": "cost", "cost": "cost", "tokens": "tokens", "token": "tokens"}.get(
+                words[1]
+            )
+            if kind is None:
+                return None
+        return BudgetChange(user_id, period, action, kind, None)
+    m = _AMOUNT.match("".join(words))
+    if m is None:
+        return None
+    number, scale, unit = float(m.group(1)), m.group(2), m.group(3)
+    is_tokens = bool(scale) or (unit or "").startswith("token")
+    if is_tokens and (unit in ("usd", "$") or "".join(words).startswith("$")):
+        return None  # "$50k" or "50k usd": ambiguous, say how to write it
+    if is_tokens:
+        return BudgetChange(user_id, period, "set", "tokens", float(round(number * _SCALE[scale])))
+    return BudgetChange(user_id, period, "set", "cost", number)
+
+
+_SCALE = {"": 1, "k": 1_000, "m": 1_000_000}
+
+
+def _chunks(text: str) -> list[str]:
+    """Split a long report at line ends so each part fits in one Telegram message."""
+    parts: list[str] = []
+    current = ""
+    for line in text.splitlines():
+        if current and len(current) + len(line) + 1 > MAX_TEXT:
+            parts.append(current)
+            current = ""
+        current = f"{current}\n{line}" if current else line[:MAX_TEXT]
+    return [*parts, current] if current else parts
+
+
+class UsageHandlers:
+    """The /usage and /budget handlers."""
+
+    def __init__(self, service: UsageService) -> None:
+        self.service = service
+
+    async def _reply(self, update: Update, text: str) -> None:
+        assert update.effective_message
+        for part in _chunks(text):
+            await update.effective_message.reply_text(part)
+
+    async def usage(self, update: Update, context: Ctx) -> None:
+        """/usage [today|week|month], /usage all [period] (owner)."""
+        assert update.effective_user
+        user_id = update.effective_user.id
+        args = [a.lower() for a in context.args or []]
+        everyone = bool(args) and args[0] == "all"
+        if everyone:
+            args = args[1:]
+        if len(args) > 1 or (args and args[0] not in REPORT_PERIODS):
+            await self._reply(update, USAGE_HELP)
+            return
+        period = args[0] if args else "today"
+        if everyone:
+            if not self.service.is_owner(user_id):
+                await self._reply(update, "Only the owner can see everyone's usage. /usage shows yours.")
+                return
+            await self._reply(update, self.service.format_all(period))
+            return
+        await self._reply(update, self.service.format_report(self.service.report(user_id, period)))
+
+    async def budget(self, update: Update, context: Ctx) -> None:
+        """/budget [USER_ID [daily|monthly AMOUNT|off|default [usd|tokens]]] (owner only)."""
+        assert update.effective_user
+        if not self.service.is_owner(update.effective_user.id):
+            await self._reply(update, "Only the owner can see and set usage caps. /usage shows yours.")
+            return
+        args = context.args or []
+        if not args:
+            await self._reply(update, f"{self.service.format_budgets()}\n\n{BUDGET_HELP}")
+            return
+        if len(args) == 1:
+            if not args[0].lstrip("-").isdigit():
+                await self._reply(update, BUDGET_HELP)
+                return
+            await self._reply(update, self.service.format_budgets(int(args[0])))
+            return
+        change = parse_budget_change(args)
+        if change is None:
+            await self._reply(update, BUDGET_HELP)
+            return
+        s = self.service
+        if change.action == "default":
+            s.reset_cap(user_id=change.user_id, period=change.period, kind=change.kind)
+        else:
+            s.set_cap(
+                by=update.effective_user.id,
+                user_id=change.user_id,
+                period=change.period,
+                kind=change.kind,
+                limit=change.limit,
+            )
+        known = "" if s.queries.users([change.user_id]) else "\n(This user has not talked to me yet.)"
+        await self._reply(update, f"Done.\n{s.format_budgets(change.user_id)}{known}")
+
+
+def register_usage_handlers(
+    app: Application[Any, Any, Any, Any, Any, Any], service: UsageService, group: int = 0
+) -> UsageHandlers | None:
+    """Add /usage and /budget (once per Application) ahead of any catch-all command handler of `group`.
+
+    Also gives the service a notifier that tells the owner through this bot when a user hits a cap.
+    """
+    if app.bot_data.get(REGISTERED_KEY):
+        return None
+    app.bot_data[REGISTERED_KEY] = True
+    service.notifier = TelegramNotifier(app.bot)
+    handlers = UsageHandlers(service)
+    mine: list[BaseHandler[Any, Any, Any]] = [
+        CommandHandler("usage", handlers.usage),
+        CommandHandler("budget", handlers.budget),
+    ]
+    # The first matching handler of a group wins: ours must precede an "unknown command -> /help" handler.
+    existing = list(app.handlers.get(group, []))
+    for h in existing:
+        app.remove_handler(h, group)
+    for h in [*mine, *existing]:
+        app.add_handler(h, group)
+    app.bot_data["usage_handlers"] = handlers
+    return handlers
+
+
+__all__ = [
+    "BUDGET_HELP",
+    "USAGE_COMMANDS",
+    "USAGE_HELP",
+    "BudgetChange",
+    "TelegramNotifier",
+    "UsageHandlers",
+    "parse_budget_change",
+    "register_usage_handlers",
+]

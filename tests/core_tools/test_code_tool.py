@@ -1,0 +1,80 @@
+"""The code tool with the real sandbox, a real migrated database and the fake LLM."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from core_tools.errors import ToolError
+from core_tools.llm import LLMClient
+from core_tools.sandbox import LocalExecutor, SandboxLimits
+from core_tools.tools.code import CodeTool
+from core_tools.types import ToolContext
+from db.engine import make_engine, make_sessionmaker
+from db.executions import Executions
+from db.migrate import upgrade
+from tests.fakes.openai_api import FakeLLM, text
+
+CTX = ToolContext(user_id=7, chat_id=7, session_id="s1", trigger_message="please compute")
+
+
+@pytest.fixture
+def executions(tmp_path: Path) -> Executions:
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    upgrade(url)
+    return Executions(make_sessionmaker(make_engine(url)))
+
+
+@pytest.fixture
+async def client(llm: FakeLLM) -> AsyncIterator[LLMClient]:
+    c = LLMClient(base_url=llm.base_url, api_key="k", model="m", max_retries=0)
+    yield c
+    await c.close()
+
+
+async def test_generate_feeds_the_error_back_and_retries(
+    executions: Executions, llm: FakeLLM, client: LLMClient
+) -> None:
+    llm.script(text("```python\nprint(undefined_name)\n```"), text("```python\nprint(sum(range(10)))\n```"))
+    tool = CodeTool(LocalExecutor(SandboxLimits(timeout_s=10)), executions, client)
+    out = await tool.code(CTX, "generate", task="sum of 0..9")
+    assert out["success"] and out["stdout"] == "45\n" and out["code"] == "print(sum(range(10)))"
+    assert [a["error_category"] for a in out["attempts"]] == ["reference", None]
+    retry_prompt = llm.requests[1]["messages"][-1]["content"]
+    assert "NameError" in retry_prompt and "reference" in retry_prompt
+    assert executions.count(7) == 2
+
+
+async def test_output_to_the_model_is_bounded_and_the_log_keeps_it_all(executions: Executions) -> None:
+    tool = CodeTool(LocalExecutor(SandboxLimits(timeout_s=10)), executions, output_chars=1000)
+    out = await tool.code(CTX, "execute", code="print('x' * 20000)")
+    assert len(out["stdout"]) < 1200 and "characters cut" in out["stdout"]
+    assert executions.failures(7, 5) == []
+    stats = executions.stats(7, since=datetime(2000, 1, 1, tzinfo=UTC))
+    assert stats.total == 1 and stats.succeeded == 1
+
+
+async def test_refusal_without_bwrap_is_logged_and_explained(executions: Executions) -> None:
+    tool = CodeTool(LocalExecutor(SandboxLimits(), bwrap_path="/nonexistent/bwrap"), executions)
+    out = await tool.code(CTX, "execute", code="print(1)")
+    assert out["success"] is False and out["error_category"] == "refused"
+    assert "bubblewrap" in out["stderr"] and "CODE_ALLOW_UNSANDBOXED" in out["stderr"]
+    (failure,) = executions.failures(7, 5)
+    assert failure.error_category == "refused"
+
+
+async def test_bad_input_gets_clear_errors(executions: Executions) -> None:
+    tool = CodeTool(LocalExecutor(SandboxLimits()), executions)
+    with pytest.raises(ToolError, match="needs `code`"):
+        await tool.code(CTX, "execute", code="  ")
+    with pytest.raises(ToolError, match="available: python"):
+        await tool.code(CTX, "execute", code="puts 1", language="ruby")
+    with pytest.raises(ToolError, match="no job"):
+        await tool.code(CTX, "status", job_id="nope")
+    with pytest.raises(ToolError, match="needs `task`"):
+        await tool.code(CTX, "generate")
+    assert json.dumps(tool.jobs) == "{}"
