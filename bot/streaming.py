@@ -18,6 +18,7 @@ log = logging.getLogger(__name__)
 
 PREVIEW_LIMIT = TELEGRAM_LIMIT - 96
 FINAL_ATTEMPTS = 6
+FIRST_PREVIEW_DELAY_S = 0.5
 
 
 def _retry_seconds(exc: RetryAfter) -> float:
@@ -49,7 +50,8 @@ class StreamingReply:
         self._text = ""
         self._status: str | None = None
         self._shown = ""
-        self._next_edit = 0.0
+        # The first preview waits a moment: a fast answer then goes out once, formatted, with no edit at all.
+        self._next_edit = clock() + min(FIRST_PREVIEW_DELAY_S, min_interval)
         self._flush_task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self._finished = False

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from db.models import ChatSession, Message, User, utcnow
+
+LAST_SEEN_RESOLUTION = timedelta(minutes=1)
 
 
 @dataclass(frozen=True)
@@ -24,12 +26,6 @@ class StoredMessage:
     tool_name: str | None
     status: str
     created_at: datetime
-
-
-def _stored(m: Message) -> StoredMessage:
-    return StoredMessage(
-        m.id, m.role, m.content, m.tool_calls, m.tool_call_id, m.tool_name, m.status, m.created_at
-    )
 
 
 @dataclass(frozen=True)
@@ -66,15 +62,20 @@ class Conversations:
         self._sm = sessions
 
     def ensure_user(self, user_id: int, first_name: str | None = None, username: str | None = None) -> None:
-        """Create the user on first contact; refresh name and last-seen time after that."""
+        """Create the user on first contact; later refresh the name and (once a minute) the last-seen time."""
+        now = utcnow()
         with self._sm.begin() as s:
             user = s.get(User, user_id)
             if user is None:
                 s.add(User(id=user_id, first_name=first_name, username=username))
-            else:
+            elif (
+                (first_name and first_name != user.first_name)
+                or (username and username != user.username)
+                or now - user.last_seen_at > LAST_SEEN_RESOLUTION
+            ):
                 user.first_name = first_name or user.first_name
                 user.username = username or user.username
-                user.last_seen_at = utcnow()
+                user.last_seen_at = now
 
     def user_timezone(self, user_id: int) -> str | None:
         """The user's IANA time zone, if they set one."""
@@ -169,23 +170,26 @@ class Conversations:
     ) -> int:
         """Store one message and mark the session active; returns its id."""
         now = utcnow()
+        # Core statements, not ORM objects: this runs several times per turn on the event loop.
         with self._sm.begin() as s:
-            msg = Message(
-                session_id=session_id,
-                user_id=user_id,
-                chat_id=chat_id,
-                role=role,
-                content=content,
-                tool_calls=tool_calls,
-                tool_call_id=tool_call_id,
-                tool_name=tool_name,
-                status=status,
-                created_at=now,
-            )
-            s.add(msg)
+            new_id = s.execute(
+                insert(Message)
+                .values(
+                    session_id=session_id,
+                    user_id=user_id,
+                    chat_id=chat_id,
+                    role=role,
+                    content=content,
+                    tool_calls=tool_calls,
+                    tool_call_id=tool_call_id,
+                    tool_name=tool_name,
+                    status=status,
+                    created_at=now,
+                )
+                .returning(Message.id)
+            ).scalar_one()
             s.execute(update(ChatSession).where(ChatSession.id == session_id).values(last_activity_at=now))
-            s.flush()
-            return msg.id
+            return int(new_id)
 
     def set_status(self, message_id: int, status: str) -> None:
         """Change a user message's status (pending -> answered | failed | interrupted)."""
@@ -194,14 +198,21 @@ class Conversations:
 
     def messages(self, session_id: str, limit: int = 500) -> list[StoredMessage]:
         """The newest `limit` messages of a session, oldest first."""
+        cols = (
+            Message.id,
+            Message.role,
+            Message.content,
+            Message.tool_calls,
+            Message.tool_call_id,
+            Message.tool_name,
+            Message.status,
+            Message.created_at,
+        )
         with self._sm() as s:
-            rows = s.scalars(
-                select(Message)
-                .where(Message.session_id == session_id)
-                .order_by(Message.id.desc())
-                .limit(limit)
+            rows = s.execute(
+                select(*cols).where(Message.session_id == session_id).order_by(Message.id.desc()).limit(limit)
             ).all()
-            return [_stored(m) for m in reversed(rows)]
+        return [StoredMessage(*row) for row in reversed(rows)]
 
     def take_pending(self) -> list[PendingMessage]:
         """User messages left pending by a process that died; marks them interrupted."""
