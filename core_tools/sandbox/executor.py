@@ -1,0 +1,325 @@
+"""`LocalExecutor`: runs code in a fresh bwrap sandbox per call (or, if the operator allows, unsandboxed)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from core_tools.errors import ToolError
+from core_tools.sandbox.categorize import categorize_error
+from core_tools.sandbox.isolation import (
+    ENABLE_HINT,
+    SANDBOX_PATH,
+    SANDBOX_UID,
+    Interpreter,
+    bwrap_argv,
+    drop_privileges,
+    find_interpreters,
+    find_prlimit,
+    interpreter_argv,
+    limit_wrapper,
+    memory_limit_mb,
+    probe_bwrap,
+)
+from core_tools.sandbox.model import ExecutionResult, Executor, Isolation, SandboxLimits
+
+_CHUNK = 65_536
+_TAIL_BYTES = 16_384  # end of stderr kept (beyond the cap) only to categorize the error
+_DRAIN_GRACE_S = 1.0  # after the process is gone, how long pipes still held by strays may stay open
+_REAP_GRACE_S = 5.0  # how long bwrap gets to reap its namespace after its init was killed
+_ALIASES = {
+    "py": "python",
+    "python3": "python",
+    "js": "javascript",
+    "node": "javascript",
+    "nodejs": "javascript",
+}
+
+
+@dataclass
+class _Capture:
+    """One output stream: the first `cap` bytes, a short tail, and the total size."""
+
+    cap: int
+    head: bytearray = field(default_factory=bytearray)
+    tail: bytearray = field(default_factory=bytearray)
+    total: int = 0
+
+    def feed(self, chunk: bytes) -> None:
+        """Keep what fits under the cap, count everything."""
+        self.total += len(chunk)
+        room = self.cap - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+        self.tail += chunk
+        if len(self.tail) > _TAIL_BYTES:
+            del self.tail[:-_TAIL_BYTES]
+
+    @property
+    def truncated(self) -> bool:
+        """Whether more was produced than kept."""
+        return self.total > len(self.head)
+
+    def text(self) -> str:
+        """The kept bytes as text."""
+        return self.head.decode("utf-8", errors="replace")
+
+    def text_for_diagnosis(self) -> str:
+        """Head and (if cut) tail: error names sit near the top (node) or at the very end (python)."""
+        if not self.truncated:
+            return self.text()
+        return self.text() + "\n" + self.tail.decode("utf-8", errors="replace")
+
+
+async def _pump(stream: asyncio.StreamReader | None, capture: _Capture) -> None:
+    """Read a stream to EOF, keeping at most the cap in memory."""
+    if stream is None:
+        return
+    while chunk := await stream.read(_CHUNK):
+        capture.feed(chunk)
+
+
+async def _feed_stdin(stdin: asyncio.StreamWriter | None, data: bytes) -> None:
+    """Write the program to the interpreter's stdin and close it."""
+    if stdin is None:
+        return
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        stdin.write(data)
+        await stdin.drain()
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        stdin.close()
+        await stdin.wait_closed()
+
+
+def _kill_group(pid: int) -> None:
+    """SIGKILL the child's process group (the child and whatever did not leave its group)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def _children(pid: int) -> list[int]:
+    """Direct children of `pid`, from /proc (the `children` file, else a scan of every stat file)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as handle:
+            return [int(p) for p in handle.read().split()]
+    except OSError:
+        pass
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        with (
+            contextlib.suppress(OSError, ValueError, IndexError),
+            open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle,
+        ):
+            if int(handle.read().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+async def _stop(proc: asyncio.subprocess.Process, sandboxed: bool) -> None:
+    """Kill everything the run started and reap it before returning.
+
+    In a sandbox we SIGKILL bwrap's pid-namespace init, not bwrap itself: the kernel kills every process
+    in the namespace, and bwrap only exits after reaping that init, which in turn cannot finish exiting
+    before the namespace is empty. So once `proc.wait()` returns nothing the code started is left (not even
+    a zombie). Killing bwrap first would orphan the init instead.
+
+    On a normal exit bwrap leaves as soon as its init reports the program's status; the init then
+    exits and the kernel kills whatever is left in the namespace. That window is microseconds (40 runs
+    that left a daemonised `sleep` behind found none alive right after `run` returned).
+    """
+    if proc.returncode is None and sandboxed:
+        for child in _children(proc.pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(child, signal.SIGKILL)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(proc.wait()), _REAP_GRACE_S)
+    _kill_group(proc.pid)
+    await proc.wait()
+
+
+class LocalExecutor:
+    """Runs each call in its own fresh sandbox on this host."""
+
+    def __init__(
+        self,
+        limits: SandboxLimits | None = None,
+        allow_unsandboxed: bool = False,
+        bwrap_path: str | None = None,
+    ) -> None:
+        """Probe bwrap (once per binary) and find the interpreters; nothing is started yet."""
+        self.limits = limits or SandboxLimits()
+        self.allow_unsandboxed = allow_unsandboxed
+        self._probe = probe_bwrap(bwrap_path)
+        self._bwrap_path = bwrap_path or shutil.which("bwrap") or "bwrap"
+        self.isolation_reason = self._probe.reason
+        self.isolation: Isolation = self._probe.isolation
+        if self.isolation is Isolation.UNAVAILABLE and allow_unsandboxed:
+            self.isolation = Isolation.UNSANDBOXED
+        self._interpreters = find_interpreters()
+
+    def languages(self) -> list[str]:
+        """The languages this executor can run right now."""
+        return [lang for lang in ("python", "javascript") if lang in self._interpreters]
+
+    def _resolve(self, language: str) -> tuple[str, Interpreter]:
+        """Canonical language name and its interpreter, or a ToolError naming what is available."""
+        name = _ALIASES.get(language.strip().lower(), language.strip().lower())
+        interpreter = self._interpreters.get(name)
+        if interpreter is None:
+            available = ", ".join(self.languages()) or "none"
+            raise ToolError(f"language {language!r} is not available; available: {available}")
+        return name, interpreter
+
+    def _timeout(self, timeout_s: float | None) -> float:
+        """The wall-clock budget of one call: the default, lowered per call, never above the max."""
+        wanted = self.limits.timeout_s if timeout_s is None else timeout_s
+        if wanted <= 0:
+            raise ToolError(f"timeout must be positive, got {timeout_s}")
+        return min(wanted, self.limits.max_timeout_s)
+
+    def _refusal(self, language: str) -> ExecutionResult:
+        """The result returned instead of running code without isolation."""
+        reason = self.isolation_reason
+        message = f"code execution refused: no sandbox available ({reason}). To enable: {ENABLE_HINT}."
+        return ExecutionResult(
+            success=False,
+            stdout="",
+            stderr=message,
+            exit_code=None,
+            duration_ms=0,
+            error_category=categorize_error(language, message, None, False, refused=True),
+            truncated=False,
+            stdout_bytes=0,
+            stderr_bytes=0,
+            isolation=str(Isolation.UNAVAILABLE),
+            language=language,
+            timed_out=False,
+        )
+
+    async def run(
+        self, code: str, language: str = "python", timeout_s: float | None = None
+    ) -> ExecutionResult:
+        """Run `code` in a fresh sandbox and return what happened (failures of the code are results)."""
+        name, interpreter = self._resolve(language)
+        timeout = self._timeout(timeout_s)
+        if self.isolation is Isolation.UNAVAILABLE:
+            return self._refusal(name)
+        program = interpreter_argv(name, interpreter, self.limits, code)
+        sandboxed = self.isolation is Isolation.BWRAP
+        python = self._interpreters.get("python", interpreter).path
+        wrapper = limit_wrapper(
+            self.limits, memory_limit_mb(name, self.limits), find_prlimit(sandboxed), python
+        )
+        scratch: str | None = None
+        kwargs: dict[str, Any] = dict(drop_privileges())
+        if sandboxed:
+            argv = bwrap_argv(self._bwrap_path, self._probe.features, self.limits, interpreter.binds)
+            argv += wrapper + program
+            cwd = "/"
+            env = {"PATH": SANDBOX_PATH}
+        else:
+            scratch = tempfile.mkdtemp(prefix="code-scratch-")
+            if kwargs:
+                os.chown(scratch, SANDBOX_UID, SANDBOX_UID)
+            argv = wrapper + program
+            cwd = scratch
+            env = {"PATH": SANDBOX_PATH, "HOME": scratch, "LANG": "C.UTF-8", "TMPDIR": scratch}
+        try:
+            return await self._execute(argv, cwd, env, kwargs, code, name, timeout, sandboxed)
+        finally:
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
+
+    async def _execute(
+        self,
+        argv: list[str],
+        cwd: str,
+        env: dict[str, str],
+        kwargs: dict[str, Any],
+        code: str,
+        language: str,
+        budget_s: float,
+        sandboxed: bool,
+    ) -> ExecutionResult:
+        """Start the process, stream its output under the caps, enforce the wall clock, reap everything."""
+        out = _Capture(self.limits.output_cap_bytes)
+        err = _Capture(self.limits.output_cap_bytes)
+        started = time.monotonic()
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=cwd,
+            env=env,
+            close_fds=True,
+            start_new_session=True,
+            **kwargs,
+        )
+        tasks = [
+            asyncio.create_task(_feed_stdin(proc.stdin, code.encode("utf-8", errors="replace"))),
+            asyncio.create_task(_pump(proc.stdout, out)),
+            asyncio.create_task(_pump(proc.stderr, err)),
+        ]
+        timed_out = False
+        try:
+            try:
+                await asyncio.wait_for(proc.wait(), budget_s)
+            except TimeoutError:
+                timed_out = True
+        finally:
+            await _stop(proc, sandboxed)
+            # Pipes close once every process holding them is gone; strays get a short grace, then we stop.
+            _done, pending = await asyncio.wait(tasks, timeout=_DRAIN_GRACE_S)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        duration_ms = int((time.monotonic() - started) * 1000)
+        exit_code = None if timed_out else proc.returncode
+        success = not timed_out and exit_code == 0
+        category = (
+            None if success else categorize_error(language, err.text_for_diagnosis(), exit_code, timed_out)
+        )
+        stderr = err.text()
+        if timed_out:
+            note = f"[killed: wall-clock timeout of {budget_s:g} s exceeded]"
+            stderr = f"{stderr}\n{note}" if stderr else note
+        return ExecutionResult(
+            success=success,
+            stdout=out.text(),
+            stderr=stderr,
+            exit_code=exit_code,
+            duration_ms=duration_ms,
+            error_category=category,
+            truncated=out.truncated or err.truncated,
+            stdout_bytes=out.total,
+            stderr_bytes=err.total,
+            isolation=str(self.isolation),
+            language=language,
+            timed_out=timed_out,
+        )
+
+
+def describe(executor: Executor) -> str:
+    """One line for the startup report, e.g. "code sandbox: bwrap (network off, 30 s, 512 MB)"."""
+    if isinstance(executor, LocalExecutor):
+        limits = executor.limits
+        langs = ", ".join(executor.languages())
+        if executor.isolation is Isolation.UNAVAILABLE:
+            return f"code sandbox: unavailable, code runs are refused ({executor.isolation_reason})"
+        network = "on" if limits.network else "off"
+        line = f"code sandbox: {executor.isolation} ({langs}; network {network}, "
+        line += f"{limits.timeout_s:g} s, {limits.memory_mb} MB)"
+        if executor.isolation is Isolation.UNSANDBOXED:
+            line += f" WITHOUT isolation: {executor.isolation_reason}"
+        return line
+    return f"code sandbox: {executor.isolation} ({', '.join(executor.languages())})"

@@ -1,0 +1,239 @@
+"""Finding interpreters, building the bwrap command line and probing whether bwrap works here.
+
+Why the sandbox drops to an unprivileged uid when the bot runs as root: RLIMIT_NPROC is not enforced for
+processes whose real uid is host root, and `bwrap --unshare-user --uid 65534` still maps that uid to host
+root, so a fork bomb measured 10,000 live processes that way. Started as uid 65534 instead, the same bomb
+stops at the limit. The limits themselves are set by `prlimit` *inside* the new user namespace, where the
+process count starts at zero, so each run gets its own `max_processes` no matter how many others run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from core_tools.sandbox.model import Isolation, SandboxLimits
+
+SANDBOX_UID = 65534  # "nobody": what the code runs as, inside and (when the bot is root) outside
+SCRATCH_DIR = "/scratch"
+SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
+NODE_VM_OVERHEAD_MB = 1024  # V8 reserves address space up front; node does not start under ~800 MB of AS
+ENABLE_HINT = (
+    "install bubblewrap (apt install bubblewrap) and allow unprivileged user namespaces, "
+    "or set the operator setting CODE_ALLOW_UNSANDBOXED=true to run code without isolation"
+)
+
+# Directories never bound into the sandbox, even as an interpreter's prefix.
+_FORBIDDEN = ("/", "/root", "/home", "/work", "/etc", "/var", "/tmp", "/proc", "/sys", "/dev", "/run")  # noqa: S108
+_ROOT_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+_ETC_ALWAYS = ("ld.so.cache", "ld.so.conf", "alternatives", "localtime", "ssl/certs", "ssl/openssl.cnf")
+_ETC_NETWORK = ("resolv.conf", "hosts", "nsswitch.conf", "gai.conf", "host.conf", "services", "protocols")
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    """An interpreter binary and the extra read-only directories it needs inside the sandbox."""
+
+    path: str
+    binds: tuple[str, ...] = ()
+
+
+def _is_safe_prefix(prefix: Path) -> bool:
+    """Whether binding `prefix` read-only could not expose the bot's files, home or the repo."""
+    resolved = prefix.resolve()
+    if str(resolved) in _FORBIDDEN or len(resolved.parts) < 3:
+        return False
+    protected = [Path.cwd().resolve(), Path.home().resolve(), Path(sys.prefix).resolve()]
+    return not any(p == resolved or resolved in p.parents for p in protected)
+
+
+def _interpreter(candidates: tuple[str, ...], fallback: str | None) -> Interpreter | None:
+    """The first system interpreter in `candidates`, else `fallback` with its prefix bound read-only."""
+    for candidate in candidates:
+        if os.access(candidate, os.X_OK):
+            return Interpreter(candidate)
+    if fallback is None or not os.access(fallback, os.X_OK):
+        return None
+    real = Path(fallback).resolve()
+    if real.is_relative_to("/usr"):
+        return Interpreter(str(real))
+    prefix = real.parent.parent  # <prefix>/bin/<binary>
+    return Interpreter(str(real), (str(prefix),)) if _is_safe_prefix(prefix) else None
+
+
+def find_interpreters() -> dict[str, Interpreter]:
+    """Interpreters by language: python always (if any usable), javascript when node exists."""
+    found: dict[str, Interpreter] = {}
+    base_python = str(Path(sys.base_prefix) / "bin" / "python3")
+    python = _interpreter(("/usr/bin/python3", "/usr/local/bin/python3"), base_python)
+    if python is not None:
+        found["python"] = python
+    node = _interpreter(("/usr/bin/node", "/usr/local/bin/node"), shutil.which("node"))
+    if node is not None:
+        found["javascript"] = node
+    return found
+
+
+def interpreter_argv(language: str, interpreter: Interpreter, limits: SandboxLimits, code: str) -> list[str]:
+    """The command that reads the program from stdin: no file is written for it anywhere."""
+    if language == "javascript":
+        argv = [interpreter.path, f"--max-old-space-size={limits.memory_mb}"]
+        if looks_like_module(code):
+            argv.append("--input-type=module")
+        return [*argv, "-"]
+    return [interpreter.path, "-I", "-u", "-"]
+
+
+def looks_like_module(code: str) -> bool:
+    """Whether JavaScript source uses ES module syntax (`import ... from`, `export`, top-level await)."""
+    return bool(re.search(r"^\s*(import\s*[\w{*'\"]|export\s|await\s)", code, re.M))
+
+
+def memory_limit_mb(language: str, limits: SandboxLimits) -> int:
+    """RLIMIT_AS for a language: node needs room for V8's reservations on top of its heap cap."""
+    return limits.memory_mb + (NODE_VM_OVERHEAD_MB if language == "javascript" else 0)
+
+
+def limit_wrapper(limits: SandboxLimits, memory_mb: int, prlimit: str | None, python: str) -> list[str]:
+    """A command prefix that sets every rlimit (soft = hard) and then execs the interpreter."""
+    values = {
+        "cpu": limits.cpu_s,
+        "as": memory_mb * 1024 * 1024,
+        "nproc": limits.max_processes,
+        "fsize": limits.file_size_mb * 1024 * 1024,
+        "nofile": limits.open_files,
+        "core": 0,
+    }
+    if prlimit is not None:
+        return [prlimit, *(f"--{name}={value}" for name, value in values.items()), "--"]
+    names = {"as": "AS"}
+    sets = ";".join(f"r.setrlimit(r.RLIMIT_{names.get(k, k.upper())},({v},{v}))" for k, v in values.items())
+    launcher = f"import resource as r,os,sys;{sets};os.execv(sys.argv[1],sys.argv[1:])"
+    return [python, "-I", "-S", "-c", launcher]
+
+
+def find_prlimit(sandboxed: bool) -> str | None:
+    """util-linux `prlimit`, which must live under /usr to be visible inside the sandbox."""
+    for candidate in ("/usr/bin/prlimit", "/bin/prlimit"):
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return None if sandboxed else shutil.which("prlimit")
+
+
+@dataclass(frozen=True)
+class BwrapFeatures:
+    """What the installed bwrap supports (older releases lack some options)."""
+
+    tmpfs_size: bool = False
+    disable_userns: bool = False
+
+
+def bwrap_argv(
+    bwrap: str, features: BwrapFeatures, limits: SandboxLimits, binds: tuple[str, ...]
+) -> list[str]:
+    """bwrap options for one fresh sandbox; the command to run inside follows them."""
+    argv = [bwrap, "--unshare-all", "--unshare-user"]
+    if limits.network:
+        argv.append("--share-net")
+    argv += ["--die-with-parent", "--new-session", "--clearenv", "--hostname", "sandbox"]
+    env = {"PATH": SANDBOX_PATH, "HOME": SCRATCH_DIR, "LANG": "C.UTF-8", "TMPDIR": "/tmp", "USER": "sandbox"}  # noqa: S108
+    for key, value in env.items():
+        argv += ["--setenv", key, value]
+    argv += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+    argv += ["--ro-bind", "/usr", "/usr"]
+    for name in _ROOT_LINKS:
+        path = Path("/") / name
+        if path.is_symlink():
+            argv += ["--symlink", os.readlink(path), str(path)]
+        elif path.is_dir():
+            argv += ["--ro-bind", str(path), str(path)]
+    etc = _ETC_ALWAYS + (_ETC_NETWORK if limits.network else ())
+    for name in etc:
+        argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    for path_ in binds:
+        argv += ["--ro-bind", path_, path_]
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    for mount in (SCRATCH_DIR, "/tmp"):  # noqa: S108 - the sandbox's own private tmpfs
+        if features.tmpfs_size:
+            argv += ["--size", str(limits.scratch_mb * 1024 * 1024)]
+        argv += ["--tmpfs", mount]
+    argv += ["--remount-ro", "/", "--chdir", SCRATCH_DIR]
+    if features.disable_userns:
+        argv.append("--disable-userns")
+    return argv
+
+
+def drop_privileges() -> dict[str, object]:
+    """Popen arguments that start the child as SANDBOX_UID when we are root (else nothing to drop)."""
+    if os.geteuid() != 0:
+        return {}
+    return {"user": SANDBOX_UID, "group": SANDBOX_UID, "extra_groups": []}
+
+
+@dataclass(frozen=True)
+class Probe:
+    """The outcome of probing one bwrap binary."""
+
+    isolation: Isolation
+    reason: str
+    features: BwrapFeatures = BwrapFeatures()
+
+
+_PROBES: dict[str, Probe] = {}
+
+
+def probe_bwrap(bwrap_path: str | None = None, *, refresh: bool = False) -> Probe:
+    """Run bwrap once with a trivial program exactly as real runs do; the answer is cached per binary."""
+    path = bwrap_path if bwrap_path is not None else shutil.which("bwrap")
+    key = path or ""
+    if not refresh and key in _PROBES:
+        return _PROBES[key]
+    probe = _probe(path)
+    _PROBES[key] = probe
+    return probe
+
+
+def _probe(path: str | None) -> Probe:
+    """Uncached probe: find bwrap, read its features, run `python3 -c print` inside it."""
+    if path is None or not os.access(path, os.X_OK):
+        return Probe(Isolation.UNAVAILABLE, f"bwrap not found ({path or 'not on PATH'})")
+    python = find_interpreters().get("python")
+    if python is None:
+        return Probe(Isolation.UNAVAILABLE, "no python3 interpreter usable inside a sandbox")
+    try:
+        helptext = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=10, check=False)
+        features = BwrapFeatures("--size" in helptext.stdout, "--disable-userns" in helptext.stdout)
+        limits = SandboxLimits()
+        prlimit = find_prlimit(sandboxed=True)
+        argv = bwrap_argv(path, features, limits, python.binds)
+        argv += limit_wrapper(limits, limits.memory_mb, prlimit, python.path)
+        argv += [python.path, "-I", "-S", "-c", "print('sandbox-ok')"]
+        done = subprocess.run(  # type: ignore[call-overload]
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=15,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            cwd="/",
+            env={"PATH": SANDBOX_PATH},
+            **drop_privileges(),
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return Probe(Isolation.UNAVAILABLE, f"bwrap at {path} could not run: {exc}")
+    if done.returncode != 0 or done.stdout.strip() != "sandbox-ok":
+        detail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [f"exit {done.returncode}"]
+        return Probe(Isolation.UNAVAILABLE, f"bwrap at {path} failed its probe: {detail[0]}")
+    uid_note = f", code runs as uid {SANDBOX_UID}" if os.geteuid() == 0 else ""
+    return Probe(Isolation.BWRAP, f"bwrap at {path} works{uid_note}", features)
+
+
+def detect_isolation(bwrap_path: str | None = None, *, refresh: bool = False) -> tuple[Isolation, str]:
+    """The isolation level bwrap gives here and a human-readable reason; probed once per binary."""
+    probe = probe_bwrap(bwrap_path, refresh=refresh)
+    return probe.isolation, probe.reason

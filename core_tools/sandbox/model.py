@@ -1,0 +1,65 @@
+"""Value types of the code sandbox: isolation levels, limits, results and the `Executor` seam."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+
+class Isolation(StrEnum):
+    """How strongly code is isolated from the bot: a bwrap sandbox, a plain subprocess, or not at all."""
+
+    BWRAP = "bwrap"
+    UNSANDBOXED = "unsandboxed"
+    UNAVAILABLE = "unavailable"
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Resource caps of one execution; every run gets its own fresh set."""
+
+    timeout_s: float = 30.0  # default wall clock per call
+    max_timeout_s: float = 120.0  # a per-call timeout is clamped to this
+    cpu_s: int = 60  # RLIMIT_CPU, per process
+    memory_mb: int = 512  # RLIMIT_AS (node gets its heap capped to this plus room for V8 reservations)
+    max_processes: int = 64  # RLIMIT_NPROC inside the sandbox's own user namespace (threads count too)
+    file_size_mb: int = 16  # RLIMIT_FSIZE: largest single file the code may write
+    open_files: int = 64  # RLIMIT_NOFILE
+    scratch_mb: int = 64  # size of the tmpfs working dir (and of the private /tmp)
+    output_cap_bytes: int = 64_000  # kept per stream; the rest is counted and discarded
+    network: bool = False
+
+
+@dataclass(frozen=True)
+class ExecutionResult:
+    """The outcome of one run; JSON-serialisable with `dataclasses.asdict`."""
+
+    success: bool
+    stdout: str
+    stderr: str
+    exit_code: int | None  # None when the run was killed on timeout or never started
+    duration_ms: int
+    error_category: str | None  # syntax, import, type, reference, timeout, network, memory, runtime, ...
+    truncated: bool  # True when either stream produced more than the cap
+    stdout_bytes: int  # bytes produced in total, even beyond the cap
+    stderr_bytes: int
+    isolation: str
+    language: str
+    timed_out: bool
+
+
+class Executor(Protocol):
+    """Runs untrusted code; the one seam a later out-of-process service will implement."""
+
+    isolation: Isolation
+
+    async def run(
+        self, code: str, language: str = "python", timeout_s: float | None = None
+    ) -> ExecutionResult:
+        """Run `code` in `language` and return what happened (never raises for failures of the code)."""
+        ...
+
+    def languages(self) -> list[str]:
+        """The languages this executor can run right now."""
+        ...

@@ -1,0 +1,430 @@
+"""The code sandbox against real interpreters, real bwrap and hostile code (no mocks)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from core_tools.errors import ToolError
+from core_tools.sandbox import (
+    ExecutionResult,
+    Isolation,
+    LocalExecutor,
+    SandboxLimits,
+    categorize_error,
+    describe,
+    detect_isolation,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+ISOLATION, REASON = detect_isolation()
+needs_bwrap = pytest.mark.skipif(ISOLATION is not Isolation.BWRAP, reason=f"no working bwrap: {REASON}")
+needs_node = pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+LIMITS = SandboxLimits(timeout_s=5.0, max_timeout_s=10.0)
+
+
+@pytest.fixture
+def executor() -> LocalExecutor:
+    if ISOLATION is not Isolation.BWRAP:
+        pytest.skip(f"no working bwrap: {REASON}")
+    return LocalExecutor(LIMITS)
+
+
+def _processes_with(token: str) -> list[str]:
+    """Command lines of live processes on the host that mention `token` (zombies have none)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if token in cmdline:
+            found.append(f"{entry}: {cmdline}")
+    return found
+
+
+def _token() -> str:
+    """A unique float-looking argument for `sleep`, easy to find in the host's process list."""
+    return f"1000.{uuid.uuid4().int % 10**12:012d}"
+
+
+# --- happy path -------------------------------------------------------------------------------------
+
+
+async def test_python_prints_and_succeeds(executor: LocalExecutor) -> None:
+    result = await executor.run("print('hello', 6 * 7)")
+    assert result.success and result.exit_code == 0
+    assert result.stdout == "hello 42\n" and result.stderr == ""
+    assert result.error_category is None and not result.truncated and not result.timed_out
+    assert result.isolation == "bwrap" and result.language == "python"
+    assert json.loads(json.dumps(dataclasses.asdict(result)))["stdout"] == "hello 42\n"
+
+
+async def test_exit_code_and_stdin_is_the_program(executor: LocalExecutor) -> None:
+    result = await executor.run("import sys\nprint(repr(sys.stdin.read()))\nsys.exit(3)")
+    assert not result.success and result.exit_code == 3
+    assert result.stdout == "''\n"  # the program consumed stdin; code cannot read more of it
+    assert result.error_category == "runtime"
+
+
+async def test_scratch_is_cwd_and_home_and_writable(executor: LocalExecutor) -> None:
+    code = (
+        "import os\nopen('f.txt','w').write('x')\n"
+        "print(os.getcwd(), os.environ['HOME'], os.listdir('.'), os.getuid())"
+    )
+    result = await executor.run(code)
+    assert result.success, result.stderr
+    assert result.stdout.split() == ["/scratch", "/scratch", "['f.txt']", "65534"]
+
+
+@needs_node
+async def test_javascript_runs_commonjs_and_modules(executor: LocalExecutor) -> None:
+    assert executor.languages() == ["python", "javascript"]
+    cjs = await executor.run("const os = require('os'); console.log(40 + 2, os.hostname())", "javascript")
+    assert cjs.success and cjs.stdout == "42 sandbox\n", cjs.stderr
+    esm = await executor.run("import fs from 'fs';\nconsole.log(fs.readdirSync('.').length)", "js")
+    assert esm.success and esm.stdout == "0\n" and esm.language == "javascript", esm.stderr
+
+
+async def test_unknown_language_names_available(executor: LocalExecutor) -> None:
+    with pytest.raises(ToolError, match="available: python"):
+        await executor.run("puts 1", "ruby")
+
+
+# --- error categories from real output ----------------------------------------------------------------
+
+
+@needs_bwrap
+@pytest.mark.parametrize(
+    ("code", "category"),
+    [
+        ("print('a'", "syntax"),
+        ("if True:\nprint(1)", "syntax"),
+        ("import no_such_module_xyz", "import"),
+        ("from os import no_such_name", "import"),
+        ("1 + 'a'", "type"),
+        ("print(undefined_name)", "reference"),
+        ("int('x')", "runtime"),
+        ("x = bytearray(4 * 1024**3)", "memory"),
+        ("import socket\nsocket.getaddrinfo('example.com', 80)", "network"),
+        ("import urllib.request\nurllib.request.urlopen('http://example.com', timeout=2)", "network"),
+        ("while True: pass", "timeout"),
+    ],
+)
+async def test_python_error_categories(code: str, category: str) -> None:
+    result = await LocalExecutor(LIMITS).run(code, timeout_s=1.5)
+    assert not result.success
+    assert result.error_category == category, result.stderr
+
+
+@needs_bwrap
+@needs_node
+@pytest.mark.parametrize(
+    ("code", "category"),
+    [
+        ("console.log(", "syntax"),
+        ("undefinedThing + 1", "reference"),
+        ("null.x", "type"),
+        ("require('no-such-module-xyz')", "import"),
+        ("import x from 'no-such-package-xyz';", "import"),
+        ("await fetch('http://example.com')", "network"),
+        ("require('http').get('http://127.0.0.1:9')", "network"),
+        ("throw new RangeError('bad')", "runtime"),
+        ("const a = []; while (true) a.push(new Array(1e6).fill(1.5));", "memory"),
+        ("Buffer.alloc(4 * 1024 ** 3)", "memory"),
+        ("while (true) {}", "timeout"),
+    ],
+)
+async def test_javascript_error_categories(code: str, category: str) -> None:
+    limits = dataclasses.replace(LIMITS, memory_mb=128)
+    result = await LocalExecutor(limits).run(code, "javascript", timeout_s=3)
+    assert not result.success
+    assert result.error_category == category, result.stderr[:2000]
+
+
+def test_categorize_plain_text() -> None:
+    tb = 'Traceback (most recent call last):\n  File "<stdin>", line 1\nsocket.gaierror: [Errno -2] Name'
+    assert categorize_error("python", tb, 1, False) == "network"
+    assert categorize_error("python", "OSError: [Errno 101] Network is unreachable", 1, False) == "network"
+    assert categorize_error("python", "", 0, False) is None
+    assert categorize_error("python", "", None, True) == "timeout"
+    assert categorize_error("python", "", 128 + 24, False) == "timeout"  # SIGXCPU: RLIMIT_CPU
+    assert categorize_error("python", "", -9, False) == "unknown"
+    assert categorize_error("javascript", "x", None, False, refused=True) == "refused"
+
+
+# --- the wall clock kills everything ------------------------------------------------------------------
+
+
+async def test_timeout_kills_process_tree_and_daemon(executor: LocalExecutor) -> None:
+    token = _token()
+    code = f"""
+import os, subprocess, time
+subprocess.Popen(['sleep', '{token}'])              # a plain child
+if os.fork() == 0:                                  # a daemon: double fork + setsid
+    os.setsid()
+    if os.fork() == 0:
+        os.execv('/bin/sleep', ['sleep', '{token}'])
+    os._exit(0)
+print('started', flush=True)
+time.sleep(1000)
+"""
+    result = await executor.run(code, timeout_s=1.5)
+    assert result.timed_out and result.error_category == "timeout" and result.exit_code is None
+    assert result.stdout == "started\n"
+    assert "timeout" in result.stderr
+    assert _processes_with(token) == []
+
+
+async def test_daemon_does_not_outlive_a_successful_run(executor: LocalExecutor) -> None:
+    token = _token()
+    code = f"""
+import os
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execv('/bin/sleep', ['sleep', '{token}'])
+    os._exit(0)
+os.wait()
+print('parent done')
+"""
+    result = await executor.run(code, timeout_s=3)
+    assert result.success and result.stdout == "parent done\n"
+    assert _processes_with(token) == []
+
+
+@needs_bwrap
+async def test_timeout_is_clamped_to_max() -> None:
+    limits = dataclasses.replace(LIMITS, max_timeout_s=1.0)
+    result = await LocalExecutor(limits).run("import time\ntime.sleep(60)", timeout_s=100)
+    assert result.timed_out and result.duration_ms < 30_000
+    with pytest.raises(ToolError):
+        await LocalExecutor(limits).run("print(1)", timeout_s=0)
+
+
+# --- output cap -------------------------------------------------------------------------------------
+
+
+async def test_output_is_capped_while_reading(executor: LocalExecutor) -> None:
+    size = 50 * 1024 * 1024
+    code = f"import sys\nsys.stdout.write('x' * {size})\nsys.stderr.write('e' * 100_000)"
+    result = await executor.run(code)
+    assert result.success and result.truncated
+    assert result.stdout_bytes == size and result.stderr_bytes == 100_000
+    assert len(result.stdout) <= LIMITS.output_cap_bytes and len(result.stderr) <= LIMITS.output_cap_bytes
+
+
+async def test_invalid_utf8_is_replaced(executor: LocalExecutor) -> None:
+    result = await executor.run("import sys\nsys.stdout.buffer.write(b'ok\\xff\\xfe')")
+    assert result.success and result.stdout == "ok\ufffd\ufffd"
+
+
+# --- nothing of the bot is visible ------------------------------------------------------------------
+
+
+async def test_secret_environment_is_not_passed(
+    executor: LocalExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "secret-telegram-token")
+    monkeypatch.setenv("OPENAI_API_KEY", "secret-openai-key")
+    code = "import os\nprint(sorted(os.environ.items()))\nprint(open('/proc/1/environ','rb').read())"
+    result = await executor.run(code)
+    assert result.success, result.stderr
+    assert "secret" not in result.stdout and "TELEGRAM" not in result.stdout and "OPENAI" not in result.stdout
+
+
+@needs_bwrap
+async def test_bot_dir_database_and_dotenv_invisible_and_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bot = tmp_path / "bot"
+    (bot / "data").mkdir(parents=True)
+    dotenv, database = bot / ".env", bot / "data" / "assistant.db"
+    dotenv.write_text("TELEGRAM_BOT_TOKEN=secret\n")
+    database.write_bytes(b"SQLite format 3\0" + b"\1" * 100)
+    before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in (dotenv, database)}
+    monkeypatch.chdir(bot)
+    code = f"""
+import os
+for path in [{str(dotenv)!r}, {str(database)!r}, {str(bot)!r}]:
+    print(path, os.path.exists(path))
+for path in [{str(dotenv)!r}, {str(database)!r}]:
+    try:
+        open(path, 'w').write('pwned')
+        print('WROTE', path)
+    except OSError as exc:
+        print('denied', type(exc).__name__)
+print(os.getcwd(), os.listdir('.'))
+"""
+    result = await LocalExecutor(LIMITS).run(code)
+    assert result.success, result.stderr
+    assert "True" not in result.stdout and "WROTE" not in result.stdout
+    assert result.stdout.count("denied") == 2
+    assert "/scratch []" in result.stdout
+    assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in (dotenv, database)} == before
+
+
+async def test_repo_home_and_host_proc_invisible(executor: LocalExecutor) -> None:
+    code = f"""
+import os
+print([p for p in [{str(REPO)!r}, '/work', '/root', '/home', '/data', '/sys', '/run'] if os.path.exists(p)])
+pids = [p for p in os.listdir('/proc') if p.isdigit()]
+print(len(pids), open('/proc/1/cmdline','rb').read().split(b'\\0')[0])
+"""
+    result = await executor.run(code)
+    assert result.success, result.stderr
+    visible, proc_line = result.stdout.splitlines()
+    assert visible == "[]"
+    count, init = proc_line.split(" ", 1)
+    assert int(count) <= 3 and "bwrap" in init  # only the sandbox's own processes
+
+
+async def test_writes_outside_scratch_fail(executor: LocalExecutor) -> None:
+    name = f"sandbox-escape-{uuid.uuid4().hex}"
+    code = f"""
+for path in ['/usr/{name}', '/etc/{name}', '/{name}', '/proc/{name}']:
+    try:
+        open(path, 'w').write('x')
+        print('WROTE', path)
+    except OSError as exc:
+        print('denied', path, exc.errno)
+open('/tmp/{name}', 'w').write('private tmp')  # the sandbox's own tmpfs, not the host's /tmp
+print(open('/tmp/{name}').read())
+"""
+    result = await executor.run(code)
+    assert result.success, result.stderr
+    assert "WROTE" not in result.stdout and result.stdout.count("denied") == 4
+    assert "private tmp" in result.stdout
+    assert not (Path("/tmp") / name).exists() and not (Path("/usr") / name).exists()
+
+
+async def test_loopback_server_unreachable(executor: LocalExecutor) -> None:
+    connections: list[int] = []
+
+    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(1)
+        writer.close()
+
+    server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        code = f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2).send(b'hi')"
+        result = await executor.run(code)
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert not result.success and result.error_category == "network", result.stderr
+    assert connections == []
+
+
+# --- resource exhaustion ----------------------------------------------------------------------------
+
+
+async def test_fork_bomb_is_contained(executor: LocalExecutor) -> None:
+    token = _token()
+    code = f"""
+import os
+n, error = 0, None
+for _ in range(10_000):
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        error = type(exc).__name__
+        break
+    if pid == 0:
+        os.execv('/bin/sleep', ['sleep', '{token}'])
+    n += 1
+print(n, error)
+"""
+    result = await executor.run(code, timeout_s=3)
+    assert result.success, result.stderr
+    forked, error = result.stdout.split()
+    assert int(forked) < LIMITS.max_processes and error == "BlockingIOError"
+    assert _processes_with(token) == []
+    # The host still answers promptly.
+    host = subprocess.run(["/bin/true"], timeout=5, check=False)
+    assert host.returncode == 0
+
+
+async def test_file_size_and_scratch_size_are_capped(executor: LocalExecutor) -> None:
+    result = await executor.run("open('big', 'wb').write(b'x' * (100 * 1024 * 1024))")
+    assert not result.success and "File too large" in result.stderr
+
+
+async def test_concurrent_runs_do_not_interfere(executor: LocalExecutor) -> None:
+    code = "import os\nopen('mine-{i}', 'w').write('{i}')\nprint({i}, sorted(os.listdir('.')))"
+    results = await asyncio.gather(*(executor.run(code.format(i=i)) for i in range(6)))
+    for i, result in enumerate(results):
+        assert result.success and result.stdout == f"{i} ['mine-{i}']\n", result.stderr
+
+
+# --- no sandbox ---------------------------------------------------------------------------------------
+
+
+async def test_refuses_when_bwrap_missing() -> None:
+    executor = LocalExecutor(LIMITS, bwrap_path="/nonexistent")
+    assert executor.isolation is Isolation.UNAVAILABLE
+    result = await executor.run("print(1)")
+    assert isinstance(result, ExecutionResult)
+    assert not result.success and result.error_category == "refused" and result.isolation == "unavailable"
+    assert "bubblewrap" in result.stderr and "CODE_ALLOW_UNSANDBOXED=true" in result.stderr
+    assert "unavailable" in describe(executor)
+
+
+async def test_unsandboxed_when_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "secret")
+    executor = LocalExecutor(LIMITS, allow_unsandboxed=True, bwrap_path="/nonexistent")
+    assert executor.isolation is Isolation.UNSANDBOXED
+    code = "import os\nopen('f','w').write('x')\nprint(sorted(os.environ), os.listdir('.'))"
+    result = await executor.run(code)
+    assert result.success and result.isolation == "unsandboxed", result.stderr
+    assert "TELEGRAM_BOT_TOKEN" not in result.stdout and "['f']" in result.stdout
+    memory = await executor.run("x = bytearray(4 * 1024**3)")
+    assert memory.error_category == "memory"
+    assert "WITHOUT isolation" in describe(executor)
+
+
+def test_describe_line(executor: LocalExecutor) -> None:
+    assert describe(executor).startswith("code sandbox: bwrap (python")
+    assert "network off, 5 s, 512 MB" in describe(executor)
+
+
+# --- CLI ----------------------------------------------------------------------------------------------
+
+
+def _cli(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "core_tools.code", *args],
+        input=code,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        check=False,
+    )
+
+
+@needs_bwrap
+def test_cli_prints_one_json_object() -> None:
+    done = _cli("print('from cli')\nraise SystemExit(4)", "--language", "python", "--timeout", "5")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["stdout"] == "from cli\n" and result["exit_code"] == 4 and result["success"] is False
+    assert result["isolation"] == "bwrap" and result["error_category"] == "runtime"
+    assert {"duration_ms", "truncated", "stderr"} <= result.keys()
+
+
+def test_cli_usage_errors_exit_2() -> None:
+    assert _cli("print(1)", "--language", "cobol").returncode == 2
+    assert _cli("print(1)", "--timeout", "soon").returncode == 2
