@@ -59,9 +59,7 @@ class Executions:
             ).all()
         durations = sorted(r.duration_ms for r in rows if r.duration_ms is not None)
         failed = [r for r in rows if not r.success]
-        p95 = (
-            durations[min(len(durations) - 1, round(0.95 * (len(durations) - 1)))] if durations else None
-        )
+        p95 = durations[min(len(durations) - 1, round(0.95 * (len(durations) - 1)))] if durations else None
         return CodeStats(
             total=len(rows),
             succeeded=len(rows) - len(failed),
