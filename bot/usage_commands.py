@@ -179,12 +179,13 @@ def register_usage_handlers(
 ) -> UsageHandlers | None:
     """Add /usage and /budget (once per Application) ahead of any catch-all command handler of `group`.
 
-    Also gives the service a notifier that tells the owner through this bot when a user hits a cap.
+    Gives the service a notifier, if it has none, that tells the owner when a user hits a cap.
     """
     if app.bot_data.get(REGISTERED_KEY):
         return None
     app.bot_data[REGISTERED_KEY] = True
-    service.notifier = TelegramNotifier(app.bot)
+    if service.notifier is None:  # wiring normally passes the bot's shared notifier
+        service.notifier = TelegramNotifier(app.bot)
     handlers = UsageHandlers(service)
     mine: list[BaseHandler[Any, Any, Any]] = [
         CommandHandler("usage", handlers.usage),

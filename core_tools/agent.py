@@ -30,6 +30,19 @@ class TurnSink(Protocol):
         """A one-line status such as "running code..."."""
 
 
+class TurnBudget(Protocol):
+    """Usage caps as the turn loop sees them (core_tools.usage.UsageService in the app)."""
+
+    def check(self, user_id: int | None, purpose: str = "chat") -> None:
+        """Raise BudgetExceeded when the user may not start a request."""
+
+    def over_budget(self, user_id: int) -> str | None:
+        """Why the user is over a cap, or None; asked before each further tool round."""
+
+    def turn_stopped(self, user_id: int, session_id: str, reason: str) -> None:
+        """Count a turn whose tool use was stopped (chain_limit, repeat_guard, budget)."""
+
+
 class ContextProvider(Protocol):
     """Adds a section to the system prompt for a turn (memories, for example)."""
 
@@ -51,7 +64,8 @@ class TurnResult:
     """What a turn produced."""
 
     text: str
-    stopped_by: str | None = None  # "chain_limit" | "repeat_guard" when loop protection ended tool use
+    # "chain_limit" | "repeat_guard" when loop protection ended tool use, "budget" when a usage cap did
+    stopped_by: str | None = None
     tool_calls: int = 0
     outcomes: list[ToolOutcome] = field(default_factory=list)
 
@@ -136,6 +150,7 @@ class Agent:
         config: AgentConfig | None = None,
         context_providers: Sequence[ContextProvider] = (),
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        budget: TurnBudget | None = None,
     ) -> None:
         self.llm = llm
         self.registry = registry
@@ -143,6 +158,7 @@ class Agent:
         self.config = config or AgentConfig()
         self.context_providers = list(context_providers)
         self.clock = clock
+        self.budget = budget
 
     def _timezone(self, user_id: int) -> tuple[ZoneInfo, str]:
         name = self.conversations.user_timezone(user_id) or self.config.default_timezone
@@ -162,9 +178,14 @@ class Agent:
         return ChatMessage("system", system_prompt(self.clock().astimezone(tz), tz_name, sections))
 
     async def run_turn(self, turn: TurnInput, sink: TurnSink) -> TurnResult:
-        """Answer one user message; raises LLMUnavailable or TimeoutError (the message stays stored)."""
+        """Answer one user message; raises LLMUnavailable or TimeoutError (the message stays stored).
+
+        Raises BudgetExceeded, storing nothing of the turn, when the user is over a usage cap.
+        """
         conv = self.conversations
         conv.ensure_user(turn.user_id, turn.first_name, turn.username)
+        if self.budget is not None:
+            self.budget.check(turn.user_id, "chat")
         session = conv.current_session(turn.user_id, turn.chat_id)
         # Stored before any LLM call: a crash or an LLM failure loses nothing the user wrote.
         user_msg_id = conv.add_message(
@@ -190,6 +211,9 @@ class Agent:
         texts: list[str] = []
         rounds = 0
         while True:
+            # A cap crossed mid-turn: the tools of the step already paid for ran; now only a final answer.
+            if rounds and result.stopped_by is None and self._over_budget(turn.user_id):
+                result.stopped_by = "budget"
             history = build_history(conv.messages(session_id), self.config.history_token_budget)
             final_round = result.stopped_by is not None
             messages = [system, *history]
@@ -225,7 +249,12 @@ class Agent:
             elif rounds >= self.config.max_tool_rounds:
                 result.stopped_by = "chain_limit"
         result.text = texts[-1] if texts else ""
+        if result.stopped_by is not None and self.budget is not None:
+            self.budget.turn_stopped(turn.user_id, session_id, result.stopped_by)
         return result
+
+    def _over_budget(self, user_id: int) -> bool:
+        return self.budget is not None and self.budget.over_budget(user_id) is not None
 
     async def _run_calls(
         self,

@@ -41,7 +41,7 @@ class LLMCallRecorder(Protocol):
 class BudgetGate(Protocol):
     """Refuses a request before it is sent when a usage cap is reached (raises BudgetExceeded)."""
 
-    def check(self, user_id: int | None) -> None: ...
+    def check(self, user_id: int | None, purpose: str = "chat") -> None: ...
 
 
 def estimate_tokens(text: str) -> int:
@@ -104,7 +104,7 @@ class LLMClient:
     ) -> LLMReply:
         """Send one streamed request; raise LLMUnavailable (with a user-readable reason) when it fails."""
         if self.budget is not None:
-            self.budget.check(user_id)
+            self.budget.check(user_id, purpose)
         started = time.monotonic()
         payload = [m.to_openai() for m in messages]
         try:

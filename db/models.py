@@ -6,7 +6,18 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, BigInteger, DateTime, ForeignKey, Index, Integer, String, Text, TypeDecorator
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -197,3 +208,53 @@ class Memory(Base):
     superseded_by: Mapped[str | None] = mapped_column(String(36))  # public_id of the newer memory
     # Which embedder produced the row's vector in memories_vec; NULL when it has none (embedder down).
     embedder: Mapped[str | None] = mapped_column(String(128))
+
+
+class Budget(Base):
+    """A per-user usage cap set by the owner; overrides the default of its period and kind.
+
+    `limit_value` is USD for kind "cost" and tokens for kind "tokens"; NULL means "no cap" (an explicit
+    override of a default). No row means the default from the settings applies.
+    """
+
+    __tablename__ = "budgets"
+    __table_args__ = (UniqueConstraint("user_id", "period", "kind", name="uq_budgets_user_period_kind"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user_id: Mapped[int] = mapped_column(BigInteger)
+    period: Mapped[str] = mapped_column(String(16))  # daily | monthly
+    kind: Mapped[str] = mapped_column(String(16))  # cost | tokens
+    limit_value: Mapped[float | None] = mapped_column()
+    set_by: Mapped[int | None] = mapped_column(BigInteger)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class BudgetNotice(Base):
+    """The owner was told that a user hit a cap in one period window (so they are told only once)."""
+
+    __tablename__ = "budget_notices"
+    __table_args__ = (
+        UniqueConstraint("user_id", "period", "kind", "window_start", name="uq_budget_notices_window"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user_id: Mapped[int] = mapped_column(BigInteger)
+    period: Mapped[str] = mapped_column(String(16))
+    kind: Mapped[str] = mapped_column(String(16))
+    window_start: Mapped[datetime] = mapped_column()
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class TurnEvent(Base):
+    """A turn or job cut short: loop protection (chain_limit, repeat_guard), a mid-turn budget stop
+    ("budget") or a request refused before it was sent ("refused", `detail` says which purpose and cap)."""
+
+    __tablename__ = "turn_events"
+    __table_args__ = (Index("ix_turn_events_user_time", "user_id", "created_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user_id: Mapped[int | None] = mapped_column(BigInteger)
+    session_id: Mapped[str | None] = mapped_column(String(36))
+    kind: Mapped[str] = mapped_column(String(32))
+    detail: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

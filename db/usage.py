@@ -1,10 +1,24 @@
-"""LLM-call and tool-call records: what every run leaves behind."""
+"""LLM-call and tool-call records: what every run leaves behind; usage sums, budgets and turn events."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import case, delete, func, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from db.models import LLMCall, ToolCallLog
+from db.models import (
+    Budget,
+    BudgetNotice,
+    CodeExecution,
+    LLMCall,
+    Message,
+    ToolCallLog,
+    TurnEvent,
+    User,
+)
 
 
 class UsageLog:
@@ -72,3 +86,210 @@ class UsageLog:
                     duration_ms=duration_ms,
                 )
             )
+
+
+@dataclass(frozen=True)
+class ModelUsage:
+    """Token sums of one user's LLM calls in a window, for one purpose and model."""
+
+    purpose: str
+    model: str
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    estimated_calls: int  # calls whose tokens were estimated (the server reported no usage)
+    errors: int
+    duration_ms: int
+
+
+@dataclass(frozen=True)
+class ActivityCounts:
+    """What a user did in a window besides LLM calls."""
+
+    turns: int
+    failed_turns: int
+    tools: dict[str, int]  # tool name -> calls
+    tool_errors: int
+    code_runs: int
+    code_failures: int
+    events: dict[str, int]  # turn event kind -> count
+
+
+@dataclass(frozen=True)
+class BudgetRow:
+    """An owner-set cap of one user: `limit` None means explicitly no cap."""
+
+    user_id: int
+    period: str
+    kind: str
+    limit: float | None
+
+
+@dataclass(frozen=True)
+class UserInfo:
+    """Who a user id is, as far as the bot knows."""
+
+    user_id: int
+    first_name: str | None
+    username: str | None
+    timezone: str | None
+
+
+class UsageQueries:
+    """Reads usage sums and keeps budgets, owner notices and turn events."""
+
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self._sm = sessions
+
+    def model_usage(self, user_id: int | None, since: datetime, until: datetime) -> list[ModelUsage]:
+        """LLM-call sums grouped by purpose and model; `user_id` None means every user."""
+        q = (
+            select(
+                LLMCall.purpose,
+                LLMCall.model,
+                func.count(),
+                func.coalesce(func.sum(LLMCall.prompt_tokens), 0),
+                func.coalesce(func.sum(LLMCall.completion_tokens), 0),
+                func.coalesce(func.sum(LLMCall.cached_tokens), 0),
+                func.coalesce(func.sum(case((LLMCall.tokens_estimated, 1), else_=0)), 0),
+                func.coalesce(func.sum(case((LLMCall.error.is_not(None), 1), else_=0)), 0),
+                func.coalesce(func.sum(LLMCall.duration_ms), 0),
+            )
+            .where(LLMCall.created_at >= since, LLMCall.created_at < until)
+            .group_by(LLMCall.purpose, LLMCall.model)
+            .order_by(LLMCall.purpose, LLMCall.model)
+        )
+        if user_id is not None:
+            q = q.where(LLMCall.user_id == user_id)
+        with self._sm() as s:
+            return [ModelUsage(*(r[0], r[1]), *(int(v) for v in r[2:])) for r in s.execute(q)]
+
+    def activity(self, user_id: int, since: datetime, until: datetime) -> ActivityCounts:
+        """Turns, tool calls by tool, code runs and turn events of one user in a window."""
+        with self._sm() as s:
+            turn_rows = s.execute(
+                select(Message.status, func.count())
+                .where(
+                    Message.user_id == user_id,
+                    Message.role == "user",
+                    Message.status.in_(("answered", "failed")),
+                    Message.created_at >= since,
+                    Message.created_at < until,
+                )
+                .group_by(Message.status)
+            ).all()
+            statuses = {str(r[0]): int(r[1]) for r in turn_rows}
+            tool_rows = s.execute(
+                select(ToolCallLog.tool, func.count(), func.sum(case((ToolCallLog.ok, 0), else_=1)))
+                .where(
+                    ToolCallLog.user_id == user_id,
+                    ToolCallLog.created_at >= since,
+                    ToolCallLog.created_at < until,
+                )
+                .group_by(ToolCallLog.tool)
+                .order_by(func.count().desc(), ToolCallLog.tool)
+            ).all()
+            code = s.execute(
+                select(
+                    func.count(), func.coalesce(func.sum(case((CodeExecution.success, 0), else_=1)), 0)
+                ).where(
+                    CodeExecution.user_id == user_id,
+                    CodeExecution.created_at >= since,
+                    CodeExecution.created_at < until,
+                )
+            ).one()
+            event_rows = s.execute(
+                select(TurnEvent.kind, func.count())
+                .where(
+                    TurnEvent.user_id == user_id,
+                    TurnEvent.created_at >= since,
+                    TurnEvent.created_at < until,
+                )
+                .group_by(TurnEvent.kind)
+            ).all()
+        return ActivityCounts(
+            turns=statuses.get("answered", 0) + statuses.get("failed", 0),
+            failed_turns=statuses.get("failed", 0),
+            tools={str(r[0]): int(r[1]) for r in tool_rows},
+            tool_errors=sum(int(r[2] or 0) for r in tool_rows),
+            code_runs=int(code[0]),
+            code_failures=int(code[1]),
+            events={str(r[0]): int(r[1]) for r in event_rows},
+        )
+
+    def active_users(self, since: datetime, until: datetime) -> list[int]:
+        """Ids of users with an LLM call, a turn or a turn event in the window."""
+        with self._sm() as s:
+            ids: set[int] = set()
+            for col, ts in (
+                (LLMCall.user_id, LLMCall.created_at),
+                (Message.user_id, Message.created_at),
+                (TurnEvent.user_id, TurnEvent.created_at),
+            ):
+                ids.update(
+                    int(v)
+                    for v in s.scalars(select(col).where(ts >= since, ts < until).distinct())
+                    if v is not None
+                )
+        return sorted(ids)
+
+    def users(self, user_ids: list[int]) -> dict[int, UserInfo]:
+        """Known users among `user_ids`."""
+        if not user_ids:
+            return {}
+        with self._sm() as s:
+            rows = s.scalars(select(User).where(User.id.in_(user_ids))).all()
+            return {u.id: UserInfo(u.id, u.first_name, u.username, u.timezone) for u in rows}
+
+    def user_timezone(self, user_id: int) -> str | None:
+        """The user's IANA time zone, if they set one."""
+        with self._sm() as s:
+            user = s.get(User, user_id)
+            return None if user is None else user.timezone
+
+    def record_turn_event(
+        self, *, user_id: int | None, session_id: str | None, kind: str, detail: str | None
+    ) -> None:
+        """Store that a turn or job was cut short, and why."""
+        with self._sm.begin() as s:
+            s.add(TurnEvent(user_id=user_id, session_id=session_id, kind=kind, detail=detail))
+
+    def budgets(self, user_id: int | None = None) -> list[BudgetRow]:
+        """Owner-set caps of one user, or of every user when `user_id` is None."""
+        q = select(Budget).order_by(Budget.user_id, Budget.period, Budget.kind)
+        if user_id is not None:
+            q = q.where(Budget.user_id == user_id)
+        with self._sm() as s:
+            return [BudgetRow(b.user_id, b.period, b.kind, b.limit_value) for b in s.scalars(q)]
+
+    def set_budget(
+        self, *, user_id: int, period: str, kind: str, limit: float | None, set_by: int | None
+    ) -> None:
+        """Create or replace one cap (`limit` None: explicitly no cap)."""
+        with self._sm.begin() as s:
+            row = s.scalars(
+                select(Budget).where(Budget.user_id == user_id, Budget.period == period, Budget.kind == kind)
+            ).first()
+            if row is None:
+                s.add(Budget(user_id=user_id, period=period, kind=kind, limit_value=limit, set_by=set_by))
+            else:
+                row.limit_value = limit
+                row.set_by = set_by
+
+    def clear_budget(self, *, user_id: int, period: str, kind: str | None = None) -> int:
+        """Remove owner-set caps so the defaults apply again; returns how many were removed."""
+        q = delete(Budget).where(Budget.user_id == user_id, Budget.period == period)
+        if kind is not None:
+            q = q.where(Budget.kind == kind)
+        with self._sm.begin() as s:
+            return int(s.execute(q).rowcount or 0)  # type: ignore[attr-defined]
+
+    def claim_notice(self, *, user_id: int, period: str, kind: str, window_start: datetime) -> bool:
+        """True the first time a user hits this cap in this window (the owner is told then), else False."""
+        try:
+            with self._sm.begin() as s:
+                s.add(BudgetNotice(user_id=user_id, period=period, kind=kind, window_start=window_start))
+        except IntegrityError:
+            return False
+        return True
