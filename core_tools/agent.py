@@ -55,6 +55,7 @@ class AgentConfig:
 
     max_tool_rounds: int = 8
     history_token_budget: int = 8000
+    history_max_messages: int = 200  # rows read per request; the token budget usually binds first
     turn_timeout_s: float = 300.0
     default_timezone: str = "UTC"
 
@@ -214,7 +215,10 @@ class Agent:
             # A cap crossed mid-turn: the tools of the step already paid for ran; now only a final answer.
             if rounds and result.stopped_by is None and self._over_budget(turn.user_id):
                 result.stopped_by = "budget"
-            history = build_history(conv.messages(session_id), self.config.history_token_budget)
+            history = build_history(
+                conv.messages(session_id, limit=self.config.history_max_messages),
+                self.config.history_token_budget,
+            )
             final_round = result.stopped_by is not None
             messages = [system, *history]
             if final_round:

@@ -154,13 +154,14 @@ class LLMClient:
         tools: list[dict[str, Any]] | None,
         on_delta: DeltaCallback | None,
     ) -> LLMReply:
-        # Plain dicts go in: the SDK's TypedDicts would leak openai types into the rest of the code.
-        stream = await self._client.chat.completions.create(  # type: ignore[call-overload]
-            model=self.model,
-            messages=payload,
-            tools=tools if tools else openai.omit,
-            stream=True,
-            stream_options={"include_usage": True},
+        # The body is already plain JSON-ready dicts, so it goes in through `extra_body`: the SDK's own
+        # parameter transform walks every message against its TypedDicts, which measured 39 ms per request
+        # at 100 messages (bench/bench_chat.py), more than everything else in a turn.
+        body: dict[str, Any] = {"messages": payload, "stream_options": {"include_usage": True}}
+        if tools:
+            body["tools"] = tools
+        stream = await self._client.chat.completions.create(
+            model=self.model, messages=[], stream=True, extra_body=body
         )
         content: list[str] = []
         calls: dict[int, dict[str, Any]] = {}

@@ -73,9 +73,7 @@ class Tool:
             default = ... if param.default is inspect.Parameter.empty else param.default
             fields[pname] = (hints[pname], default)
         tool_name = name or fn.__name__
-        model = create_model(
-            f"{tool_name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
-        )
+        model = create_model(f"{tool_name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
         doc = inspect.getdoc(fn) or ""
         description = doc.split("\n\n")[0].replace("\n", " ").strip() if doc else tool_name
         return cls(tool_name, description, fn, model, timeout_s)

@@ -152,6 +152,17 @@ class Conversations:
             s.flush()
             return _info(new)
 
+    def last_summary(self, user_id: int) -> tuple[str, str] | None:
+        """(name, summary) of the user's most recently ended session that has a summary."""
+        with self._sm() as s:
+            row = s.execute(
+                select(ChatSession.name, ChatSession.summary)
+                .where(ChatSession.user_id == user_id, ChatSession.summary.is_not(None))
+                .order_by(ChatSession.ended_at.desc())
+                .limit(1)
+            ).first()
+            return None if row is None or row[1] is None else (row[0], row[1])
+
     def open_sessions(self) -> list[SessionInfo]:
         """Every session that has not ended."""
         with self._sm() as s:

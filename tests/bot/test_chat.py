@@ -297,16 +297,27 @@ async def test_two_chats_run_in_parallel_while_one_chat_stays_ordered(
         assert ("assistant", "re: owner one") in [(m["role"], m["content"]) for m in second["messages"]]
 
 
-async def test_newsession_starts_a_fresh_history(tmp_path: Path, tg: FakeTelegram, llm: FakeLLM) -> None:
-    llm.script(text("first answer"), text("fresh answer"))
+async def test_newsession_starts_a_fresh_history_and_carries_a_summary(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    llm.script(text("first answer"), text("- The user asked about the old topic."), text("fresh answer"))
     async with running_bot(tmp_path, tg, llm) as h:
         tg.push_text(OWNER, "old topic")
         await h.final_text(OWNER, "first answer")
         tg.push_text(OWNER, "/newsession Holiday plans")
-        await h.final_text(OWNER, "Started a new session: Holiday plans")
+        started = await h.final_text(OWNER, "Started a new session: Holiday plans")
+        assert "The user asked about the old topic." in started
+        summary_request = llm.requests[1]
+        assert (
+            "tools" not in summary_request and "user: old topic" in summary_request["messages"][1]["content"]
+        )
         tg.push_text(OWNER, "new topic")
         await h.final_text(OWNER, "fresh answer")
-        assert [m["content"] for m in llm.requests[-1]["messages"][1:]] == ["new topic"]
+        last = llm.requests[-1]["messages"]
+        assert [m["content"] for m in last[1:]] == ["new topic"]
+        assert "The user asked about the old topic." in last[0]["content"]  # carried forward in the prompt
+        summaries = await h.services.memory.recall(OWNER, "old topic", layer="short")
+        assert summaries and 'session "Session' in summaries[0]["content"]
 
 
 async def test_failing_non_essential_calls_are_ignored(

@@ -1,0 +1,152 @@
+"""/memory, /timezone and the scheduled session jobs (rollover, memory expiry, re-embedding)."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from telegram import Update
+from telegram.error import TelegramError
+from telegram.ext import Application, ContextTypes
+
+from bot.wiring import Services
+from db.models import utcnow
+
+log = logging.getLogger(__name__)
+
+Ctx = ContextTypes.DEFAULT_TYPE
+
+MEMORY_USAGE = "Usage: /memory (list), /memory search TEXT, /memory forget ID"
+TIMEZONE_USAGE = "Usage: /timezone Area/City, for example /timezone Europe/Berlin"
+LAYER_TITLES = {"long": "Long-term", "mid": "Mid-term", "short": "Short-term", "session": "This session"}
+ROLLOVER_CHECK_S = 60.0
+
+
+def _line(m: dict[str, Any]) -> str:
+    text = m["content"] if len(m["content"]) <= 200 else m["content"][:197] + "..."
+    score = f" ({m['relevance']:.2f})" if m.get("relevance") is not None else ""
+    return f"• {text} [{m['category']}, id {m['id']}]{score}"
+
+
+class MemoryCommands:
+    """Handlers that show and change a user's memories and time zone."""
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+
+    async def memory(self, update: Update, context: Ctx) -> None:
+        """/memory, /memory search TEXT, /memory forget ID."""
+        assert update.effective_message and update.effective_user and update.effective_chat
+        msg, user_id = update.effective_message, update.effective_user.id
+        args = context.args or []
+        store = self.services.memory
+        if not args:
+            session = self.services.conversations.current_session(user_id, update.effective_chat.id)
+            sections = []
+            for layer, title in LAYER_TITLES.items():
+                items = await store.list_memories(
+                    user_id, layer=layer, limit=15, session_id=session.id if layer == "session" else None
+                )
+                if items:
+                    sections.append(f"{title}:\n" + "\n".join(_line(m) for m in items))
+            await msg.reply_text("\n\n".join(sections) if sections else "I have no memories about you yet.")
+            return
+        action, rest = args[0].lower(), " ".join(args[1:]).strip()
+        if action == "search" and rest:
+            found = await store.recall(user_id, rest, limit=10)
+            await msg.reply_text("\n".join(_line(m) for m in found) if found else "Nothing matches that.")
+        elif action == "forget" and rest and len(args) == 2:
+            gone = await store.forget(user_id, rest)
+            await msg.reply_text("Forgotten." if gone else f"No memory with id {rest} (see /memory for ids).")
+        else:
+            await msg.reply_text(MEMORY_USAGE)
+
+    async def timezone(self, update: Update, context: Ctx) -> None:
+        """/timezone [Area/City]."""
+        assert update.effective_message and update.effective_user
+        msg, user_id = update.effective_message, update.effective_user.id
+        args = context.args or []
+        conv = self.services.conversations
+        if not args:
+            current = conv.user_timezone(user_id) or self.services.settings.default_timezone
+            await msg.reply_text(f"Your time zone is {current}. {TIMEZONE_USAGE}")
+            return
+        name = args[0]
+        try:
+            zone = ZoneInfo(name)
+        except (ZoneInfoNotFoundError, ValueError):
+            await msg.reply_text(f"I don't know the time zone {name!r}. {TIMEZONE_USAGE}")
+            return
+        if len(args) != 1:
+            await msg.reply_text(TIMEZONE_USAGE)
+            return
+        conv.ensure_user(user_id, update.effective_user.first_name, update.effective_user.username)
+        conv.set_user_timezone(user_id, name)
+        await msg.reply_text(f"Time zone set to {name} (it is {utcnow().astimezone(zone):%H:%M} there now).")
+
+
+def rollover_notice(name: str, carried: str | None) -> str:
+    """The one short message a user gets when their session rolls over."""
+    text = f"New day, new session ({name})."
+    if carried and not carried.startswith("("):
+        first = carried.strip().splitlines()[0]
+        text += f" I kept a summary of the previous one: {first[:200]}"
+    return text
+
+
+async def rollover_job(context: Ctx) -> None:
+    """Every minute (and once at start, to catch up): archive sessions past their boundary, tell the user."""
+    services: Services = context.application.bot_data["services"]
+    for result in await services.sessions.rollover_due():
+        try:
+            await context.bot.send_message(
+                result.new.chat_id, rollover_notice(result.new.name, result.carried)
+            )
+        except TelegramError as exc:
+            log.warning("could not tell chat %s about its new session: %s", result.new.chat_id, exc)
+
+
+async def expiry_job(context: Ctx) -> None:
+    """Daily: delete mid/short memories past their TTL (recall hides them before that anyway)."""
+    services: Services = context.application.bot_data["services"]
+    removed = await services.memory.delete_expired()
+    if removed:
+        log.info("removed %d expired memories", removed)
+
+
+async def reembed_job(context: Ctx) -> None:
+    """Once at start: embed memories stored without a vector or with another embedder."""
+    services: Services = context.application.bot_data["services"]
+    try:
+        count = await services.memory.reembed()
+    except Exception:  # recall still works by keyword; the next start tries again
+        log.exception("re-embedding memories failed")
+        return
+    if count:
+        log.info("re-embedded %d memories", count)
+
+
+def schedule_jobs(app: Application[Any, Any, Any, Any, Any, Any]) -> None:
+    """Register the periodic jobs on PTB's JobQueue (APScheduler)."""
+    jq = app.job_queue
+    if jq is None:
+        raise RuntimeError("python-telegram-bot was installed without its job-queue extra")
+    # `first` is soon after start: a rollover due while the bot was down is caught up right away, and
+    # misfire_grace_time=None lets a late run still happen instead of being skipped (DESIGN.md, APScheduler).
+    jq.run_repeating(
+        rollover_job,
+        interval=ROLLOVER_CHECK_S,
+        first=1.0,
+        name="session-rollover",
+        job_kwargs={"misfire_grace_time": None, "coalesce": True},
+    )
+    jq.run_repeating(
+        expiry_job,
+        interval=timedelta(days=1),
+        first=30.0,
+        name="memory-expiry",
+        job_kwargs={"misfire_grace_time": None, "coalesce": True},
+    )
+    jq.run_once(reembed_job, when=2.0, name="memory-reembed")
