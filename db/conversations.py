@@ -57,6 +57,13 @@ class PendingMessage:
     content: str
 
 
+def _ensure_user_row(s: Session, user_id: int) -> None:
+    """Sessions reference users: create a bare user row when a session comes first (e.g. /newsession)."""
+    if s.get(User, user_id) is None:
+        s.add(User(id=user_id))
+        s.flush()
+
+
 class Conversations:
     """Queries over users, sessions and messages."""
 
@@ -98,9 +105,7 @@ class Conversations:
     def current_session(self, user_id: int, chat_id: int, now: datetime | None = None) -> SessionInfo:
         """The user's open session, opening one if there is none."""
         with self._sm.begin() as s:
-            if s.get(User, user_id) is None:  # e.g. /newsession as the very first message
-                s.add(User(id=user_id))
-                s.flush()
+            _ensure_user_row(s, user_id)
             open_ = s.scalars(
                 select(ChatSession)
                 .where(ChatSession.user_id == user_id, ChatSession.ended_at.is_(None))
@@ -141,6 +146,7 @@ class Conversations:
         """Open a new session (the caller ends the old one first)."""
         started = now or utcnow()
         with self._sm.begin() as s:
+            _ensure_user_row(s, user_id)
             new = ChatSession(
                 user_id=user_id,
                 chat_id=chat_id,
