@@ -6,7 +6,9 @@ import argparse
 import asyncio
 import logging
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlparse
 
 from pydantic import ValidationError
 
@@ -57,8 +59,51 @@ def run_bot(settings: Settings) -> int:
     )
     if not settings.allowed_user_ids:
         log.warning("ALLOWED_USER_IDS is empty: everyone is refused and told their user id")
-    app.run_polling(allowed_updates=Update.ALL_TYPES)
-    asyncio.run(services.aclose())
+    # SIGINT/SIGTERM stop the application; PTB then finishes the updates being handled before it exits.
+    # A turn cut harder than that (SIGKILL) stays "pending" and the user is told at the next start.
+    if settings.telegram_webhook_url:
+        assert settings.telegram_webhook_secret is not None
+        path = urlparse(settings.telegram_webhook_url).path.strip("/")
+        log.info(
+            "webhook mode: listening on %s:%d/%s",
+            settings.telegram_webhook_listen,
+            settings.telegram_webhook_port,
+            path,
+        )
+        app.run_webhook(
+            listen=settings.telegram_webhook_listen,
+            port=settings.telegram_webhook_port,
+            url_path=path,
+            webhook_url=settings.telegram_webhook_url,
+            secret_token=settings.telegram_webhook_secret.get_secret_value(),
+            allowed_updates=Update.ALL_TYPES,
+        )
+    else:
+        app.run_polling(allowed_updates=Update.ALL_TYPES)
+    log.info("stopped")
+    return 0
+
+
+def run_doctor(settings: Settings, quick: bool) -> int:
+    """Print one line per check; exit 1 if any failed."""
+    from bot.ops import run_doctor as doctor
+
+    checks = asyncio.run(doctor(settings, quick=quick))
+    for check in checks:
+        print(check.line())
+    return 0 if all(c.ok for c in checks) else 1
+
+
+def run_backup(settings: Settings, target: str) -> int:
+    """Copy the database to `target` while the bot may be running."""
+    from bot.ops import backup
+
+    try:
+        path = backup(settings, Path(target))
+    except ValueError as exc:
+        print(f"Backup failed: {exc}.", file=sys.stderr)
+        return 1
+    print(f"Backup written to {path} ({path.stat().st_size} bytes).")
     return 0
 
 
@@ -83,15 +128,28 @@ def run_chat(settings: Settings) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run."""
     parser = argparse.ArgumentParser(prog="python -m bot", description="A personal assistant in Telegram.")
-    parser.add_argument("command", nargs="?", default="run", choices=["run", "chat"])
+    sub = parser.add_subparsers(dest="command")
+    sub.add_parser("run", help="run the Telegram bot (the default)")
+    sub.add_parser("chat", help="chat in the terminal")
+    doctor = sub.add_parser(
+        "doctor", help="check settings, Bot API, LLM, database, sandbox, search, embedder"
+    )
+    doctor.add_argument("--quick", action="store_true", help="only local checks (settings and database)")
+    backup = sub.add_parser("backup", help="copy the SQLite database consistently while the bot runs")
+    backup.add_argument("target", help="the new backup file, e.g. data/backup-2026-01-01.db")
     args = parser.parse_args(argv)
     settings = _settings()
     if settings is None:
         return 2
     setup_logging(settings.log_level, settings.secrets())
+    if args.command in ("chat", "doctor", "backup"):
+        logging.getLogger().setLevel(logging.WARNING)  # keep the terminal for the output
     if args.command == "chat":
-        logging.getLogger().setLevel(logging.WARNING)  # keep the terminal for the conversation
         return run_chat(settings)
+    if args.command == "doctor":
+        return run_doctor(settings, args.quick)
+    if args.command == "backup":
+        return run_backup(settings, args.target)
     missing = settings.missing_for_telegram()
     if missing:
         for line in missing:

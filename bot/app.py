@@ -183,6 +183,12 @@ async def on_startup(app: Application[Any, Any, Any, Any, Any, Any]) -> None:
             log.warning("could not tell chat %s about an interrupted message: %s", pending.chat_id, exc)
 
 
+async def on_shutdown(app: Application[Any, Any, Any, Any, Any, Any]) -> None:
+    """Close HTTP clients and the database inside the event loop that used them."""
+    services: Services = app.bot_data["services"]
+    await services.aclose()
+
+
 def build_application(services: Services) -> Application[Any, Any, Any, Any, Any, Any]:
     """Build the PTB Application with every handler."""
     settings = services.settings
@@ -195,6 +201,7 @@ def build_application(services: Services) -> Application[Any, Any, Any, Any, Any
         .base_file_url(base_url.replace("/bot", "/file/bot", 1))
         .concurrent_updates(True)  # order within a chat comes from ChatLocks
         .post_init(on_startup)
+        .post_shutdown(on_shutdown)
         .build()
     )
     app.bot_data["services"] = services

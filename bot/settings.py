@@ -19,6 +19,8 @@ HINTS: dict[str, str] = {
     "(leave it empty and message the bot: it replies with your id)",
     "OPENAI_API_KEY": "the API key of your OpenAI-compatible endpoint (any text for a local server)",
     "OPENAI_BASE_URL": "an OpenAI-compatible base URL, e.g. https://api.openai.com/v1 or http://localhost:11434/v1",
+    "TELEGRAM_WEBHOOK_URL": "the public https:// URL Telegram posts updates to, or empty for polling",
+    "TELEGRAM_WEBHOOK_PORT": "the port the bot listens on for webhook updates, e.g. 8080",
     "LLM_MODEL": "the model name your endpoint serves, e.g. gpt-4o-mini or llama3.1",
     "DATABASE_URL": "an SQLAlchemy URL, e.g. sqlite:///data/assistant.db",
     "DEFAULT_TIMEZONE": "an IANA time zone such as Europe/Berlin",
@@ -45,6 +47,12 @@ class Settings(BaseSettings):
     telegram_bot_token: SecretStr | None = None
     telegram_api_base_url: str = "https://api.telegram.org/bot"
     allowed_user_ids: Annotated[list[int] | None, NoDecode] = None
+    # Webhook mode (behind a reverse proxy): set the public HTTPS URL Telegram should post updates to.
+    # Empty: long polling, which needs no open port.
+    telegram_webhook_url: str | None = None
+    telegram_webhook_secret: SecretStr | None = None
+    telegram_webhook_listen: str = "0.0.0.0"  # noqa: S104  # inside a container, behind the proxy
+    telegram_webhook_port: int = Field(default=8080, ge=1, le=65535)
     # LLM
     openai_api_key: SecretStr = Field(min_length=1)
     openai_base_url: AnyHttpUrl = AnyHttpUrl("https://api.openai.com/v1")
@@ -117,6 +125,8 @@ class Settings(BaseSettings):
         "brave_api_key",
         "tavily_api_key",
         "telegram_bot_token",
+        "telegram_webhook_url",
+        "telegram_webhook_secret",
         "embeddings_base_url",
         "embeddings_api_key",
         "owner_user_id",
@@ -130,6 +140,22 @@ class Settings(BaseSettings):
     def _empty_is_unset(cls, value: object) -> object:
         # `KEY=` in .env means "not set", not "set to the empty string".
         return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("telegram_webhook_url")
+    @classmethod
+    def _check_webhook_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("https://"):
+            raise ValueError("Telegram only posts to https:// URLs")
+        return value
+
+    @field_validator("telegram_webhook_secret")
+    @classmethod
+    def _check_webhook_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            secret = value.get_secret_value()
+            if not (1 <= len(secret) <= 256) or not all(c.isalnum() or c in "_-" for c in secret):
+                raise ValueError("use 1-256 characters from A-Z, a-z, 0-9, _ and -")
+        return value
 
     @field_validator("llm_prices")
     @classmethod
@@ -173,6 +199,11 @@ class Settings(BaseSettings):
             )
         if self.allowed_user_ids is None:
             lines.append(f"Configuration error: ALLOWED_USER_IDS is missing: {HINTS['ALLOWED_USER_IDS']}.")
+        if self.telegram_webhook_url and self.telegram_webhook_secret is None:
+            lines.append(
+                "Configuration error: TELEGRAM_WEBHOOK_SECRET is missing: webhook mode needs a random secret "
+                "(1-256 characters A-Z, a-z, 0-9, _ and -), e.g. from `openssl rand -hex 32`."
+            )
         return lines
 
     def secrets(self) -> list[str]:

@@ -92,6 +92,19 @@ class LLMClient:
         """Close the HTTP client."""
         await self._client.close()
 
+    async def check(self) -> str:
+        """Reach the endpoint without spending tokens (GET /models); raises LLMUnavailable with a reason."""
+        try:
+            page = await self._client.models.list()
+        except openai.NotFoundError:
+            return "reachable (it does not list models)"
+        except Exception as exc:
+            raise LLMUnavailable(_explain(exc)) from exc
+        names = [m.id for m in page.data]
+        if names and self.model not in names:
+            return f"reachable, but it does not list the model {self.model!r} ({len(names)} models listed)"
+        return f"reachable, model {self.model!r}" + (" listed" if names else "")
+
     async def complete(
         self,
         messages: Sequence[ChatMessage],
