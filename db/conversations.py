@@ -14,6 +14,7 @@ from db.models import ChatSession, Message, User, utcnow
 LAST_SEEN_RESOLUTION = timedelta(minutes=1)
 _MESSAGES: Table = Message.__table__  # type: ignore[assignment]
 _SESSIONS: Table = ChatSession.__table__  # type: ignore[assignment]
+_USERS: Table = User.__table__  # type: ignore[assignment]
 
 
 @dataclass(frozen=True)
@@ -70,28 +71,36 @@ class Conversations:
     def __init__(self, sessions: sessionmaker[Session]) -> None:
         self._sm = sessions
         self._engine: Engine = sessions.kw["bind"]
+        # Small per-process caches of the hot path; the bot is the only writer of these columns.
+        self._seen: dict[int, tuple[tuple[str | None, str | None], datetime]] = {}
+        self._timezones: dict[int, str | None] = {}
 
     def ensure_user(self, user_id: int, first_name: str | None = None, username: str | None = None) -> None:
         """Create the user on first contact; later refresh the name and (once a minute) the last-seen time."""
         now = utcnow()
+        seen = self._seen.get(user_id)
+        # Hot path: the same user a moment ago with the same names needs no database round trip.
+        if seen is not None and seen[0] == (first_name, username) and now - seen[1] < LAST_SEEN_RESOLUTION:
+            return
         with self._sm.begin() as s:
             user = s.get(User, user_id)
             if user is None:
-                s.add(User(id=user_id, first_name=first_name, username=username))
-            elif (
-                (first_name and first_name != user.first_name)
-                or (username and username != user.username)
-                or now - user.last_seen_at > LAST_SEEN_RESOLUTION
-            ):
+                s.add(User(id=user_id, first_name=first_name, username=username, last_seen_at=now))
+            else:
                 user.first_name = first_name or user.first_name
                 user.username = username or user.username
                 user.last_seen_at = now
+                self._timezones[user_id] = user.timezone
+        self._seen[user_id] = ((first_name, username), now)
 
     def user_timezone(self, user_id: int) -> str | None:
-        """The user's IANA time zone, if they set one."""
-        with self._sm() as s:
-            user = s.get(User, user_id)
-            return None if user is None else user.timezone
+        """The user's IANA time zone, if they set one (cached: this process is the only writer)."""
+        if user_id in self._timezones:
+            return self._timezones[user_id]
+        with self._engine.connect() as conn:
+            tz = conn.execute(select(_USERS.c.timezone).where(_USERS.c.id == user_id)).scalar()
+        self._timezones[user_id] = tz
+        return tz
 
     def set_user_timezone(self, user_id: int, tz: str) -> None:
         """Remember the user's IANA time zone."""
@@ -101,19 +110,22 @@ class Conversations:
                 s.add(User(id=user_id, timezone=tz))
             else:
                 user.timezone = tz
+        self._timezones[user_id] = tz
 
     def current_session(self, user_id: int, chat_id: int, now: datetime | None = None) -> SessionInfo:
         """The user's open session, opening one if there is none."""
-        with self._sm.begin() as s:
-            _ensure_user_row(s, user_id)
-            open_ = s.scalars(
-                select(ChatSession)
-                .where(ChatSession.user_id == user_id, ChatSession.ended_at.is_(None))
-                .order_by(ChatSession.started_at.desc())
+        t = _SESSIONS.c
+        with self._engine.connect() as conn:
+            row = conn.execute(
+                select(t.id, t.user_id, t.chat_id, t.name, t.started_at, t.last_activity_at, t.ended_at)
+                .where(t.user_id == user_id, t.ended_at.is_(None))
+                .order_by(t.started_at.desc())
                 .limit(1)
             ).first()
-            if open_ is not None:
-                return _info(open_)
+        if row is not None:
+            return SessionInfo(*row)
+        with self._sm.begin() as s:
+            _ensure_user_row(s, user_id)
             started = now or utcnow()
             new = ChatSession(
                 user_id=user_id,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import case, delete, func, select
+from sqlalchemy import Engine, Table, case, delete, func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -18,7 +18,11 @@ from db.models import (
     ToolCallLog,
     TurnEvent,
     User,
+    utcnow,
 )
+
+
+_LLM_CALLS: Table = LLMCall.__table__  # type: ignore[assignment]
 
 
 class UsageLog:
@@ -26,6 +30,7 @@ class UsageLog:
 
     def __init__(self, sessions: sessionmaker[Session]) -> None:
         self._sm = sessions
+        self._engine: Engine = sessions.kw["bind"]
 
     def record_llm_call(
         self,
@@ -42,9 +47,10 @@ class UsageLog:
         error: str | None,
     ) -> None:
         """Store one LLM request, successful or not."""
-        with self._sm.begin() as s:
-            s.add(
-                LLMCall(
+        # A Core insert: this runs on every LLM call, on the event loop.
+        with self._engine.begin() as conn:
+            conn.execute(
+                insert(_LLM_CALLS).values(
                     user_id=user_id,
                     session_id=session_id,
                     purpose=purpose,
@@ -55,6 +61,7 @@ class UsageLog:
                     tokens_estimated=tokens_estimated,
                     duration_ms=duration_ms,
                     error=error,
+                    created_at=utcnow(),
                 )
             )
 
