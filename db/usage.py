@@ -21,7 +21,6 @@ from db.models import (
     utcnow,
 )
 
-
 _LLM_CALLS: Table = LLMCall.__table__  # type: ignore[assignment]
 
 
