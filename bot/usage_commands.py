@@ -7,22 +7,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from telegram import Bot, Update
-from telegram.error import TelegramError
-from telegram.ext import Application, BaseHandler, CommandHandler, ContextTypes
+from telegram import Update
+from telegram.ext import Application, CommandHandler, ContextTypes
 
-from bot.commands import Command
 from core_tools.usage import PERIODS, REPORT_PERIODS, UsageService
 
 log = logging.getLogger(__name__)
 
 Ctx = ContextTypes.DEFAULT_TYPE
-
-# Add these to bot.commands.COMMANDS so /help and the command menu list them.
-USAGE_COMMANDS: list[Command] = [
-    Command("usage", "[today|week|month]", "your tokens, estimated cost and tool use"),
-    Command("budget", "USER_ID daily|monthly AMOUNT", "owner: set a user's usage cap"),
-]
 
 USAGE_HELP = "Usage: /usage [today|week|month] (the owner also: /usage all [today|week|month])"
 BUDGET_HELP = (
@@ -31,22 +23,7 @@ BUDGET_HELP = (
     "off and default take an optional usd|tokens.\n"
     "/budget shows all caps; /budget USER_ID shows one user's."
 )
-REGISTERED_KEY = "usage_handlers_registered"
 MAX_TEXT = 4000  # under Telegram's 4096
-
-
-class TelegramNotifier:
-    """Sends a plain-text message outside of a turn (core_tools.types.Notifier)."""
-
-    def __init__(self, bot: Bot) -> None:
-        self.bot = bot
-
-    async def send(self, chat_id: int, text: str) -> None:
-        """Send `text` to `chat_id`; failures are logged, not raised."""
-        try:
-            await self.bot.send_message(chat_id, text[:MAX_TEXT])
-        except TelegramError as exc:
-            log.warning("could not send a notice to chat %s: %s", chat_id, exc)
 
 
 @dataclass(frozen=True)
@@ -174,39 +151,17 @@ class UsageHandlers:
         await self._reply(update, f"Done.\n{s.format_budgets(change.user_id)}{known}")
 
 
-def register_usage_handlers(
-    app: Application[Any, Any, Any, Any, Any, Any], service: UsageService, group: int = 0
-) -> UsageHandlers | None:
-    """Add /usage and /budget (once per Application) ahead of any catch-all command handler of `group`.
-
-    Gives the service a notifier, if it has none, that tells the owner when a user hits a cap.
-    """
-    if app.bot_data.get(REGISTERED_KEY):
-        return None
-    app.bot_data[REGISTERED_KEY] = True
-    if service.notifier is None:  # wiring normally passes the bot's shared notifier
-        service.notifier = TelegramNotifier(app.bot)
+def register_usage_handlers(app: Application[Any, Any, Any, Any, Any, Any], service: UsageService) -> None:
+    """Add /usage and /budget; call it before any catch-all command handler."""
     handlers = UsageHandlers(service)
-    mine: list[BaseHandler[Any, Any, Any]] = [
-        CommandHandler("usage", handlers.usage),
-        CommandHandler("budget", handlers.budget),
-    ]
-    # The first matching handler of a group wins: ours must precede an "unknown command -> /help" handler.
-    existing = list(app.handlers.get(group, []))
-    for h in existing:
-        app.remove_handler(h, group)
-    for h in [*mine, *existing]:
-        app.add_handler(h, group)
-    app.bot_data["usage_handlers"] = handlers
-    return handlers
+    app.add_handler(CommandHandler("usage", handlers.usage))
+    app.add_handler(CommandHandler("budget", handlers.budget))
 
 
 __all__ = [
     "BUDGET_HELP",
-    "USAGE_COMMANDS",
     "USAGE_HELP",
     "BudgetChange",
-    "TelegramNotifier",
     "UsageHandlers",
     "parse_budget_change",
     "register_usage_handlers",

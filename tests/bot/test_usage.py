@@ -13,7 +13,7 @@ import pytest
 
 import bot.app
 from bot.app import build_application, on_startup
-from bot.usage_commands import parse_budget_change, register_usage_handlers
+from bot.usage_commands import parse_budget_change
 from bot.wiring import Services, build_services
 from core_tools.types import ToolContext
 from core_tools.usage import Caps, ModelPrice, UsageService
@@ -77,12 +77,12 @@ async def usage_bot(
         defaults=caps or Caps(),
         owner_id=OWNER,
         clock=lambda: datetime.now(UTC),
+        notifier=services.notifier,
     )
     services.llm.budget = svc
     services.agent.budget = svc
-    services.usage_service = svc  # type: ignore[attr-defined]  # the field the lead adds to Services
+    services.usage_service = svc
     app = build_application(services)
-    register_usage_handlers(app, svc)  # a no-op once build_application registers it
     await app.initialize()
     await on_startup(app)
     await app.start()
