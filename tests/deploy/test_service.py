@@ -1,0 +1,300 @@
+"""The sandbox service as a real process on a real unix socket, driven by the bot's real code tool."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from core_tools.errors import ToolError
+from core_tools.registry import ToolRegistry
+from core_tools.sandbox import Isolation, detect_isolation
+from core_tools.sandbox.service import MAX_REQUEST_BYTES, ServiceExecutor
+from core_tools.tools.code import CodeTool
+from core_tools.types import ToolCallRequest, ToolContext
+from db.engine import make_engine, make_sessionmaker
+from db.executions import Executions
+from db.migrate import upgrade
+
+REPO = Path(__file__).resolve().parents[2]
+CTX = ToolContext(user_id=7, chat_id=7, session_id="s1", trigger_message="compute")
+ISOLATION, REASON = detect_isolation()
+pytestmark = pytest.mark.skipif(ISOLATION is not Isolation.BWRAP, reason=f"no working bwrap: {REASON}")
+
+
+class Service:
+    """One `python -m core_tools.sandbox.service` process."""
+
+    def __init__(self, sock: Path, *args: str) -> None:
+        self.sock = sock
+        self.args = args
+        self.proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> Service:
+        """Start it and wait until it answers a hello."""
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "core_tools.sandbox.service", "--socket", str(self.sock), *self.args],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"service exited: {self.proc.stdout.read() if self.proc.stdout else ''}")
+            try:
+                hello(self.sock)
+                return self
+            except OSError:
+                time.sleep(0.1)
+        raise AssertionError("service did not come up")
+
+    def stop(self) -> str:
+        """SIGTERM, wait, return its log."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        out, _ = self.proc.communicate(timeout=30)
+        return out
+
+
+def exchange(sock: Path, payload: bytes, timeout: float = 30.0) -> dict[str, object]:
+    """Send raw bytes, read the one answer line."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(str(sock))
+        # The service may answer and close before reading an oversize request.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            s.sendall(payload)
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    answer: dict[str, object] = json.loads(data)
+    return answer
+
+
+def hello(sock: Path) -> dict[str, object]:
+    """The service's hello."""
+    return exchange(sock, b'{"op": "hello"}\n', timeout=2)
+
+
+@pytest.fixture
+def executions(tmp_path: Path) -> Executions:
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    upgrade(url)
+    return Executions(make_sessionmaker(make_engine(url)))
+
+
+@pytest.fixture
+def sock(tmp_path: Path) -> Path:
+    return tmp_path / "run" / "sandbox.sock"
+
+
+@pytest.fixture
+def start(sock: Path) -> Iterator[Callable[..., Service]]:
+    started: list[Service] = []
+
+    def _start(*args: str) -> Service:
+        service = Service(sock, "--timeout", "5", "--max-timeout", "10", *args).start()
+        started.append(service)
+        return service
+
+    yield _start
+    for service in started:
+        service.stop()
+
+
+async def test_code_tool_runs_through_the_service(
+    start: Callable[..., Service], sock: Path, executions: Executions
+) -> None:
+    service = start()
+    executor = ServiceExecutor(str(sock))
+    assert executor.isolation is Isolation.BWRAP and "python" in executor.languages()
+    assert "bwrap" in executor.describe() and str(sock) in executor.describe()
+    tool = CodeTool(executor, executions)
+    out = await tool.code(CTX, "execute", code="import os; print(6 * 7, os.getuid())")
+    assert out["success"] is True and out["stdout"] == "42 65534\n" and out["isolation"] == "bwrap"
+    failed = await tool.code(CTX, "execute", code="raise ValueError('boom')")
+    assert failed["success"] is False and failed["error_category"] == "runtime" and "boom" in failed["stderr"]
+    assert executions.count(7) == 2
+    with pytest.raises(ToolError, match="not available; available: python"):
+        await tool.code(CTX, "execute", code="puts 1", language="ruby")
+    with pytest.raises(ToolError, match="timeout must be positive"):
+        await executor.run("print(1)", "python", -1)
+    # The socket is group-accessible (the bot runs as the same uid or group), not world-writable.
+    assert oct(sock.stat().st_mode & 0o777) == "0o660"
+    log = service.stop()
+    assert "code sandbox: bwrap" in log and f"serving on {sock}" in log
+    assert not sock.exists(), "SIGTERM removes the socket"
+    assert service.proc is not None and service.proc.returncode == 0
+
+
+async def test_oversize_and_malformed_requests_are_refused(start: Callable[..., Service], sock: Path) -> None:
+    start()
+    big = json.dumps({"op": "run", "code": "#" * (MAX_REQUEST_BYTES + 10)}).encode() + b"\n"
+    answer = exchange(sock, big)
+    assert answer["ok"] is False and answer["kind"] == "too_large"
+    assert exchange(sock, b"not json\n")["kind"] == "bad_request"
+    assert exchange(sock, b'{"op": "format-disk"}\n')["kind"] == "bad_request"
+    assert exchange(sock, b'{"op": "run", "code": 5}\n')["kind"] == "bad_request"
+    executor = ServiceExecutor(str(sock))
+    with pytest.raises(ToolError, match="too large for the code sandbox"):
+        await executor.run("x = 1\n" * 200_000)
+    # A program just under the limit runs, and the service is still healthy after all of the above.
+    result = await executor.run("x = 1\n" * 100_000 + "print('big ok')")
+    assert result.success and result.stdout == "big ok\n"
+
+
+async def test_concurrent_runs_are_bounded(start: Callable[..., Service], sock: Path) -> None:
+    start("--max-concurrent", "2", "--queue-timeout", "30")
+    executor = ServiceExecutor(str(sock))
+    program = "import time; a = time.time(); time.sleep(1.0); print(a, time.time())"
+    runs = [asyncio.create_task(executor.run(program)) for _ in range(4)]
+    await asyncio.sleep(0.6)
+    state = await asyncio.to_thread(hello, sock)
+    assert state["running"] == 2 and state["waiting"] == 2
+    results = await asyncio.gather(*runs)
+    assert all(r.success for r in results)
+    spans = [tuple(map(float, r.stdout.split())) for r in results]
+    overlap = max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
+    assert overlap == 2, spans
+
+
+async def test_busy_when_no_slot_frees_in_time(start: Callable[..., Service], sock: Path) -> None:
+    start("--max-concurrent", "1", "--queue-timeout", "0.5")
+    executor = ServiceExecutor(str(sock))
+    first = asyncio.create_task(executor.run("import time; time.sleep(2); print('first')"))
+    await asyncio.sleep(0.5)
+    with pytest.raises(ToolError, match="busy"):
+        await executor.run("print('second')")
+    assert (await first).stdout == "first\n"
+    assert (await executor.run("print('third')")).stdout == "third\n"
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below `pid`, from /proc."""
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            children = Path(f"/proc/{current}/task/{current}/children").read_text().split()
+        except OSError:
+            continue
+        found += [int(c) for c in children]
+        todo += [int(c) for c in children]
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+async def test_service_killed_mid_run_gives_a_clear_error_and_recovers(
+    start: Callable[..., Service], sock: Path, executions: Executions
+) -> None:
+    service = start()
+    registry = ToolRegistry()
+    registry.register(CodeTool(ServiceExecutor(str(sock)), executions).code, timeout_s=30)
+
+    def call(code: str, call_id: str) -> ToolCallRequest:
+        return ToolCallRequest(call_id, "code", json.dumps({"action": "execute", "code": code}))
+
+    started = time.monotonic()
+    pending = asyncio.create_task(registry.call(call("import time; time.sleep(5); print('late')", "c1"), CTX))
+    while (await asyncio.to_thread(hello, sock))["running"] != 1:
+        await asyncio.sleep(0.05)
+    assert service.proc is not None
+    sandboxed = _descendants(service.proc.pid)
+    assert sandboxed, "the run's bwrap processes"
+    service.proc.kill()
+    outcome = await pending
+    assert not outcome.ok and outcome.error is not None
+    assert "closed the connection without answering" in outcome.error and str(sock) in outcome.error
+    assert time.monotonic() - started < 4.5, "the error comes when the service dies, not at the timeout"
+    # bwrap runs with --die-with-parent: the program does not outlive the service.
+    deadline = time.monotonic() + 5
+    while any(_alive(p) for p in sandboxed) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert not any(_alive(p) for p in sandboxed)
+
+    down = await registry.call(call("print(1)", "c2"), CTX)
+    assert not down.ok and down.error is not None
+    assert f"not reachable at {sock}" in down.error and "connection refused" in down.error
+
+    start()  # the same socket path: the stale socket file left by kill -9 is replaced
+    again = await registry.call(call("print('back')", "c3"), CTX)
+    assert again.ok, again.error
+    assert json.loads(again.content)["stdout"] == "back\n"
+
+
+async def test_unreachable_service_is_a_clear_error(tmp_path: Path) -> None:
+    executor = ServiceExecutor(str(tmp_path / "nothing.sock"))
+    assert executor.isolation is Isolation.UNAVAILABLE and executor.languages() == []
+    assert "not reachable yet" in executor.describe()
+    with pytest.raises(ToolError, match=r"not reachable at .*nothing\.sock: no socket there"):
+        await executor.run("print(1)")
+
+
+def test_a_second_service_or_a_foreign_file_is_not_clobbered(
+    start: Callable[..., Service], sock: Path, tmp_path: Path
+) -> None:
+    start()
+    second = subprocess.run(
+        [sys.executable, "-m", "core_tools.sandbox.service", "--socket", str(sock)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert second.returncode == 1 and "already listening" in second.stderr
+    assert hello(sock)["ok"] is True
+    foreign = tmp_path / "notes.txt"
+    foreign.write_text("keep me")
+    third = subprocess.run(
+        [sys.executable, "-m", "core_tools.sandbox.service", "--socket", str(foreign)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert third.returncode == 1 and "not a socket" in third.stderr and foreign.read_text() == "keep me"
+
+
+def test_ping_is_the_health_check(start: Callable[..., Service], sock: Path, tmp_path: Path) -> None:
+    def ping(path: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "core_tools.sandbox.service", "--ping", "--socket", str(path)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    start()
+    up = ping(sock)
+    assert up.returncode == 0 and "code sandbox: bwrap" in up.stdout
+    down = ping(tmp_path / "none.sock")
+    assert down.returncode == 1 and "not answering" in down.stderr
+    assert os.path.exists(sock)
