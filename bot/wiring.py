@@ -51,7 +51,8 @@ class Services:
     usage_service: UsageService
 
     async def aclose(self) -> None:
-        """Release connections."""
+        """Deliver pending notices, then release connections."""
+        await self.usage_service.drain()
         await self.llm.close()
         await self.search.aclose()
         close_embedder = getattr(self.memory.embedder, "aclose", None)

@@ -12,16 +12,15 @@ from pathlib import Path
 import pytest
 
 import bot.app
-from bot.app import build_application, on_startup
 from bot.usage_commands import parse_budget_change
-from bot.wiring import Services, build_services
+from bot.wiring import Services
 from core_tools.types import ToolContext
 from core_tools.usage import Caps, ModelPrice, UsageService
 from db.engine import make_sessionmaker
 from db.usage import UsageQueries
 from tests.fakes.openai_api import FakeLLM, call, text, tool_calls
 from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import FRIEND, OWNER, make_settings
+from tests.harness import FRIEND, OWNER, running_bot
 
 APOLOGY = "something went wrong"
 
@@ -67,35 +66,27 @@ async def lookup(ctx: ToolContext, q: str) -> dict[str, str]:
 async def usage_bot(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM, caps: Caps | None = None
 ) -> AsyncIterator[UsageHarness]:
-    """tests/harness.py's running_bot, plus the usage service wired the way bot/wiring.py will wire it."""
-    settings = make_settings(tmp_path, tg, llm)
-    services = build_services(settings)
-    services.registry.register(lookup)
-    svc = UsageService(
-        UsageQueries(make_sessionmaker(services.engine)),
-        prices={"fake-model": ModelPrice(1.0, 2.0)},
-        defaults=caps or Caps(),
-        owner_id=OWNER,
-        clock=lambda: datetime.now(UTC),
-        notifier=services.notifier,
-    )
-    services.llm.budget = svc
-    services.agent.budget = svc
-    services.usage_service = svc
-    app = build_application(services)
-    await app.initialize()
-    await on_startup(app)
-    await app.start()
-    assert app.updater is not None
-    await app.updater.start_polling(poll_interval=0, timeout=1)
-    try:
-        yield UsageHarness(tg, llm, services, svc)
-    finally:
-        await app.updater.stop()
-        await app.stop()
-        await app.shutdown()
-        await svc.drain()
-        await services.aclose()
+    """The harness's running bot with a usage service of known prices and caps, and a test-only tool."""
+    svc: UsageService | None = None
+
+    def setup(services: Services) -> None:
+        nonlocal svc
+        services.registry.register(lookup)
+        svc = UsageService(
+            UsageQueries(make_sessionmaker(services.engine)),
+            prices={"fake-model": ModelPrice(1.0, 2.0)},
+            defaults=caps or Caps(),
+            owner_id=OWNER,
+            clock=lambda: datetime.now(UTC),
+            notifier=services.notifier,
+        )
+        services.llm.budget = svc
+        services.agent.budget = svc
+        services.usage_service = svc
+
+    async with running_bot(tmp_path, tg, llm, setup=setup) as h:
+        assert svc is not None
+        yield UsageHarness(tg, llm, h.services, svc)
 
 
 async def test_usage_shows_tokens_cost_turns_tools_and_purposes(
