@@ -8,13 +8,12 @@ import shutil
 import signal
 import socket
 import sqlite3
-import sys
 import threading
 from pathlib import Path
 
 import httpx
 
-from tests.bot.test_process import REPO, bot_env, run_bot
+from tests.bot.test_process import REPO, bot_env, run_bot, start_bot
 from tests.fakes.openai_api import FakeLLM, text
 from tests.fakes.telegram_api import FakeTelegram
 from tests.harness import OWNER, TOKEN, running_bot
@@ -108,15 +107,7 @@ async def test_sigterm_mid_turn_finishes_the_turn_then_exits(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
 ) -> None:
     llm.script(text("Finished before shutdown.", delay=2.0))
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bot",
-        cwd=tmp_path,
-        env=full_env(tmp_path, tg, llm),
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    proc = await start_bot(tmp_path, env=full_env(tmp_path, tg, llm))
     try:
         await tg.wait_for_call("getUpdates", timeout=30)
         tg.push_text(OWNER, "answer slowly")
@@ -149,15 +140,7 @@ async def test_webhook_mode_checks_the_secret(tmp_path: Path, tg: FakeTelegram, 
         TELEGRAM_WEBHOOK_PORT=str(port),
     )
     llm.script(text("hello via webhook"))
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bot",
-        cwd=tmp_path,
-        env=env,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
+    proc = await start_bot(tmp_path, env=env, capture=False)
     try:
         (call,) = await tg.wait_for_call("setWebhook", timeout=30)
         assert call.params["url"] == "https://bot.example.com/telegram/hook"

@@ -22,10 +22,12 @@ def bot_env(tmp_path: Path, **values: str) -> dict[str, str]:
     return env
 
 
-async def run_bot(
-    tmp_path: Path, *args: str, env: dict[str, str], stdin: bytes | None = None, timeout: float = 30
-) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
+async def start_bot(
+    tmp_path: Path, *args: str, env: dict[str, str], capture: bool = True
+) -> asyncio.subprocess.Process:
+    """Start `python -m bot ...` in tmp_path with exactly `env`; output piped, or dropped for long runs."""
+    out = asyncio.subprocess.PIPE if capture else asyncio.subprocess.DEVNULL
+    return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "bot",
@@ -33,9 +35,16 @@ async def run_bot(
         cwd=tmp_path,
         env=env,
         stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+        stdout=out,
+        stderr=out,
     )
+
+
+async def run_bot(
+    tmp_path: Path, *args: str, env: dict[str, str], stdin: bytes | None = None, timeout: float = 30
+) -> tuple[int, str, str]:
+    """Run `python -m bot ...` to its end; returns the exit code, stdout and stderr."""
+    proc = await start_bot(tmp_path, *args, env=env)
     out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
@@ -75,15 +84,7 @@ async def test_kill_9_mid_turn_then_restart_tells_the_user(
         LLM_MAX_RETRIES="0",
         DATABASE_URL=db_url,
     )
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bot",
-        cwd=tmp_path,
-        env=env,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
+    proc = await start_bot(tmp_path, env=env, capture=False)
     try:
         await tg.wait_for_call("getUpdates", timeout=30)
         tg.push_text(OWNER, "Plan my trip to Lisbon")
