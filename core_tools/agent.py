@@ -12,7 +12,7 @@ from typing import Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from core_tools.llm import LLMClient, estimate_tokens
-from core_tools.prompts import FINAL_ANSWER_NOTE, system_prompt
+from core_tools.prompts import FINAL_ANSWER_NOTES, system_prompt
 from core_tools.registry import ToolRegistry
 from core_tools.types import ChatMessage, LLMReply, ToolCallRequest, ToolContext, ToolOutcome
 from db.conversations import Conversations, StoredMessage
@@ -222,7 +222,7 @@ class Agent:
             final_round = result.stopped_by is not None
             messages = [system, *history]
             if final_round:
-                messages.append(ChatMessage("system", FINAL_ANSWER_NOTE))
+                messages.append(ChatMessage("system", FINAL_ANSWER_NOTES[result.stopped_by or "chain_limit"]))
             reply: LLMReply = await self.llm.complete(
                 messages,
                 tools=None if final_round or not self.registry.names else self.registry.schemas(),

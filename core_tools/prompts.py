@@ -24,7 +24,12 @@ def system_prompt(now_local: datetime, tz_name: str, extra_sections: list[str] |
     return "\n\n".join(parts)
 
 
-FINAL_ANSWER_NOTE = (
-    "The tool-call limit for this message is reached. Do not call tools any more: answer the user now with "
-    "what you have, and say briefly what you could not finish."
+_FINAL = (
+    "Do not call tools any more: answer the user now with what you have, and say briefly what you could "
+    "not finish."
 )
+FINAL_ANSWER_NOTES = {
+    "chain_limit": f"The tool-call limit for this message is reached. {_FINAL}",
+    "repeat_guard": f"You repeated a tool call you had already made. {_FINAL}",
+    "budget": f"The user's usage cap is reached. {_FINAL}",
+}
