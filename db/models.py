@@ -183,8 +183,8 @@ class CodeExecution(Base):
 class Memory(Base):
     """One remembered item of a user, in one layer (long | mid | short | session).
 
-    `id` is the integer rowid that the FTS5 (`memories_fts`) and vec0 (`memories_vec`) tables key on;
-    `public_id` is the id the model sees. A superseded row is kept with `superseded_by` set.
+    `id` is the integer rowid that the FTS5 (`memories_fts`) and vec0 (`memories_vec`, bit vectors) tables
+    key on; `public_id` is the id the model sees. A superseded row is kept with `superseded_by` set.
     """
 
     __tablename__ = "memories"
@@ -206,8 +206,11 @@ class Memory(Base):
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
     expires_at: Mapped[datetime | None] = mapped_column()
     superseded_by: Mapped[str | None] = mapped_column(String(36))  # public_id of the newer memory
-    # Which embedder produced the row's vector in memories_vec; NULL when it has none (embedder down).
+    # Which embedder produced the row's vector; NULL when it has none (embedder down).
     embedder: Mapped[str | None] = mapped_column(String(128))
+    # The full-precision vector (float32 little-endian), read only to re-score the candidates that the
+    # binary-quantized copy in memories_vec found (migration 0004); deferred: row loads never carry it.
+    embedding: Mapped[bytes | None] = mapped_column(deferred=True)
 
 
 class Budget(Base):

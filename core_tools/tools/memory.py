@@ -31,7 +31,7 @@ from pydantic import Field
 from sqlalchemy.orm import Session, sessionmaker
 
 from core_tools.embeddings import Embedder
-from core_tools.errors import ToolError
+from core_tools.errors import BudgetExceeded, ToolError
 from core_tools.types import ToolContext
 from db import memories as q
 from db.models import Memory, utcnow
@@ -140,7 +140,7 @@ def overlap(a: str, b: str) -> float:
     return len(ta & tb) / max(1, len(ta | tb))
 
 
-def memory_view(mem: Memory, relevance: float | None = None) -> dict[str, Any]:
+def memory_view(mem: Memory | q.MemoryRow, relevance: float | None = None) -> dict[str, Any]:
     """A memory as the model sees it."""
     out: dict[str, Any] = {
         "id": mem.public_id,
@@ -193,6 +193,7 @@ class MemoryStore:
         self.rrf_k = rrf_k
         self._vec_dim: int | None = None
         self._warned = False
+        self._warned_budget = False
 
     # -- plumbing -------------------------------------------------------------------------------------
 
@@ -222,24 +223,34 @@ class MemoryStore:
             return None
         return emb
 
-    async def _embed_query(self, text: str) -> tuple[list[float] | None, str | None]:
+    def _embed_failed(self, emb: Embedder, exc: Exception) -> None:
+        if isinstance(exc, BudgetExceeded):
+            # The user is at a usage cap (a paid embeddings endpoint): their recall is keyword-only until
+            # it resets; not an embedder fault, so it has its own once-only line.
+            if not self._warned_budget:
+                self._warned_budget = True
+                log.warning("memory: embedding refused by the budget; recall falls back to keyword search")
+            return
+        self._warn_once(f"embedder {emb.id} failed", exc)
+
+    async def _embed_query(self, text: str, user_id: int) -> tuple[list[float] | None, str | None]:
         emb = await self._usable_embedder()
         if emb is None or not text.strip():
             return None, None
         try:
-            return await emb.embed_query(text), emb.id
+            return await emb.embed_query(text, user_id=user_id), emb.id
         except Exception as exc:  # any embedder failure degrades to keywords; the turn goes on
-            self._warn_once(f"embedder {emb.id} failed", exc)
+            self._embed_failed(emb, exc)
             return None, None
 
-    async def _embed_passage(self, text: str) -> tuple[list[float] | None, str | None]:
+    async def _embed_passage(self, text: str, user_id: int) -> tuple[list[float] | None, str | None]:
         emb = await self._usable_embedder()
         if emb is None:
             return None, None
         try:
-            return (await emb.embed_passages([text]))[0], emb.id
+            return (await emb.embed_passages([text], user_id=user_id))[0], emb.id
         except Exception as exc:  # store still saves the row; reembed() adds the vector later
-            self._warn_once(f"embedder {emb.id} failed", exc)
+            self._embed_failed(emb, exc)
             return None, None
 
     def _expiry(self, layer: str, now: datetime) -> datetime | None:
@@ -286,7 +297,7 @@ class MemoryStore:
         if layer == "session" and not session_id:
             raise ToolError("the session layer needs a current session")
         sid = session_id if layer == "session" else None
-        vector, emb_id = await self._embed_passage(content)
+        vector, emb_id = await self._embed_passage(content, user_id)
         now = self.now()
         expires = self._expiry(layer, now)
 
@@ -395,7 +406,7 @@ class MemoryStore:
                 return [memory_view(m) for m in rows[:limit]]
 
             return await self._db(recent)
-        vector, emb_id = await self._embed_query(query)
+        vector, emb_id = await self._embed_query(query, user_id)
         now = self.now()
 
         def search(s: Session) -> list[dict[str, Any]]:
@@ -534,7 +545,7 @@ class MemoryStore:
             rows = await self._db(functools.partial(_rows_to_embed, emb.id, after, batch))
             if not rows:
                 return done
-            try:
+            try:  # a maintenance job, not a user's request: accounted without a user
                 vectors = await emb.embed_passages([c for _, c in rows])
             except Exception as exc:  # try again at the next start; the rows keep working by keyword
                 log.warning("memory: reembed stopped after %d rows: %r", done, exc)

