@@ -373,7 +373,8 @@ def test_migration_0004_moves_vectors_and_back(tmp_path: Path) -> None:
         rows = dict(s.execute(select(Memory.id, Memory.embedder)).all())
         assert rows == {1: "e", 2: None}  # row 2 claimed a vector it did not have: reembed redoes it
         assert s.execute(select(Memory.embedding).where(Memory.id == 1)).scalar() == q.f32(vec)
-        assert q.vector_ids(s, 1, vec, 3) == [(1, pytest.approx(1.0, abs=1e-5))]
+        [(found, sim)] = q.vector_ids(s, 1, vec, 3)
+        assert found == 1 and sim == pytest.approx(1.0, abs=1e-5)
     command.check(alembic_config(url))
     downgrade(url, "0003")
     with engine.connect() as conn:
