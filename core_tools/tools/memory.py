@@ -483,7 +483,12 @@ class MemoryStore:
         self, user_id: int, session_id: str, message_text: str, budget_chars: int = 2000
     ) -> str:
         """Relevant long/mid memories and this session's, as a quoted-data block in budget; "" if none."""
-        relevant = await self.recall(user_id, message_text, layers=["long", "mid"], limit=8)
+        now = self.now()
+        # Most turns of a user without long/mid memories would otherwise pay for an embedding for nothing.
+        has_relevant = await self._db(lambda s: q.has_active(s, user_id, now, ["long", "mid"]))
+        relevant = (
+            await self.recall(user_id, message_text, layers=["long", "mid"], limit=8) if has_relevant else []
+        )
         session = await self.session_memories(user_id, session_id)
         if not relevant and not session:
             return ""
