@@ -50,8 +50,7 @@ class StreamingReply:
         self._text = ""
         self._status: str | None = None
         self._shown = ""
-        # The first preview waits a moment: a fast answer then goes out once, formatted, with no edit at all.
-        self._next_edit = clock() + min(FIRST_PREVIEW_DELAY_S, min_interval)
+        self._next_edit: float | None = None  # set when the first text or status arrives
         self._flush_task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self._finished = False
@@ -78,6 +77,10 @@ class StreamingReply:
     async def _update(self) -> None:
         if self._finished:
             return
+        if self._next_edit is None:
+            # The first preview waits a moment after the stream starts: an answer that streams quickly
+            # goes out once, formatted, with no edit at all (the typing indicator covers the wait).
+            self._next_edit = self.clock() + min(FIRST_PREVIEW_DELAY_S, self.min_interval)
         wait = self._next_edit - self.clock()
         if wait > 0:
             # Throttled: show the latest text when the interval is over, even if nothing else comes.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import json
 import logging
@@ -78,6 +79,11 @@ class Tool:
         description = doc.split("\n\n")[0].replace("\n", " ").strip() if doc else tool_name
         return cls(tool_name, description, fn, model, timeout_s)
 
+    @functools.cached_property
+    def schema_dict(self) -> dict[str, Any]:
+        """The schema, generated once: pydantic's generation was a visible share of every turn's CPU."""
+        return self.schema()
+
     def schema(self) -> dict[str, Any]:
         """The OpenAI function-tool schema."""
         params = _strip_titles(self.args_model.model_json_schema())
@@ -119,7 +125,7 @@ class ToolRegistry:
 
     def schemas(self) -> list[dict[str, Any]]:
         """Schemas of every tool, for the LLM request."""
-        return [t.schema() for t in self._tools.values()]
+        return [t.schema_dict for t in self._tools.values()]
 
     async def call(self, request: ToolCallRequest, ctx: ToolContext) -> ToolOutcome:
         """Validate, run, time-limit and log one call; any failure becomes an error result for the model."""
