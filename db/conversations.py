@@ -226,8 +226,8 @@ class Conversations:
 
     def set_status(self, message_id: int, status: str) -> None:
         """Change a user message's status (pending -> answered | failed | interrupted)."""
-        with self._sm.begin() as s:
-            s.execute(update(Message).where(Message.id == message_id).values(status=status))
+        with self._engine.begin() as conn:
+            conn.execute(update(_MESSAGES).where(_MESSAGES.c.id == message_id).values(status=status))
 
     def messages(self, session_id: str, limit: int = 500) -> list[StoredMessage]:
         """The newest `limit` messages of a session, oldest first (without `created_at`, to stay cheap)."""
