@@ -1,9 +1,9 @@
 """Layered-memory queries: rows in `memories`, words in FTS5 `memories_fts`, vectors in vec0 `memories_vec`.
 
 `memories.id` (the integer rowid) keys both virtual tables; `memories.public_id` (a uuid) is the model's id.
-`memories_fts` is kept in sync by triggers (migration 0002); vectors are written here, in the same
-transaction as the row. Every function is synchronous, takes a Session and leaves committing to the caller
-unless its name says otherwise.
+`memories_fts` holds owner-prefixed words (migration 0005, see `fts_text`): they are written here, in the
+same transaction as the row, like the vectors; a trigger removes them with the row. Every function is
+synchronous, takes a Session and leaves committing to the caller unless its name says otherwise.
 
 Vector search is two-stage (migration 0004): `memories_vec` holds a binary-quantized copy of each vector
 (one bit a dimension, hamming distance) partitioned by user and by `shard` = id % SHARDS; the full float32
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 import struct
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -145,6 +146,8 @@ _STOPWORDS = frozenset(
     ]
 )
 _WORD = re.compile(r"\w+", re.UNICODE)
+# What memories_fts indexes: runs of letters and digits (unicode61 splits at "_" and punctuation too).
+_FTS_WORD = re.compile(r"[^\W_]+", re.UNICODE)
 MAX_QUERY_TERMS = 24
 
 
@@ -368,7 +371,7 @@ def insert_memory(
     vector: Sequence[float] | None = None,
     embedder_id: str | None = None,
 ) -> Memory:
-    """Add a memory row (the FTS trigger indexes it) and its vector when given."""
+    """Add a memory row, its words and its vector when given."""
     mem = Memory(
         public_id=new_id(),
         user_id=user_id,
@@ -382,7 +385,8 @@ def insert_memory(
         expires_at=expires_at,
     )
     s.add(mem)
-    s.flush()  # assigns the integer rowid the vector is keyed by
+    s.flush()  # assigns the integer rowid the words and the vector are keyed by
+    index_words(s, mem.id, user_id, content)
     set_vector(s, mem, vector, embedder_id)
     return mem
 
@@ -407,6 +411,7 @@ def update_memory(
         mem.certainty = certainty
     mem.expires_at = expires_at
     s.flush()
+    index_words(s, mem.id, mem.user_id, content)
     set_vector(s, mem, vector, embedder_id)
     return mem
 
@@ -508,10 +513,46 @@ def has_active(s: Session, user_id: int, now: datetime, layers: list[str]) -> bo
     return found is not None
 
 
+def owner_prefix(user_id: int) -> str:
+    """What every indexed word of a user starts with: the id in digits, then "x" ("n" first if negative).
+
+    Only consonants: the porter stemmer's measure of a word does not change with a consonant prefix, so a
+    prefixed word stems like the bare word ("7xrelational" -> "7xrelat", "7xrate" -> "7xrate"); a vowel
+    ("u7x") would stem some words further ("u7xrel", "u7xrat").
+    """
+    uid = int(user_id)
+    return f"{'n' if uid < 0 else ''}{abs(uid)}x"
+
+
+def fts_words(text_: str) -> list[str]:
+    """The words memories_fts indexes: NFC-composed runs of letters and digits, lowercased."""
+    return _FTS_WORD.findall(unicodedata.normalize("NFC", text_).lower())
+
+
+def fts_text(user_id: int, content: str) -> str:
+    """The row's text as memories_fts stores it: every word prefixed with the owner ("7xberlin").
+
+    A word's doclist then holds only its owner's rows, so a search reads one user's postings and BM25 counts
+    document frequencies within the user. The same function is repeated in migration 0005. Isolation does not
+    rest on the prefix alone: recall loads candidate rows with `user_id` in the filter.
+    """
+    prefix = owner_prefix(user_id)
+    return " ".join(prefix + w for w in fts_words(content))
+
+
+def index_words(s: Session, memory_id: int, user_id: int, content: str) -> None:
+    """Write (or rewrite) the row's words in memories_fts; deleting the row removes them (trigger)."""
+    s.execute(text("DELETE FROM memories_fts WHERE rowid = :id"), {"id": memory_id})
+    s.execute(
+        text("INSERT INTO memories_fts(rowid, content) VALUES (:id, :c)"),
+        {"id": memory_id, "c": fts_text(user_id, content)},
+    )
+
+
 def fts_query(user_id: int, text_: str) -> str | None:
-    """An FTS5 MATCH expression: the user's token AND any of the query's content words; None if no words."""
+    """An FTS5 MATCH expression: any of the query's content words, owner-prefixed; None if no words."""
     terms: list[str] = []
-    for w in _WORD.findall(text_.lower()):
+    for w in fts_words(text_):
         if w in _STOPWORDS or w in terms or (len(w) < 2 and not w.isdigit()):
             continue
         terms.append(w)
@@ -519,9 +560,10 @@ def fts_query(user_id: int, text_: str) -> str | None:
             break
     if not terms:
         return None
-    # Quoted terms: the model's text cannot inject FTS5 operators; the table's porter tokenizer stems them.
-    ors = " OR ".join('"' + t.replace('"', "") + '"' for t in terms)
-    return f'owner:"u{int(user_id)}" AND content:({ors})'
+    # Quoted terms: the model's text cannot inject FTS5 operators; the table's porter tokenizer stems them
+    # like the indexed words.
+    prefix = owner_prefix(user_id)
+    return " OR ".join('"' + prefix + t + '"' for t in terms)
 
 
 def keyword_ids(s: Session, user_id: int, query_text: str, k: int) -> list[int]:
@@ -530,10 +572,7 @@ def keyword_ids(s: Session, user_id: int, query_text: str, k: int) -> list[int]:
     if q is None:
         return []
     rows = s.execute(
-        text(
-            "SELECT rowid FROM memories_fts WHERE memories_fts MATCH :q "
-            "ORDER BY bm25(memories_fts, 1.0, 0.0) LIMIT :k"
-        ),
+        text("SELECT rowid FROM memories_fts WHERE memories_fts MATCH :q ORDER BY rank LIMIT :k"),
         {"q": q, "k": k},
     ).all()
     return [int(r[0]) for r in rows]

@@ -148,6 +148,34 @@ async def test_users_are_isolated(store: MemoryStore) -> None:
     assert len(await store.list_memories(1)) == 1
 
 
+async def test_keyword_index_is_per_user(store: MemoryStore, engine: Engine) -> None:
+    mine = await store.store(1, "long", "Running a marathon in Porto next spring")
+    theirs = await store.store(2, "long", "Running shoes for the marathon", dedupe=False)
+    # A word written to look like another user's indexed word stays this user's ("1x2xmarathon").
+    await store.store(1, "long", "note 2xmarathon 2x_marathon", dedupe=False)
+    with make_sessionmaker(engine)() as s:
+        ids = {m.public_id: m.id for m in s.execute(select(Memory)).scalars()}
+        assert q.keyword_ids(s, 2, "marathon runs", 10) == [ids[theirs["memory"]["id"]]]
+        assert ids[mine["memory"]["id"]] in q.keyword_ids(s, 1, "marathon runs", 10)
+        assert q.fts_text(7, "Relational café_naïve, RATE!") == "7xrelational 7xcafé 7xnaïve 7xrate"
+        # Stemming and diacritics as before: the consonant prefix does not change porter's measure.
+        assert q.keyword_ids(s, 1, "porto runner marathons", 10)[0] == ids[mine["memory"]["id"]]
+        vocab = "CREATE VIRTUAL TABLE temp.v USING fts5vocab(main, memories_fts, row)"
+        s.execute(text(vocab))
+        terms = set(s.execute(text("SELECT term FROM temp.v")).scalars())
+        assert {"1xrun", "1xmarathon", "2xrun", "2xmarathon", "1x2xmarathon", "1x2x"} <= terms
+        assert all(t.startswith(("1x", "2x")) for t in terms)
+    with make_sessionmaker(engine)() as s, s.begin():
+        row = s.get(Memory, ids[mine["memory"]["id"]])
+        assert row is not None
+        lisbon = "Running a marathon in Lisbon next spring"
+        kept = {"certainty": None, "expires_at": None, "vector": None, "embedder_id": None}
+        q.update_memory(s, row, content=lisbon, category="fact", now=T0, **kept)
+    with make_sessionmaker(engine)() as s:
+        assert q.keyword_ids(s, 1, "porto", 10) == []
+        assert q.keyword_ids(s, 1, "lisbon", 10) == [ids[mine["memory"]["id"]]]
+
+
 async def test_ttl_expiry_with_injected_clock(store: MemoryStore, clock: Clock, engine: Engine) -> None:
     short = await store.store(1, "short", "The kitchen tap is leaking and a plumber comes on Monday")
     await store.store(1, "mid", "Renovating the bathroom after the summer", category="plan")
@@ -385,6 +413,36 @@ def test_migration_0004_moves_vectors_and_back(tmp_path: Path) -> None:
         assert hit == [(1,)]
         cols = [r[1] for r in conn.execute(text("PRAGMA table_info(memories)"))]
         assert "embedding" not in cols
+        triggers = conn.execute(text("SELECT count(*) FROM sqlite_master WHERE type = 'trigger'")).scalar()
+        assert triggers == 3
+    engine.dispose()
+
+
+def test_migration_0005_rebuilds_keywords_and_back(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'm5.db'}"
+    upgrade(url, "0004")
+    engine = make_engine(url)
+    with engine.begin() as conn:
+        for i, user, content in ((1, 1, "I was running in Porto"), (2, 2, "Running shoes for Bob")):
+            conn.execute(
+                text(
+                    "INSERT INTO memories(id, public_id, user_id, layer, category, content, created_at,"
+                    " updated_at) VALUES (:i, :p, :u, 'long', 'fact', :c, '2026-01-01', '2026-01-01')"
+                ),
+                {"i": i, "p": f"p{i}", "u": user, "c": content},
+            )
+    upgrade(url)
+    with make_sessionmaker(engine)() as s:
+        assert q.keyword_ids(s, 1, "runs", 5) == [1]
+        assert q.keyword_ids(s, 2, "runs", 5) == [2]
+        assert s.execute(text("SELECT content FROM memories_fts WHERE rowid = 1")).scalar() == (
+            "1xi 1xwas 1xrunning 1xin 1xporto"
+        )
+    command.check(alembic_config(url))
+    downgrade(url, "0004")
+    with engine.connect() as conn:
+        old = text("SELECT rowid FROM memories_fts WHERE memories_fts MATCH :m")
+        assert conn.execute(old, {"m": 'owner:"u2" AND content:("runs")'}).all() == [(2,)]
         triggers = conn.execute(text("SELECT count(*) FROM sqlite_master WHERE type = 'trigger'")).scalar()
         assert triggers == 3
     engine.dispose()
