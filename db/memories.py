@@ -149,6 +149,8 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 # What memories_fts indexes: runs of letters and digits (unicode61 splits at "_" and punctuation too).
 _FTS_WORD = re.compile(r"[^\W_]+", re.UNICODE)
 MAX_QUERY_TERMS = 24
+# A query word found in this many of the user's memories is dropped when a rarer word is there (keyword_ids).
+COMMON_TERM_DOCS = 1000
 
 
 @dataclass(frozen=True)
@@ -549,8 +551,8 @@ def index_words(s: Session, memory_id: int, user_id: int, content: str) -> None:
     )
 
 
-def fts_query(user_id: int, text_: str) -> str | None:
-    """An FTS5 MATCH expression: any of the query's content words, owner-prefixed; None if no words."""
+def fts_terms(user_id: int, text_: str) -> list[str]:
+    """The query's content words as quoted, owner-prefixed FTS5 terms (at most MAX_QUERY_TERMS)."""
     terms: list[str] = []
     for w in fts_words(text_):
         if w in _STOPWORDS or w in terms or (len(w) < 2 and not w.isdigit()):
@@ -558,22 +560,44 @@ def fts_query(user_id: int, text_: str) -> str | None:
         terms.append(w)
         if len(terms) >= MAX_QUERY_TERMS:
             break
-    if not terms:
-        return None
     # Quoted terms: the model's text cannot inject FTS5 operators; the table's porter tokenizer stems them
     # like the indexed words.
     prefix = owner_prefix(user_id)
-    return " OR ".join('"' + prefix + t + '"' for t in terms)
+    return ['"' + prefix + t + '"' for t in terms]
+
+
+def fts_query(user_id: int, text_: str) -> str | None:
+    """An FTS5 MATCH expression: any of the query's content words, owner-prefixed; None if no words."""
+    terms = fts_terms(user_id, text_)
+    return " OR ".join(terms) if terms else None
+
+
+def _term_docs_sql(n: int) -> str:
+    # One statement: for each term, how many rows match it, counting no further than :n.
+    return " UNION ALL ".join(
+        f"SELECT {i}, count(*) FROM (SELECT rowid FROM memories_fts WHERE memories_fts MATCH :t{i} LIMIT :n)"  # noqa: S608
+        for i in range(n)
+    )
 
 
 def keyword_ids(s: Session, user_id: int, query_text: str, k: int) -> list[int]:
-    """Up to k rowids of the user's memories matching the query's words, best BM25 first."""
-    q = fts_query(user_id, query_text)
-    if q is None:
+    """Up to k rowids of the user's memories matching the query's words, best BM25 first.
+
+    A word in COMMON_TERM_DOCS or more of the user's memories is left out when the query has a rarer one
+    (counting stops there, so the check is cheap): BM25 scores every row matching any word, so such a word
+    costs most of the query and weighs least in the ranking.
+    """
+    terms = fts_terms(user_id, query_text)
+    if not terms:
         return []
+    if len(terms) > 1:
+        params: dict[str, object] = {f"t{i}": t for i, t in enumerate(terms)}
+        params["n"] = COMMON_TERM_DOCS
+        docs = {int(r[0]): int(r[1]) for r in s.execute(text(_term_docs_sql(len(terms))), params)}
+        terms = [t for i, t in enumerate(terms) if docs[i] < COMMON_TERM_DOCS] or terms
     rows = s.execute(
         text("SELECT rowid FROM memories_fts WHERE memories_fts MATCH :q ORDER BY rank LIMIT :k"),
-        {"q": q, "k": k},
+        {"q": " OR ".join(terms), "k": k},
     ).all()
     return [int(r[0]) for r in rows]
 

@@ -176,6 +176,22 @@ async def test_keyword_index_is_per_user(store: MemoryStore, engine: Engine) -> 
         assert q.keyword_ids(s, 1, "lisbon", 10) == [ids[mine["memory"]["id"]]]
 
 
+async def test_common_words_left_out_of_keyword_query(
+    store: MemoryStore, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(q, "COMMON_TERM_DOCS", 3)
+    for i in range(4):
+        await store.store(1, "short", f"coffee note {i}", dedupe=False)
+    porto = await store.store(1, "short", "coffee in Porto", dedupe=False)
+    await store.store(2, "short", "Porto coffee", dedupe=False)  # another user's rows do not count
+    with make_sessionmaker(engine)() as s:
+        ids = {m.public_id: m.id for m in s.execute(select(Memory)).scalars()}
+        assert q.keyword_ids(s, 1, "coffee porto", 10) == [ids[porto["memory"]["id"]]]
+        assert len(q.keyword_ids(s, 1, "coffee", 10)) == 5  # a single word is kept
+        assert len(q.keyword_ids(s, 1, "coffee note", 10)) == 5  # every word common: all kept
+        assert len(q.keyword_ids(s, 2, "coffee porto", 10)) == 1
+
+
 async def test_ttl_expiry_with_injected_clock(store: MemoryStore, clock: Clock, engine: Engine) -> None:
     short = await store.store(1, "short", "The kitchen tap is leaking and a plumber comes on Monday")
     await store.store(1, "mid", "Renovating the bathroom after the summer", category="plan")
