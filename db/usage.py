@@ -22,6 +22,7 @@ from db.models import (
 )
 
 _LLM_CALLS: Table = LLMCall.__table__  # type: ignore[assignment]
+_INSERT_LLM_CALL = insert(_LLM_CALLS)  # built once: it runs on every LLM call
 
 
 class UsageLog:
@@ -49,19 +50,20 @@ class UsageLog:
         # A Core insert: this runs on every LLM call, on the event loop.
         with self._engine.begin() as conn:
             conn.execute(
-                insert(_LLM_CALLS).values(
-                    user_id=user_id,
-                    session_id=session_id,
-                    purpose=purpose,
-                    model=model,
-                    prompt_tokens=prompt_tokens,
-                    completion_tokens=completion_tokens,
-                    cached_tokens=cached_tokens,
-                    tokens_estimated=tokens_estimated,
-                    duration_ms=duration_ms,
-                    error=error,
-                    created_at=utcnow(),
-                )
+                _INSERT_LLM_CALL,
+                {
+                    "user_id": user_id,
+                    "session_id": session_id,
+                    "purpose": purpose,
+                    "model": model,
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": completion_tokens,
+                    "cached_tokens": cached_tokens,
+                    "tokens_estimated": tokens_estimated,
+                    "duration_ms": duration_ms,
+                    "error": error,
+                    "created_at": utcnow(),
+                },
             )
 
     def record_tool_call(
