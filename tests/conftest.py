@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
+from sqlalchemy.orm import Session, sessionmaker
 
+from core_tools.llm import LLMClient
+from db.engine import make_engine, make_sessionmaker
+from db.migrate import upgrade
 from tests.fakes.openai_api import FakeLLM
 from tests.fakes.telegram_api import FakeTelegram
 from tests.harness import TOKEN
@@ -23,3 +28,19 @@ async def llm() -> AsyncIterator[FakeLLM]:
     """A fake OpenAI-compatible server."""
     async with FakeLLM() as server:
         yield server
+
+
+@pytest.fixture
+def db_sessions(tmp_path: Path) -> sessionmaker[Session]:
+    """A session factory over a fresh SQLite file migrated to head by Alembic."""
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    upgrade(url)
+    return make_sessionmaker(make_engine(url))
+
+
+@pytest.fixture
+async def llm_client(llm: FakeLLM) -> AsyncIterator[LLMClient]:
+    """The real LLM client pointed at the fake LLM, without retries."""
+    client = LLMClient(base_url=llm.base_url, api_key="k", model="m", max_retries=0)
+    yield client
+    await client.close()

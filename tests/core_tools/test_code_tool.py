@@ -3,44 +3,32 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
+from sqlalchemy.orm import Session, sessionmaker
 
 from core_tools.errors import ToolError
 from core_tools.llm import LLMClient
 from core_tools.sandbox import LocalExecutor, SandboxLimits
 from core_tools.tools.code import CodeTool
 from core_tools.types import ToolContext
-from db.engine import make_engine, make_sessionmaker
 from db.executions import Executions
-from db.migrate import upgrade
 from tests.fakes.openai_api import FakeLLM, text
 
 CTX = ToolContext(user_id=7, chat_id=7, session_id="s1", trigger_message="please compute")
 
 
 @pytest.fixture
-def executions(tmp_path: Path) -> Executions:
-    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
-    upgrade(url)
-    return Executions(make_sessionmaker(make_engine(url)))
-
-
-@pytest.fixture
-async def client(llm: FakeLLM) -> AsyncIterator[LLMClient]:
-    c = LLMClient(base_url=llm.base_url, api_key="k", model="m", max_retries=0)
-    yield c
-    await c.close()
+def executions(db_sessions: sessionmaker[Session]) -> Executions:
+    return Executions(db_sessions)
 
 
 async def test_generate_feeds_the_error_back_and_retries(
-    executions: Executions, llm: FakeLLM, client: LLMClient
+    executions: Executions, llm: FakeLLM, llm_client: LLMClient
 ) -> None:
     llm.script(text("```python\nprint(undefined_name)\n```"), text("```python\nprint(sum(range(10)))\n```"))
-    tool = CodeTool(LocalExecutor(SandboxLimits(timeout_s=10)), executions, client)
+    tool = CodeTool(LocalExecutor(SandboxLimits(timeout_s=10)), executions, llm_client)
     out = await tool.code(CTX, "generate", task="sum of 0..9")
     assert out["success"] and out["stdout"] == "45\n" and out["code"] == "print(sum(range(10)))"
     assert [a["error_category"] for a in out["attempts"]] == ["reference", None]

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, time, timedelta
-from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
+from sqlalchemy.orm import Session, sessionmaker
 
 from core_tools.llm import LLMClient
 from core_tools.sessions import SessionManager, last_boundary
 from db.conversations import Conversations
-from db.engine import make_engine, make_sessionmaker
-from db.migrate import upgrade
 from tests.fakes.openai_api import FakeLLM, text
 
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -30,17 +27,8 @@ class Clock:
 
 
 @pytest.fixture
-def conversations(tmp_path: Path) -> Conversations:
-    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
-    upgrade(url)
-    return Conversations(make_sessionmaker(make_engine(url)))
-
-
-@pytest.fixture
-async def client(llm: FakeLLM) -> AsyncIterator[LLMClient]:
-    c = LLMClient(base_url=llm.base_url, api_key="k", model="m", max_retries=0)
-    yield c
-    await c.close()
+def conversations(db_sessions: sessionmaker[Session]) -> Conversations:
+    return Conversations(db_sessions)
 
 
 def test_last_boundary_daily_weekly_and_time_zones() -> None:
@@ -56,11 +44,11 @@ def test_last_boundary_daily_weekly_and_time_zones() -> None:
 
 
 async def test_rollover_spares_an_active_chat_then_archives_it(
-    conversations: Conversations, llm: FakeLLM, client: LLMClient
+    conversations: Conversations, llm: FakeLLM, llm_client: LLMClient
 ) -> None:
     clock = Clock(datetime(2026, 11, 22, 20, 0, tzinfo=UTC))
     manager = SessionManager(
-        conversations, client, default_timezone="Europe/Berlin", idle=timedelta(minutes=30), clock=clock
+        conversations, llm_client, default_timezone="Europe/Berlin", idle=timedelta(minutes=30), clock=clock
     )
     session = conversations.start_session(1, 1, "evening chat", now=clock.now)
     conversations.add_message(session.id, 1, 1, "user", "hello")
@@ -82,11 +70,11 @@ async def test_rollover_spares_an_active_chat_then_archives_it(
 
 
 async def test_catch_up_after_downtime_rolls_over_once(
-    conversations: Conversations, llm: FakeLLM, client: LLMClient
+    conversations: Conversations, llm: FakeLLM, llm_client: LLMClient
 ) -> None:
     start = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
     clock = Clock(start)
-    manager = SessionManager(conversations, client, idle=timedelta(minutes=30), clock=clock)
+    manager = SessionManager(conversations, llm_client, idle=timedelta(minutes=30), clock=clock)
     session = conversations.start_session(5, 5, "old", now=start)
     conversations.add_message(session.id, 5, 5, "user", "plan the trip")
     conversations_activity(conversations, session.id, start)
