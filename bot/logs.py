@@ -30,5 +30,14 @@ def setup_logging(level: str = "INFO", secrets: list[str] | None = None) -> None
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    for noisy in ("httpx", "httpx2", "httpcore", "openai", "telegram.ext.Updater", "apscheduler"):
+    noisy_loggers = (
+        "httpx",
+        "httpx2",
+        "httpcore",
+        "openai",
+        "telegram.ext.Updater",
+        "apscheduler",
+        "alembic.runtime.plugins",
+    )
+    for noisy in noisy_loggers:
         logging.getLogger(noisy).setLevel(logging.WARNING)
