@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.bot.test_process import REPO, bot_env, run_bot, start_bot
+from tests.bot.test_process import bot_env, run_bot, start_bot
 from tests.fakes.openai_api import FakeLLM, text
 from tests.fakes.telegram_api import FakeTelegram
 from tests.harness import OWNER, TOKEN, running_bot
@@ -180,4 +180,3 @@ async def test_webhook_mode_checks_the_secret(tmp_path: Path, tg: FakeTelegram, 
     finally:
         proc.send_signal(signal.SIGTERM)
         await asyncio.wait_for(proc.wait(), 30)
-    assert REPO.exists()
