@@ -50,7 +50,7 @@ CENTER_SAMPLE = 100
 OVERSAMPLE = 4
 MIN_PER_SHARD = 8
 # Frequent words that only add noise to an OR-ed BM25 query (questions are full of them).
-_STOPWORDS = frozenset(
+STOPWORDS = frozenset(
     [
         "a",
         "an",
@@ -555,7 +555,7 @@ def fts_terms(user_id: int, text_: str) -> list[str]:
     """The query's content words as quoted, owner-prefixed FTS5 terms (at most MAX_QUERY_TERMS)."""
     terms: list[str] = []
     for w in fts_words(text_):
-        if w in _STOPWORDS or w in terms or (len(w) < 2 and not w.isdigit()):
+        if w in STOPWORDS or w in terms or (len(w) < 2 and not w.isdigit()):
             continue
         terms.append(w)
         if len(terms) >= MAX_QUERY_TERMS:

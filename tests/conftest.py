@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from core_tools.llm import LLMClient
@@ -31,11 +32,19 @@ async def llm() -> AsyncIterator[FakeLLM]:
 
 
 @pytest.fixture
-def db_sessions(tmp_path: Path) -> sessionmaker[Session]:
-    """A session factory over a fresh SQLite file migrated to head by Alembic."""
+def engine(tmp_path: Path) -> Iterator[Engine]:
+    """An engine over a fresh SQLite file migrated to head by Alembic."""
     url = f"sqlite:///{tmp_path / 'db.sqlite'}"
     upgrade(url)
-    return make_sessionmaker(make_engine(url))
+    eng = make_engine(url)
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture
+def db_sessions(engine: Engine) -> sessionmaker[Session]:
+    """A session factory over the migrated test database."""
+    return make_sessionmaker(engine)
 
 
 @pytest.fixture

@@ -51,14 +51,22 @@ class Harness:
         """Wait until a visible message in the chat contains `contains`; return it."""
 
         def found() -> str | None:
-            for t in self.tg.sent_texts(chat_id):
-                if contains in t:
-                    return t
-            return None
+            return next((t for t in self.tg.sent_texts(chat_id) if contains in t), None)
 
         result: str = await self.tg.wait_for(
             found, timeout=timeout, what=f"a message containing {contains!r}"
         )
+        return result
+
+    async def command(self, user: int, command: str, contains: str) -> str:
+        """Send a command and wait for the first new answer in the chat that contains `contains`."""
+        before = len(self.tg.sent_texts(user))
+        self.tg.push_text(user, command)
+
+        def found() -> str | None:
+            return next((t for t in self.tg.sent_texts(user)[before:] if contains in t), None)
+
+        result: str = await self.tg.wait_for(found, what=f"an answer to {command!r} containing {contains!r}")
         return result
 
 

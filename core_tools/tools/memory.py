@@ -65,57 +65,8 @@ MAX_CONTENT_CHARS = 2000
 LIST_MAX = 50
 
 _WORD = re.compile(r"\w+", re.UNICODE)
-_STOP = frozenset(
-    [
-        "i",
-        "me",
-        "my",
-        "mine",
-        "we",
-        "our",
-        "us",
-        "you",
-        "your",
-        "user",
-        "user's",
-        "users",
-        "the",
-        "a",
-        "an",
-        "is",
-        "am",
-        "are",
-        "was",
-        "were",
-        "be",
-        "been",
-        "has",
-        "have",
-        "had",
-        "do",
-        "does",
-        "to",
-        "of",
-        "in",
-        "on",
-        "at",
-        "for",
-        "with",
-        "and",
-        "or",
-        "but",
-        "it",
-        "its",
-        "this",
-        "that",
-        "by",
-        "as",
-        "from",
-        "s",
-        "called",
-        "named",
-    ]
-)
+# The keyword index's stopwords plus words that mean nothing in a stored fact ("User's sister is called Ann").
+_STOP = q.STOPWORDS | {"user", "user's", "users", "called", "named", "s"}
 
 T = TypeVar("T")
 StartNewSession = Callable[[int, int, str | None], Awaitable[str]]

@@ -20,41 +20,20 @@ from db.engine import make_sessionmaker
 from db.usage import UsageQueries
 from tests.fakes.openai_api import FakeLLM, call, text, tool_calls
 from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import FRIEND, OWNER, running_bot
+from tests.harness import FRIEND, OWNER, Harness, running_bot
 
 APOLOGY = "something went wrong"
 
 
 @dataclass
-class UsageHarness:
-    """A running bot with the usage service installed, and its fakes."""
+class UsageHarness(Harness):
+    """The running bot with a usage service of known prices installed."""
 
-    tg: FakeTelegram
-    llm: FakeLLM
-    services: Services
     usage: UsageService
 
     async def reply(self, chat_id: int, contains: str, timeout: float = 10.0) -> str:
         """Wait for a message in the chat that contains `contains`."""
-
-        def found() -> str | None:
-            return next((t for t in self.tg.sent_texts(chat_id) if contains in t), None)
-
-        result: str = await self.tg.wait_for(
-            found, timeout=timeout, what=f"a message containing {contains!r}"
-        )
-        return result
-
-    async def command(self, user: int, command: str, contains: str) -> str:
-        """Send a command and wait for the answer that contains `contains`."""
-        before = len(self.tg.sent_texts(user))
-        self.tg.push_text(user, command)
-
-        def found() -> str | None:
-            return next((t for t in self.tg.sent_texts(user)[before:] if contains in t), None)
-
-        result: str = await self.tg.wait_for(found, what=f"an answer to {command!r} containing {contains!r}")
-        return result
+        return await self.final_text(chat_id, contains, timeout)
 
 
 async def lookup(ctx: ToolContext, q: str) -> dict[str, str]:
@@ -86,7 +65,7 @@ async def usage_bot(
 
     async with running_bot(tmp_path, tg, llm, setup=setup) as h:
         assert svc is not None
-        yield UsageHarness(tg, llm, h.services, svc)
+        yield UsageHarness(tg, llm, h.services, h.settings, svc)
 
 
 async def test_usage_shows_tokens_cost_turns_tools_and_purposes(

