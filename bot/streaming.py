@@ -83,11 +83,15 @@ class StreamingReply:
             self._next_edit = self.clock() + min(FIRST_PREVIEW_DELAY_S, self.min_interval)
         wait = self._next_edit - self.clock()
         if wait > 0:
-            # Throttled: show the latest text when the interval is over, even if nothing else comes.
-            if self._flush_task is None or self._flush_task.done():
-                self._flush_task = asyncio.create_task(self._delayed_flush(wait))
+            self._schedule(wait)
             return
         await self._flush()
+
+    def _schedule(self, wait: float) -> None:
+        # Throttled: show the latest text when the interval is over, even if nothing else comes.
+        task = self._flush_task
+        if task is None or task.done() or task is asyncio.current_task():
+            self._flush_task = asyncio.create_task(self._delayed_flush(wait))
 
     async def _delayed_flush(self, wait: float) -> None:
         await asyncio.sleep(wait)
@@ -96,6 +100,10 @@ class StreamingReply:
     async def _flush(self) -> None:
         async with self._lock:
             if self._finished:
+                return
+            wait = (self._next_edit or 0.0) - self.clock()
+            if wait > 0:  # another flush went out while this one waited for the lock
+                self._schedule(wait)
                 return
             preview = self._preview()
             if not preview.strip() or preview == self._shown:
