@@ -112,6 +112,7 @@ class Conversations:
         # Small per-process caches of the hot path; the bot is the only writer of these columns.
         self._seen: dict[int, tuple[tuple[str | None, str | None], datetime]] = {}
         self._timezones: dict[int, str | None] = {}
+        self._summaries: dict[int, tuple[str, str] | None] = {}  # last_summary(); reset by end_session
 
     def ensure_user(self, user_id: int, first_name: str | None = None, username: str | None = None) -> None:
         """Create the user on first contact; later refresh the name and (once a minute) the last-seen time."""
@@ -183,6 +184,7 @@ class Conversations:
             if row is not None and row.ended_at is None:
                 row.ended_at = now or utcnow()
                 row.summary = summary
+        self._summaries.clear()
 
     def start_session(
         self, user_id: int, chat_id: int, name: str | None = None, now: datetime | None = None
@@ -203,7 +205,9 @@ class Conversations:
             return _info(new)
 
     def last_summary(self, user_id: int) -> tuple[str, str] | None:
-        """(name, summary) of the user's most recently ended session that has a summary."""
+        """(name, summary) of the user's most recently ended session that has a summary (cached)."""
+        if user_id in self._summaries:
+            return self._summaries[user_id]
         with self._sm() as s:
             row = s.execute(
                 select(ChatSession.name, ChatSession.summary)
@@ -211,7 +215,9 @@ class Conversations:
                 .order_by(ChatSession.ended_at.desc())
                 .limit(1)
             ).first()
-            return None if row is None or row[1] is None else (row[0], row[1])
+        found = None if row is None or row[1] is None else (row[0], row[1])
+        self._summaries[user_id] = found
+        return found
 
     def open_sessions(self) -> list[SessionInfo]:
         """Every session that has not ended."""

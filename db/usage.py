@@ -149,6 +149,8 @@ class UsageQueries:
 
     def __init__(self, sessions: sessionmaker[Session]) -> None:
         self._sm = sessions
+        # Every LLM request reads the user's caps; the bot process is their only writer (set/clear below).
+        self._budgets: dict[int, list[BudgetRow]] = {}
 
     def model_usage(self, user_id: int | None, since: datetime, until: datetime) -> list[ModelUsage]:
         """LLM-call sums grouped by purpose and model; `user_id` None means every user."""
@@ -265,11 +267,16 @@ class UsageQueries:
 
     def budgets(self, user_id: int | None = None) -> list[BudgetRow]:
         """Owner-set caps of one user, or of every user when `user_id` is None."""
+        if user_id is not None and user_id in self._budgets:
+            return list(self._budgets[user_id])
         q = select(Budget).order_by(Budget.user_id, Budget.period, Budget.kind)
         if user_id is not None:
             q = q.where(Budget.user_id == user_id)
         with self._sm() as s:
-            return [BudgetRow(b.user_id, b.period, b.kind, b.limit_value) for b in s.scalars(q)]
+            rows = [BudgetRow(b.user_id, b.period, b.kind, b.limit_value) for b in s.scalars(q)]
+        if user_id is not None:
+            self._budgets[user_id] = list(rows)
+        return rows
 
     def set_budget(
         self, *, user_id: int, period: str, kind: str, limit: float | None, set_by: int | None
@@ -284,6 +291,7 @@ class UsageQueries:
             else:
                 row.limit_value = limit
                 row.set_by = set_by
+        self._budgets.pop(user_id, None)
 
     def clear_budget(self, *, user_id: int, period: str, kind: str | None = None) -> int:
         """Remove owner-set caps so the defaults apply again; returns how many were removed."""
@@ -291,7 +299,9 @@ class UsageQueries:
         if kind is not None:
             q = q.where(Budget.kind == kind)
         with self._sm.begin() as s:
-            return int(s.execute(q).rowcount or 0)  # type: ignore[attr-defined]
+            removed = int(s.execute(q).rowcount or 0)  # type: ignore[attr-defined]
+        self._budgets.pop(user_id, None)
+        return removed
 
     def claim_notice(self, *, user_id: int, period: str, kind: str, window_start: datetime) -> bool:
         """True the first time a user hits this cap in this window (the owner is told then), else False."""

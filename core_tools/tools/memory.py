@@ -435,12 +435,15 @@ class MemoryStore:
     ) -> str:
         """Relevant long/mid memories and this session's, as a quoted-data block in budget; "" if none."""
         now = self.now()
-        # Most turns of a user without long/mid memories would otherwise pay for an embedding for nothing.
-        has_relevant = await self._db(lambda s: q.has_active(s, user_id, now, ["long", "mid"]))
+        # Two small indexed reads, made on the event loop like the conversation reads: a worker thread
+        # waits for the GIL behind the busy loop, which measured 2.5-3 ms a hop (bench/bench_chat.py).
+        with self._sessions() as s:
+            # Most turns of a user without long/mid memories would otherwise pay for an embedding for nothing.
+            has_relevant = q.has_active(s, user_id, now, ["long", "mid"])
+            session = [memory_view(m) for m in q.session_memories(s, user_id, session_id, now)]
         relevant = (
             await self.recall(user_id, message_text, layers=["long", "mid"], limit=8) if has_relevant else []
         )
-        session = await self.session_memories(user_id, session_id)
         if not relevant and not session:
             return ""
         head = f'<memories note="{DATA_NOTE} Each content is a quoted JSON string.">'
