@@ -17,19 +17,36 @@ from __future__ import annotations
 
 import re
 import struct
+import threading
 import unicodedata
 from collections.abc import Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import ColumnElement, and_, bindparam, case, delete, func, null, or_, select, text, update
+from sqlalchemy import (
+    ColumnElement,
+    Engine,
+    Select,
+    Table,
+    and_,
+    bindparam,
+    case,
+    delete,
+    func,
+    or_,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.orm import Session
 
 from db.models import Memory, new_id
 
 LAYERS = ("long", "mid", "short", "session")
 VEC_TABLE = "memories_vec"
+_MEMORIES: Table = Memory.__table__  # type: ignore[assignment]
 # Same DDL as migration 0004 (migrations do not import application code); used to rebuild the table when the
 # embedding dimension changes. The bit width is the dimension rounded up to a multiple of 8 (zero-padded).
 VEC_DDL = (
@@ -726,6 +743,52 @@ def normalise(content: str) -> str:
     return " ".join(_WORD.findall(content.lower()))
 
 
+def _scored_sql(layers: bool, session: bool) -> Select[Any]:
+    m = _MEMORIES.c
+    dist = case(
+        (
+            and_(m.embedder == bindparam("emb"), m.embedding.is_not(None)),
+            func.vec_distance_cosine(m.embedding, bindparam("qv")),
+        ),
+        else_=None,
+    )
+    # `user_id + 0`: see active_filter's note on by_id.
+    stmt = select(m.id, dist).where(
+        m.id.in_(bindparam("ids", expanding=True)),
+        (m.user_id + 0) == bindparam("uid"),
+        m.superseded_by.is_(None),
+        or_(m.expires_at.is_(None), m.expires_at > bindparam("now")),
+    )
+    if layers:
+        stmt = stmt.where(m.layer.in_(bindparam("layers", expanding=True)))
+    if session:
+        stmt = stmt.where(or_(m.layer != "session", m.session_id == bindparam("sid")))
+    return stmt
+
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _retriever_pool() -> ThreadPoolExecutor:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="recall-keywords")
+        return _POOL
+
+
+def _keyword_ids_on(engine: Engine, user_id: int, query_text: str, k: int) -> list[int]:
+    with Session(engine) as s:
+        return keyword_ids(s, user_id, query_text, k)
+
+
+# Recall's two reads, built once (a per-call statement with a few hundred bound ids measured 3.9 ms against
+# 1.3 ms prebuilt): the candidates' exact distances under the visibility filter, then the winners' rows.
+_SCORED = {(lay, ses): _scored_sql(lay, ses) for lay in (False, True) for ses in (False, True)}
+_ROWS_BY_ID = select(*_ROW_COLUMNS).where(Memory.id.in_(bindparam("ids", expanding=True)))
+
+
 def hybrid_search(
     s: Session,
     user_id: int,
@@ -741,42 +804,66 @@ def hybrid_search(
     vector_weight: float = 1.0,
     rrf_k: int = 5,
     candidates: int = 50,
+    keyword_engine: Engine | None = None,
 ) -> list[Hit]:
     """BM25 and KNN candidates fused by weighted reciprocal rank; only the user's current rows, best first.
 
     The vector ranking is exact cosine over the bit-vector candidates and the keyword candidates (one query
-    loads the rows, applies the filter and re-scores), so filtered-out rows do not take ranks.
+    applies the filter and re-scores), so filtered-out rows do not take ranks; only the winners' rows are
+    read in full.
+
+    `keyword_engine`: the keyword search runs on its own connection of this engine in a worker thread while
+    this thread runs the vector search. SQLite releases the GIL while it works, so on two cores the two
+    overlap (100k rows of a user: 12.1 -> 9.2 ms median for both searches). That connection does not see
+    this session's uncommitted rows: pass it only to search committed data.
     """
-    cond = active_filter(user_id, now, layers, session_id, by_id=True)
-    # Oversample: superseded, expired and other-session rows are filtered after each search.
-    kw_ids = keyword_ids(s, user_id, query_text, candidates) if keyword_weight > 0 else []
     use_vec = vector is not None and embedder_id is not None and vector_weight > 0
+    # Oversample: superseded, expired and other-session rows are filtered after each search.
+    kw_future: Future[list[int]] | None = None
+    kw_ids: list[int] = []
+    if keyword_weight > 0 and use_vec and keyword_engine is not None:
+        kw_future = _retriever_pool().submit(_keyword_ids_on, keyword_engine, user_id, query_text, candidates)
+    elif keyword_weight > 0:
+        kw_ids = keyword_ids(s, user_id, query_text, candidates)
     cands: list[int] = []
-    if use_vec:
-        assert vector is not None
-        one_layer = layers[0] if layers and len(layers) == 1 else None
-        # The bit stage costs O(rows x k): ask for what can reach the fused top `limit` (a vector rank past
-        # 2 x limit needs the keyword ranking's help, which the keyword candidates' exact distances give).
-        cands = bit_candidates(s, user_id, vector, min(candidates, max(20, 2 * limit)), one_layer)
+    try:
+        if use_vec:
+            assert vector is not None
+            one_layer = layers[0] if layers and len(layers) == 1 else None
+            # The bit stage costs O(rows x k): ask for what can reach the fused top `limit` (a vector rank
+            # past 2 x limit needs the keyword ranking's help, which the keyword candidates' exact distances
+            # give).
+            cands = bit_candidates(s, user_id, vector, min(candidates, max(20, 2 * limit)), one_layer)
+    finally:
+        if kw_future is not None:
+            kw_ids = kw_future.result()
     ids = set(kw_ids).union(cands)
-    rows: dict[int, MemoryRow] = {}
+    if not ids:
+        return []
+    params: dict[str, Any] = {
+        "ids": list(ids),
+        "uid": user_id,
+        "now": now,
+        # No vector: a query vector no row's embedder matches, so every distance is NULL.
+        "emb": embedder_id if use_vec else None,
+        "qv": f32(vector) if use_vec and vector is not None else b"",
+    }
+    if layers:
+        params["layers"] = list(layers)
+    if session_id is not None:
+        params["sid"] = session_id
+    visible: set[int] = set()
     dists: dict[int, float] = {}
-    if ids:
-        dist: ColumnElement[Any] = (
-            _distance(vector, embedder_id) if vector is not None and embedder_id and use_vec else null()
-        )
-        for r in s.execute(select(*_ROW_COLUMNS, dist).where(Memory.id.in_(ids), cond)):
-            values: tuple[Any, ...] = tuple(r)
-            row = MemoryRow(*values[:-1])
-            rows[row.id] = row
-            if values[-1] is not None:
-                dists[row.id] = float(values[-1])
+    for rid, dist in s.execute(_SCORED[(bool(layers), session_id is not None)], params):
+        visible.add(rid)
+        if dist is not None:
+            dists[rid] = float(dist)
     vec_found = sorted(dists, key=lambda i: (dists[i], -i))[:candidates]
     scores: dict[int, float] = {}
     kw_rank: dict[int, int] = {}
     vec_rank: dict[int, int] = {}
     sims: dict[int, float] = {}
-    for rank, i in enumerate((i for i in kw_ids if i in rows), start=1):
+    for rank, i in enumerate((i for i in kw_ids if i in visible), start=1):
         kw_rank[i] = rank
         scores[i] = scores.get(i, 0.0) + keyword_weight / (rrf_k + rank)
     for rank, i in enumerate(vec_found, start=1):
@@ -785,7 +872,10 @@ def hybrid_search(
         scores[i] = scores.get(i, 0.0) + vector_weight / (rrf_k + rank)
     # Relevance 1.0 = ranked first by every retriever that ran.
     best = (keyword_weight if kw_ids else 0.0) + (vector_weight if vec_found else 0.0)
-    top = sorted(scores, key=lambda i: (-scores[i], -rows[i].id))[:limit]
+    top = sorted(scores, key=lambda i: (-scores[i], -i))[:limit]
+    rows = (
+        {r.id: r for r in (MemoryRow(*tuple(r)) for r in s.execute(_ROWS_BY_ID, {"ids": top}))} if top else {}
+    )
     return [
         Hit(
             memory=rows[i],
@@ -795,6 +885,7 @@ def hybrid_search(
             vector_rank=vec_rank.get(i),
         )
         for i in top
+        if i in rows
     ]
 
 
