@@ -28,6 +28,7 @@ from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import Field
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from core_tools.embeddings import Embedder
@@ -129,6 +130,9 @@ class MemoryStore:
         rrf_k: int = RRF_K,
     ) -> None:
         self._sessions = sessions
+        bind = sessions.kw.get("bind")
+        # Recall's keyword search runs on a second connection of the engine (db.memories.hybrid_search).
+        self._engine: Engine | None = bind if isinstance(bind, Engine) else None
         self.embedder = embedder
         self.now = now
         self.ttl: dict[str, timedelta | None] = {
@@ -374,6 +378,7 @@ class MemoryStore:
                 keyword_weight=self.keyword_weight,
                 vector_weight=self.vector_weight,
                 rrf_k=self.rrf_k,
+                keyword_engine=self._engine,
             )
             return [memory_view(h.memory, h.relevance) for h in hits]
 
