@@ -45,6 +45,8 @@ import core_tools.agent as agent_mod
 from bot.render import render
 from bot.settings import Settings
 from bot.wiring import Services
+from core_tools.llm import LLMClient
+from core_tools.types import ChatMessage
 from db.migrate import upgrade
 from tests.fakes.openai_api import FakeLLM, text
 from tests.fakes.telegram_api import Call, FakeTelegram
@@ -338,6 +340,21 @@ async def sequential(base: Path, turns: int, warmup: int, users: str, results: d
             finally:
                 probe.close()
 
+        # The one thing a turn must do that an echo does not: a streamed LLM request. Alone, through the
+        # same client class and to the same fake, it bounds from below what any turn can cost.
+        client = LLMClient(base_url=llm.base_url, api_key="bench", model="fake-model")
+        try:
+            msgs = [ChatMessage("system", "You are a bench."), ChatMessage("user", "question")]
+            for _ in range(warmup):
+                await client.complete(msgs)
+            alone: list[float] = []
+            for _ in range(turns):
+                t = time.monotonic()
+                await client.complete(msgs)
+                alone.append(time.monotonic() - t)
+        finally:
+            await client.close()
+
     o = [t.total for t in ours]
     e = [t.total for t in echo]
     print(f"\n  {'(ms)':26}  median     p95    mean     min     max")
@@ -348,6 +365,15 @@ async def sequential(base: Path, turns: int, warmup: int, users: str, results: d
     verdict = "MEETS" if ratio <= TARGET_RATIO else "MISSES"
     print(f"  ratio of medians: {ratio:.2f}x ({verdict} the {TARGET_RATIO}x target); ", end="")
     print(f"ratio of p95: {ratio95:.2f}x")
+    llm_alone = statistics.median(alone)
+    floor = (statistics.median(e) + llm_alone) / statistics.median(e)
+    print(
+        f"  one streamed LLM request alone (core_tools.llm.LLMClient, same fake, no bot): median "
+        f"{llm_alone * 1000:.2f} ms; echo turn + that request = {floor:.2f}x the echo turn, before any of "
+        "the bot's own work (storing the message, history, memory, usage record)"
+    )
+    results["llm_alone"] = llm_alone
+    results["floor_ratio"] = floor
     po = [t.from_push for t in ours]
     pe = [t.from_push for t in echo]
     mpe, mpo = statistics.median(pe), statistics.median(po)
@@ -825,6 +851,11 @@ async def main(args: argparse.Namespace) -> None:
             f"ratio of medians, first {results['early_ratio'][0]} turns (short history)",
             f"{results['early_ratio'][1]:.2f}x",
             f"<= {TARGET_RATIO}x: " + ("ok" if results["early_ratio"][1] <= TARGET_RATIO else "MISSED"),
+        ),
+        (
+            "one LLM request alone; echo + it, vs echo",
+            f"{results['llm_alone'] * 1000:.2f} ms; {results['floor_ratio']:.2f}x",
+            "(the least a turn can cost)",
         ),
         ("sync DB time inside one turn, median", f"{results['db_med'] * 1000:.2f} ms", ""),
     ]
