@@ -20,7 +20,7 @@ import struct
 import threading
 import unicodedata
 from collections.abc import Iterable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
@@ -631,7 +631,7 @@ def keyword_ids(s: Session, user_id: int, query_text: str, k: int) -> list[int]:
     return [int(r[0]) for r in rows]
 
 
-def _knn_sql(layer: bool) -> str:
+def _knn_sql(layer: bool, shards: Sequence[int]) -> str:
     # One statement: a small KNN in each of the user's shards (the user and shard filters are inside the
     # KNN, so other users' chunks are never read).
     where = "embedding MATCH vec_bit(:q) AND k = :k AND user_id = :u AND shard = {sh}"
@@ -639,24 +639,46 @@ def _knn_sql(layer: bool) -> str:
         where += " AND layer = :l"
     return " UNION ALL ".join(
         f"SELECT * FROM (SELECT memory_id FROM memories_vec WHERE {where.format(sh=sh)})"  # noqa: S608
-        for sh in range(SHARDS)
+        for sh in shards
     )
 
 
-_KNN_SQL = {False: _knn_sql(False), True: _knn_sql(True)}
+ALL_SHARDS = tuple(range(SHARDS))
+# hybrid_search's split between two threads (see there): the keyword search costs about as much as this
+# many shard searches at 100k rows of a user (bench/bench_memory.py).
+KEYWORD_SIDE_SHARDS = ALL_SHARDS[:2]
+OTHER_SHARDS = ALL_SHARDS[2:]
+_KNN_SQL = {
+    (lay, shards): _knn_sql(lay, shards)
+    for lay in (False, True)
+    for shards in (ALL_SHARDS, KEYWORD_SIDE_SHARDS, OTHER_SHARDS)
+}
+
+
+def query_bits(s: Session, vector: Sequence[float]) -> bytes:
+    """The query vector as the bit vector the stored ones are compared with."""
+    blob = _quantized(vector, get_center(s))
+    return bytes(s.execute(text("SELECT vec_quantize_binary(:v)"), {"v": blob}).scalar_one())
 
 
 def bit_candidates(
-    s: Session, user_id: int, vector: Sequence[float], k: int, layer: str | None = None
+    s: Session,
+    user_id: int,
+    vector: Sequence[float] | bytes,
+    k: int,
+    layer: str | None = None,
+    shards: tuple[int, ...] = ALL_SHARDS,
 ) -> list[int]:
-    """Rowids of the user's vectors nearest to `vector` by hamming distance: about OVERSAMPLE * k of them."""
-    blob = _quantized(vector, get_center(s))
-    query_bits = s.execute(text("SELECT vec_quantize_binary(:v)"), {"v": blob}).scalar()
+    """Rowids of the user's vectors nearest to `vector` by hamming distance: about OVERSAMPLE * k of them.
+
+    `vector` may be query_bits() already; `shards` limits the search to some shards (a split search).
+    """
+    bits = vector if isinstance(vector, bytes) else query_bits(s, vector)
     per_shard = max(MIN_PER_SHARD, -(-OVERSAMPLE * k // SHARDS))
-    params: dict[str, object] = {"q": query_bits, "k": per_shard, "u": user_id}
+    params: dict[str, object] = {"q": bits, "k": per_shard, "u": user_id}
     if layer is not None:
         params["l"] = layer
-    return [int(r[0]) for r in s.execute(text(_KNN_SQL[layer is not None]), params)]
+    return list(s.execute(text(_KNN_SQL[(layer is not None, shards)]), params).scalars())
 
 
 def _distance(vector: Sequence[float], embedder_id: str) -> ColumnElement[float | None]:
@@ -778,9 +800,20 @@ def _retriever_pool() -> ThreadPoolExecutor:
         return _POOL
 
 
-def _keyword_ids_on(engine: Engine, user_id: int, query_text: str, k: int) -> list[int]:
+def _keyword_side(
+    engine: Engine,
+    user_id: int,
+    query_text: str,
+    k: int,
+    bit_search: tuple[bytes, int, str | None] | None,
+) -> tuple[list[int], list[int]]:
+    # The worker's half of a split search, on its own connection: keywords, then its shards' bit KNN.
     with Session(engine) as s:
-        return keyword_ids(s, user_id, query_text, k)
+        kw = keyword_ids(s, user_id, query_text, k)
+        if bit_search is None:
+            return kw, []
+        bits, bit_k, layer = bit_search
+        return kw, bit_candidates(s, user_id, bits, bit_k, layer, KEYWORD_SIDE_SHARDS)
 
 
 # Recall's two reads, built once (a per-call statement with a few hundred bound ids measured 3.9 ms against
@@ -812,31 +845,35 @@ def hybrid_search(
     applies the filter and re-scores), so filtered-out rows do not take ranks; only the winners' rows are
     read in full.
 
-    `keyword_engine`: the keyword search runs on its own connection of this engine in a worker thread while
-    this thread runs the vector search. SQLite releases the GIL while it works, so on two cores the two
-    overlap (100k rows of a user: 12.1 -> 9.2 ms median for both searches). That connection does not see
-    this session's uncommitted rows: pass it only to search committed data.
+    `keyword_engine`: split the work between two threads. A worker thread runs the keyword search and two
+    of the eight shards' bit KNN on its own connection of this engine while this thread runs the other six:
+    SQLite releases the GIL while it works, so on two cores they overlap (bench/bench_memory.py, "hybrid"
+    against "hybrid, 1 thread"). That connection does not see this session's uncommitted rows: pass it only
+    to search committed data.
     """
     use_vec = vector is not None and embedder_id is not None and vector_weight > 0
+    # The bit stage costs O(rows x k): ask for what can reach the fused top `limit` (a vector rank past
+    # 2 x limit needs the keyword ranking's help, which the keyword candidates' exact distances give).
+    bit_k = min(candidates, max(20, 2 * limit))
+    one_layer = layers[0] if layers and len(layers) == 1 else None
+    bits = query_bits(s, vector) if use_vec and vector is not None else None
     # Oversample: superseded, expired and other-session rows are filtered after each search.
-    kw_future: Future[list[int]] | None = None
     kw_ids: list[int] = []
-    if keyword_weight > 0 and use_vec and keyword_engine is not None:
-        kw_future = _retriever_pool().submit(_keyword_ids_on, keyword_engine, user_id, query_text, candidates)
-    elif keyword_weight > 0:
-        kw_ids = keyword_ids(s, user_id, query_text, candidates)
     cands: list[int] = []
-    try:
-        if use_vec:
-            assert vector is not None
-            one_layer = layers[0] if layers and len(layers) == 1 else None
-            # The bit stage costs O(rows x k): ask for what can reach the fused top `limit` (a vector rank
-            # past 2 x limit needs the keyword ranking's help, which the keyword candidates' exact distances
-            # give).
-            cands = bit_candidates(s, user_id, vector, min(candidates, max(20, 2 * limit)), one_layer)
-    finally:
-        if kw_future is not None:
-            kw_ids = kw_future.result()
+    if keyword_weight > 0 and bits is not None and keyword_engine is not None:
+        side = _retriever_pool().submit(
+            _keyword_side, keyword_engine, user_id, query_text, candidates, (bits, bit_k, one_layer)
+        )
+        try:
+            cands = bit_candidates(s, user_id, bits, bit_k, one_layer, OTHER_SHARDS)
+        finally:
+            kw_ids, side_cands = side.result()
+        cands += side_cands
+    else:
+        if keyword_weight > 0:
+            kw_ids = keyword_ids(s, user_id, query_text, candidates)
+        if bits is not None:
+            cands = bit_candidates(s, user_id, bits, bit_k, one_layer)
     ids = set(kw_ids).union(cands)
     if not ids:
         return []
