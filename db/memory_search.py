@@ -1,0 +1,400 @@
+"""Searching a user's memories: BM25 over `memories_fts`, bit-vector KNN over `memories_vec`, and both fused.
+
+Vector search is two-stage (migration 0004): `memories_vec` holds a binary-quantized copy of each vector
+(one bit a dimension, hamming distance) partitioned by user and by `shard` = id % SHARDS; the full float32
+vector is `memories.embedding`. A search takes the nearest bit vectors of each of the user's shards, then
+re-scores those rows by exact cosine. sqlite-vec is brute force and its top-k selection costs about
+O(rows x k), so SHARDS small top-k searches are cheaper than one large one: at 100k rows of a user, 200
+candidates cost 31 ms in one partition and 7.6 ms in 8 (bench/bench_memory.py).
+
+Writing rows, words and vectors is db.memories. Every function here is synchronous and takes a Session.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, cast
+
+from sqlalchemy import ColumnElement, Engine, Select, and_, bindparam, case, func, or_, select, text
+from sqlalchemy.orm import Session
+
+from db.memories import (
+    MEMORIES,
+    ROW_COLUMNS,
+    SHARDS,
+    STOPWORDS,
+    MemoryRow,
+    active_filter,
+    f32,
+    fts_words,
+    get_center,
+    normalise,
+    owner_prefix,
+    quantized,
+)
+from db.models import Memory
+
+# Bit candidates re-scored per wanted result (binary quantization loses order, exact cosine restores it),
+# and the least taken from each shard.
+OVERSAMPLE = 4
+MIN_PER_SHARD = 8
+
+MAX_QUERY_TERMS = 24
+# A query word found in this many of the user's memories is dropped when a rarer word is there (keyword_ids).
+COMMON_TERM_DOCS = 1000
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One recall result: the row, its fused relevance (0..1) and the raw signals behind it."""
+
+    memory: MemoryRow
+    relevance: float
+    similarity: float | None = None  # cosine similarity to the query vector, when the vector search found it
+    keyword_rank: int | None = None
+    vector_rank: int | None = None
+
+
+def fts_terms(user_id: int, text_: str) -> list[str]:
+    """The query's content words as quoted, owner-prefixed FTS5 terms (at most MAX_QUERY_TERMS)."""
+    terms: list[str] = []
+    for w in fts_words(text_):
+        if w in STOPWORDS or w in terms or (len(w) < 2 and not w.isdigit()):
+            continue
+        terms.append(w)
+        if len(terms) >= MAX_QUERY_TERMS:
+            break
+    # Quoted terms: the model's text cannot inject FTS5 operators; the table's porter tokenizer stems them
+    # like the indexed words.
+    prefix = owner_prefix(user_id)
+    return ['"' + prefix + t + '"' for t in terms]
+
+
+def fts_query(user_id: int, text_: str) -> str | None:
+    """An FTS5 MATCH expression: any of the query's content words, owner-prefixed; None if no words."""
+    terms = fts_terms(user_id, text_)
+    return " OR ".join(terms) if terms else None
+
+
+def _term_docs_sql(n: int) -> str:
+    # One statement: for each term, how many rows match it, counting no further than :n.
+    return " UNION ALL ".join(
+        f"SELECT {i}, count(*) FROM (SELECT rowid FROM memories_fts WHERE memories_fts MATCH :t{i} LIMIT :n)"  # noqa: S608
+        for i in range(n)
+    )
+
+
+def keyword_ids(s: Session, user_id: int, query_text: str, k: int) -> list[int]:
+    """Up to k rowids of the user's memories matching the query's words, best BM25 first.
+
+    A word in COMMON_TERM_DOCS or more of the user's memories is left out when the query has a rarer one
+    (counting stops there, so the check is cheap): BM25 scores every row matching any word, so such a word
+    costs most of the query and weighs least in the ranking.
+    """
+    terms = fts_terms(user_id, query_text)
+    if not terms:
+        return []
+    if len(terms) > 1:
+        params: dict[str, object] = {f"t{i}": t for i, t in enumerate(terms)}
+        params["n"] = COMMON_TERM_DOCS
+        docs = {int(r[0]): int(r[1]) for r in s.execute(text(_term_docs_sql(len(terms))), params)}
+        terms = [t for i, t in enumerate(terms) if docs[i] < COMMON_TERM_DOCS] or terms
+    rows = s.execute(
+        text("SELECT rowid FROM memories_fts WHERE memories_fts MATCH :q ORDER BY rank LIMIT :k"),
+        {"q": " OR ".join(terms), "k": k},
+    ).all()
+    return [int(r[0]) for r in rows]
+
+
+def _knn_sql(layer: bool, shards: Sequence[int]) -> str:
+    # One statement: a small KNN in each of the user's shards (the user and shard filters are inside the
+    # KNN, so other users' chunks are never read).
+    where = "embedding MATCH vec_bit(:q) AND k = :k AND user_id = :u AND shard = {sh}"
+    if layer:
+        where += " AND layer = :l"
+    return " UNION ALL ".join(
+        f"SELECT * FROM (SELECT memory_id FROM memories_vec WHERE {where.format(sh=sh)})"  # noqa: S608
+        for sh in shards
+    )
+
+
+ALL_SHARDS = tuple(range(SHARDS))
+# hybrid_search's split between two threads (see there): the keyword search costs about as much as this
+# many shard searches at 100k rows of a user (bench/bench_memory.py).
+KEYWORD_SIDE_SHARDS = ALL_SHARDS[:2]
+OTHER_SHARDS = ALL_SHARDS[2:]
+_KNN_SQL = {
+    (lay, shards): _knn_sql(lay, shards)
+    for lay in (False, True)
+    for shards in (ALL_SHARDS, KEYWORD_SIDE_SHARDS, OTHER_SHARDS)
+}
+
+
+def query_bits(s: Session, vector: Sequence[float]) -> bytes:
+    """The query vector as the bit vector the stored ones are compared with."""
+    blob = quantized(vector, get_center(s))
+    return bytes(s.execute(text("SELECT vec_quantize_binary(:v)"), {"v": blob}).scalar_one())
+
+
+def bit_candidates(
+    s: Session,
+    user_id: int,
+    vector: Sequence[float] | bytes,
+    k: int,
+    layer: str | None = None,
+    shards: tuple[int, ...] = ALL_SHARDS,
+) -> list[int]:
+    """Rowids of the user's vectors nearest to `vector` by hamming distance: about OVERSAMPLE * k of them.
+
+    `vector` may be query_bits() already; `shards` limits the search to some shards (a split search).
+    """
+    bits = vector if isinstance(vector, bytes) else query_bits(s, vector)
+    per_shard = max(MIN_PER_SHARD, -(-OVERSAMPLE * k // SHARDS))
+    params: dict[str, object] = {"q": bits, "k": per_shard, "u": user_id}
+    if layer is not None:
+        params["l"] = layer
+    return list(s.execute(text(_KNN_SQL[(layer is not None, shards)]), params).scalars())
+
+
+def _distance(vector: Sequence[float], embedder_id: str) -> ColumnElement[float | None]:
+    """Exact cosine distance to `vector` for rows whose vector `embedder_id` made, else NULL."""
+    dist = func.vec_distance_cosine(Memory.embedding, f32(vector))
+    # Vectors of an older embedder live in another space until reembed() replaces them.
+    return case((and_(Memory.embedder == embedder_id, Memory.embedding.is_not(None)), dist), else_=None)
+
+
+def vector_ids(
+    s: Session, user_id: int, vector: Sequence[float], k: int, layer: str | None = None
+) -> list[tuple[int, float]]:
+    """Up to k (rowid, cosine similarity) of the user's nearest vectors: bit candidates, re-scored exactly."""
+    cands = bit_candidates(s, user_id, vector, k, layer)
+    if not cands:
+        return []
+    dist = func.vec_distance_cosine(Memory.embedding, f32(vector))
+    rows = s.execute(
+        select(Memory.id, dist)
+        .where(Memory.id.in_(cands), Memory.embedding.is_not(None))
+        .order_by(dist)
+        .limit(k)
+    ).all()
+    return [(int(r[0]), 1.0 - float(r[1])) for r in rows]
+
+
+def _load_active(
+    s: Session, ids: Iterable[int], cond: ColumnElement[bool], embedder_id: str | None = None
+) -> dict[int, Memory]:
+    id_list = list(ids)
+    if not id_list:
+        return {}
+    stmt = select(Memory).where(Memory.id.in_(id_list), cond)
+    if embedder_id is not None:
+        # Vectors of an older embedder live in another space until reembed() replaces them.
+        stmt = stmt.where(Memory.embedder == embedder_id)
+    return {m.id: m for m in s.execute(stmt).scalars()}
+
+
+def nearest(
+    s: Session,
+    user_id: int,
+    vector: Sequence[float],
+    embedder_id: str,
+    now: datetime,
+    *,
+    layer: str,
+    session_id: str | None = None,
+    k: int = 5,
+) -> list[tuple[Memory, float]]:
+    """The user's current memories in `layer` nearest to a vector, with cosine similarity, best first."""
+    cands = bit_candidates(s, user_id, vector, k, layer)
+    if not cands:
+        return []
+    dist = _distance(vector, embedder_id).label("dist")
+    found = s.execute(
+        select(Memory, dist)
+        .where(
+            Memory.id.in_(cands),
+            active_filter(user_id, now, [layer], session_id, by_id=True),
+            dist.is_not(None),
+        )
+        .order_by(dist)
+        .limit(k)
+    ).all()
+    return [(r[0], 1.0 - cast(float, r[1])) for r in found]
+
+
+def same_text(
+    s: Session, user_id: int, content: str, now: datetime, *, layer: str, session_id: str | None
+) -> Memory | None:
+    """A current memory in `layer` whose normalised text equals `content` (dedupe without an embedder)."""
+    want = normalise(content)
+    cond = active_filter(user_id, now, [layer], session_id, by_id=True)
+    ids = keyword_ids(s, user_id, content, 20)
+    for mem in _load_active(s, ids, cond).values():
+        if normalise(mem.content) == want:
+            return mem
+    return None
+
+
+def _scored_sql(layers: bool, session: bool) -> Select[Any]:
+    m = MEMORIES.c
+    dist = case(
+        (
+            and_(m.embedder == bindparam("emb"), m.embedding.is_not(None)),
+            func.vec_distance_cosine(m.embedding, bindparam("qv")),
+        ),
+        else_=None,
+    )
+    # `user_id + 0`: see active_filter's note on by_id.
+    stmt = select(m.id, dist).where(
+        m.id.in_(bindparam("ids", expanding=True)),
+        (m.user_id + 0) == bindparam("uid"),
+        m.superseded_by.is_(None),
+        or_(m.expires_at.is_(None), m.expires_at > bindparam("now")),
+    )
+    if layers:
+        stmt = stmt.where(m.layer.in_(bindparam("layers", expanding=True)))
+    if session:
+        stmt = stmt.where(or_(m.layer != "session", m.session_id == bindparam("sid")))
+    return stmt
+
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _retriever_pool() -> ThreadPoolExecutor:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="recall-keywords")
+        return _POOL
+
+
+def _keyword_side(
+    engine: Engine,
+    user_id: int,
+    query_text: str,
+    k: int,
+    bit_search: tuple[bytes, int, str | None] | None,
+) -> tuple[list[int], list[int]]:
+    # The worker's half of a split search, on its own connection: keywords, then its shards' bit KNN.
+    with Session(engine) as s:
+        kw = keyword_ids(s, user_id, query_text, k)
+        if bit_search is None:
+            return kw, []
+        bits, bit_k, layer = bit_search
+        return kw, bit_candidates(s, user_id, bits, bit_k, layer, KEYWORD_SIDE_SHARDS)
+
+
+# Recall's two reads, built once (a per-call statement with a few hundred bound ids measured 3.9 ms against
+# 1.3 ms prebuilt): the candidates' exact distances under the visibility filter, then the winners' rows.
+_SCORED = {(lay, ses): _scored_sql(lay, ses) for lay in (False, True) for ses in (False, True)}
+_ROWS_BY_ID = select(*ROW_COLUMNS).where(Memory.id.in_(bindparam("ids", expanding=True)))
+
+
+def hybrid_search(
+    s: Session,
+    user_id: int,
+    now: datetime,
+    *,
+    query_text: str,
+    vector: Sequence[float] | None,
+    embedder_id: str | None,
+    layers: Sequence[str] | None = None,
+    session_id: str | None = None,
+    limit: int = 10,
+    keyword_weight: float = 1.0,
+    vector_weight: float = 1.0,
+    rrf_k: int = 5,
+    candidates: int = 50,
+    keyword_engine: Engine | None = None,
+) -> list[Hit]:
+    """BM25 and KNN candidates fused by weighted reciprocal rank; only the user's current rows, best first.
+
+    The vector ranking is exact cosine over the bit-vector candidates and the keyword candidates (one query
+    applies the filter and re-scores), so filtered-out rows do not take ranks; only the winners' rows are
+    read in full.
+
+    `keyword_engine`: split the work between two threads. A worker thread runs the keyword search and two
+    of the eight shards' bit KNN on its own connection of this engine while this thread runs the other six:
+    SQLite releases the GIL while it works, so on two cores they overlap (bench/bench_memory.py, "hybrid"
+    against "hybrid, 1 thread"). That connection does not see this session's uncommitted rows: pass it only
+    to search committed data.
+    """
+    use_vec = vector is not None and embedder_id is not None and vector_weight > 0
+    # The bit stage costs O(rows x k): ask for what can reach the fused top `limit` (a vector rank past
+    # 2 x limit needs the keyword ranking's help, which the keyword candidates' exact distances give).
+    bit_k = min(candidates, max(20, 2 * limit))
+    one_layer = layers[0] if layers and len(layers) == 1 else None
+    bits = query_bits(s, vector) if use_vec and vector is not None else None
+    # Oversample: superseded, expired and other-session rows are filtered after each search.
+    kw_ids: list[int] = []
+    cands: list[int] = []
+    if keyword_weight > 0 and bits is not None and keyword_engine is not None:
+        side = _retriever_pool().submit(
+            _keyword_side, keyword_engine, user_id, query_text, candidates, (bits, bit_k, one_layer)
+        )
+        try:
+            cands = bit_candidates(s, user_id, bits, bit_k, one_layer, OTHER_SHARDS)
+        finally:
+            kw_ids, side_cands = side.result()
+        cands += side_cands
+    else:
+        if keyword_weight > 0:
+            kw_ids = keyword_ids(s, user_id, query_text, candidates)
+        if bits is not None:
+            cands = bit_candidates(s, user_id, bits, bit_k, one_layer)
+    ids = set(kw_ids).union(cands)
+    if not ids:
+        return []
+    params: dict[str, Any] = {
+        "ids": list(ids),
+        "uid": user_id,
+        "now": now,
+        # No vector: a query vector no row's embedder matches, so every distance is NULL.
+        "emb": embedder_id if use_vec else None,
+        "qv": f32(vector) if use_vec and vector is not None else b"",
+    }
+    if layers:
+        params["layers"] = list(layers)
+    if session_id is not None:
+        params["sid"] = session_id
+    visible: set[int] = set()
+    dists: dict[int, float] = {}
+    for rid, dist in s.execute(_SCORED[(bool(layers), session_id is not None)], params):
+        visible.add(rid)
+        if dist is not None:
+            dists[rid] = float(dist)
+    vec_found = sorted(dists, key=lambda i: (dists[i], -i))[:candidates]
+    scores: dict[int, float] = {}
+    kw_rank: dict[int, int] = {}
+    vec_rank: dict[int, int] = {}
+    sims: dict[int, float] = {}
+    for rank, i in enumerate((i for i in kw_ids if i in visible), start=1):
+        kw_rank[i] = rank
+        scores[i] = scores.get(i, 0.0) + keyword_weight / (rrf_k + rank)
+    for rank, i in enumerate(vec_found, start=1):
+        vec_rank[i] = rank
+        sims[i] = 1.0 - dists[i]
+        scores[i] = scores.get(i, 0.0) + vector_weight / (rrf_k + rank)
+    # Relevance 1.0 = ranked first by every retriever that ran.
+    best = (keyword_weight if kw_ids else 0.0) + (vector_weight if vec_found else 0.0)
+    top = sorted(scores, key=lambda i: (-scores[i], -i))[:limit]
+    rows = (
+        {r.id: r for r in (MemoryRow(*tuple(r)) for r in s.execute(_ROWS_BY_ID, {"ids": top}))} if top else {}
+    )
+    return [
+        Hit(
+            memory=rows[i],
+            relevance=round(scores[i] * (rrf_k + 1) / best, 3) if best else 0.0,
+            similarity=round(sims[i], 4) if i in sims else None,
+            keyword_rank=kw_rank.get(i),
+            vector_rank=vec_rank.get(i),
+        )
+        for i in top
+        if i in rows
+    ]
