@@ -89,6 +89,9 @@ async def test_the_model_can_start_a_new_session(tmp_path: Path, tg: FakeTelegra
         tg.push_text(OWNER, "go on")
         await h.final_text(OWNER, "Let us begin with ownership.")
         assert [m["content"] for m in llm.requests[-1]["messages"][1:]] == ["go on"]
+        # The old session's summary is carried into the new session's prompt.
+        system = llm.requests[-1]["messages"][0]["content"]
+        assert "Summary of the previous session" in system and "The user wants to learn Rust." in system
 
 
 async def test_rollover_missed_while_down_is_caught_up_at_start(
