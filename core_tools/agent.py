@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from core_tools.errors import BudgetExceeded
 from core_tools.llm import LLMClient, estimate_tokens
 from core_tools.prompts import FINAL_ANSWER_NOTES, system_prompt
 from core_tools.registry import ToolRegistry
@@ -181,17 +182,22 @@ class Agent:
     async def run_turn(self, turn: TurnInput, sink: TurnSink) -> TurnResult:
         """Answer one user message; raises LLMUnavailable or TimeoutError (the message stays stored).
 
-        Raises BudgetExceeded, storing nothing of the turn, when the user is over a usage cap.
+        Raises BudgetExceeded, before any LLM request, when the user is over a usage cap; the message is
+        kept as "refused" and is part of the conversation the model sees once the cap resets.
         """
         conv = self.conversations
         conv.ensure_user(turn.user_id, turn.first_name, turn.username)
-        if self.budget is not None:
-            self.budget.check(turn.user_id, "chat")
         session = conv.current_session(turn.user_id, turn.chat_id)
-        # Stored before any LLM call: a crash or an LLM failure loses nothing the user wrote.
+        # Stored before any LLM call: a crash, an LLM failure or a usage cap loses nothing the user wrote.
         user_msg_id = conv.add_message(
             session.id, turn.user_id, turn.chat_id, "user", turn.text, status="pending"
         )
+        if self.budget is not None:
+            try:
+                self.budget.check(turn.user_id, "chat")
+            except BudgetExceeded:
+                conv.set_status(user_msg_id, "refused")
+                raise
         try:
             async with asyncio.timeout(self.config.turn_timeout_s):
                 result = await self._loop(turn, session.id, sink)

@@ -262,7 +262,7 @@ class Conversations:
             return int(key[0])
 
     def set_status(self, message_id: int, status: str) -> None:
-        """Change a user message's status (pending -> answered | failed | interrupted)."""
+        """Change a user message's status (pending -> answered | failed | interrupted | refused)."""
         with self._engine.begin() as conn:
             conn.execute(_SET_STATUS, {"mid": message_id, "new_status": status})
 

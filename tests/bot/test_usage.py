@@ -136,6 +136,12 @@ async def test_over_budget_turn_sends_nothing_and_owner_is_told_once(
         assert sum("reached the daily" in t for t in tg.sent_texts(OWNER)) == 1
         out = await h.command(FRIEND, "/usage", "Usage today")
         assert "Daily tokens cap: " in out and "reached" in out and "refused (cap) 2" in out
+        # Nothing the user wrote was lost: once the cap is lifted, the model sees the refused messages too.
+        await h.command(OWNER, f"/budget {FRIEND} daily none", "Done.")
+        tg.push_text(FRIEND, "and now?", first_name="Bob")
+        await h.tg.wait_for(lambda: len(llm.requests) == sent + 1, what="the next request")
+        said = [m["content"] for m in llm.requests[-1]["messages"] if m["role"] == "user"]
+        assert said == ["hi", "again 0", "again 1", "and now?"]
 
 
 @pytest.mark.skipif(

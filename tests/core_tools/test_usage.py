@@ -341,13 +341,13 @@ async def test_turn_crossing_the_cap_stops_tool_use(
     await svc.drain()
     assert len(notices.sent) == 1
 
-    # The next turn is refused before any request, and nothing of it is stored.
+    # The next turn is refused before any request; the message is kept, marked refused.
     with pytest.raises(BudgetExceeded, match="daily token cap"):
         await a.run_turn(TurnInput(USER, USER, "and y?"), Sink())
     assert len(llm.requests) == 2
     with sm() as s:
         users = s.scalars(select(Message).where(Message.role == "user")).all()
-        assert [(m.content, m.status) for m in users] == [("find x " * 20, "answered")]
+        assert [(m.content, m.status) for m in users] == [("find x " * 20, "answered"), ("and y?", "refused")]
     await a.llm.close()
     out = svc.format_report(svc.report(USER, "today"))
     assert "Stopped: budget stop 1, refused (cap) 1" in out
