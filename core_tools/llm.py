@@ -59,7 +59,7 @@ def _connect_failed(exc: BaseException) -> bool:
     while seen is not None:
         if isinstance(seen, OSError) and not isinstance(seen, TimeoutError):
             return True
-        seen = seen.__cause__ or seen.__context__
+        seen = seen.__cause__
     return False
 
 
