@@ -17,6 +17,10 @@ from sqlalchemy.orm import Session, sessionmaker
 log = logging.getLogger(__name__)
 
 BUSY_TIMEOUT_MS = 5000
+# Reads through a memory map instead of a read() per page: the vector search reads every bit vector of a
+# user (100k memories: 4.8 MB a query), 7.5 -> 5.9 ms at 100k (bench/bench_memory.py). An upper bound on
+# the mapping, not memory taken; the stdlib sqlite3 caps it at 2 GB.
+MMAP_SIZE = 1 << 32
 
 
 def sqlite_module() -> ModuleType:
@@ -36,6 +40,7 @@ def _on_connect(dbapi_conn: Any, _record: Any) -> None:
     cur.execute("PRAGMA foreign_keys=ON")
     cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
     cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute(f"PRAGMA mmap_size={MMAP_SIZE}")
     cur.close()
 
 
