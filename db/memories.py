@@ -266,6 +266,17 @@ def get_center(s: Session) -> list[float] | None:
     return list(struct.unpack(f"<{len(raw) // 4}f", raw))
 
 
+def quantized_bits(vector: Sequence[float], center: Sequence[float] | None) -> bytes:
+    """What vec_quantize_binary(quantized(vector, center)) returns, computed here without a query: one
+    bit a dimension, set when the float32 value is above zero, least significant bit first."""
+    raw = quantized(vector, center)
+    out = bytearray(len(raw) // 32)
+    for i, x in enumerate(struct.unpack(f"<{len(raw) // 4}f", raw)):
+        if x > 0:
+            out[i >> 3] |= 1 << (i & 7)
+    return bytes(out)
+
+
 def quantized(vector: Sequence[float], center: Sequence[float] | None) -> bytes:
     """Padded float32 bytes of vector - center: what vec_quantize_binary turns into the stored bits."""
     padded = list(vector) + [0.0] * (bit_width(len(vector)) - len(vector))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import shutil
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -391,6 +392,22 @@ async def test_odd_dimension_and_center(engine: Engine, clock: Clock) -> None:
         assert s.execute(text("SELECT count(*) FROM memories_vec")).scalar() == q.CENTER_SAMPLE + 1
     found = await store.recall(1, "beagle")
     assert found[0]["content"] == "Our dog is a beagle named Max"
+
+
+def test_query_bits_are_the_stored_quantization(engine: Engine) -> None:
+    # Recall quantizes the query in Python; the stored vectors went through sqlite-vec's
+    # vec_quantize_binary. The two must agree bit for bit, or the bit search compares different things.
+    rnd = random.Random(5)
+    with make_sessionmaker(engine)() as s:
+        for dim in (12, 16, 384):
+            center = [rnd.uniform(-0.1, 0.1) for _ in range(q.bit_width(dim))]
+            for vector in ([rnd.gauss(0, 1) for _ in range(dim)] for _ in range(50)):
+                for c in (None, center):
+                    want = s.execute(
+                        text("SELECT vec_quantize_binary(:v)"), {"v": q.quantized(vector, c)}
+                    ).scalar()
+                    assert q.quantized_bits(vector, c) == want
+        assert q.quantized_bits([1e-50, -1.0, 0.0, 2.0] + [0.0] * 4, None) == bytes([0b1000])
 
 
 def test_migration_0004_moves_vectors_and_back(tmp_path: Path) -> None:
