@@ -12,6 +12,7 @@ from telegram.error import TelegramError
 from telegram.ext import Application, ContextTypes
 
 from bot.wiring import Services
+from core_tools.types import ChatType
 from db.models import utcnow
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,9 @@ class MemoryCommands:
         msg, user_id = update.effective_message, update.effective_user.id
         args = context.args or []
         store = self.services.memory
+        if update.effective_chat.type != ChatType.PRIVATE:  # memories are private: never shown to a group
+            await msg.reply_text("Your memories are private: use /memory in a private chat with me.")
+            return
         if not args:
             session = self.services.conversations.current_session(user_id, update.effective_chat.id)
             sections = []

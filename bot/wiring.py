@@ -158,8 +158,12 @@ def build_services(settings: Settings) -> Services:
         return await memory.context_for_prompt(user_id, session_id, message, budget_chars)
 
     async def previous_session(user_id: int, session_id: str, message: str) -> str:
-        # The summary carried forward from the last session, so a new session does not start from nothing.
-        last = conversations.last_summary(user_id)
+        # The summary carried forward from the last session in this chat, so a new session does not start
+        # from nothing; another chat's summary never comes here.
+        owner_chat = conversations.session_chat(session_id)
+        if owner_chat is None:
+            return ""
+        last = conversations.last_summary(*owner_chat)
         if last is None or last[1].startswith("("):
             return ""
         quoted = json.dumps(last[1][:1500], ensure_ascii=False)
@@ -175,7 +179,8 @@ def build_services(settings: Settings) -> Services:
             turn_timeout_s=settings.turn_timeout_s,
             default_timezone=settings.default_timezone,
         ),
-        context_providers=[previous_session, memories_for_prompt],
+        context_providers=[previous_session],
+        private_context_providers=[memories_for_prompt],  # memories are private: never in a group
         budget=usage_service,
     )
     return Services(

@@ -6,16 +6,24 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from core_tools.errors import BudgetExceeded
 from core_tools.llm import LLMClient, estimate_tokens
 from core_tools.prompts import FINAL_ANSWER_NOTES, system_prompt
 from core_tools.registry import ToolRegistry
-from core_tools.types import ChatMessage, LLMReply, ToolCallRequest, ToolContext, ToolOutcome
+from core_tools.types import (
+    ChatMessage,
+    LLMReply,
+    ToolCallRequest,
+    ToolContext,
+    ToolOutcome,
+    chat_type_of,
+    is_private,
+)
 from db.conversations import Conversations, StoredMessage
 
 log = logging.getLogger(__name__)
@@ -59,6 +67,8 @@ class AgentConfig:
     history_max_messages: int = 200  # rows read per request; the token budget usually binds first
     turn_timeout_s: float = 300.0
     default_timezone: str = "UTC"
+    # Tools that read or change the user's private data: not offered, and refused, outside private chats.
+    private_tools: frozenset[str] = frozenset({"memory"})
 
 
 @dataclass
@@ -81,6 +91,18 @@ class TurnInput:
     text: str
     first_name: str | None = None
     username: str | None = None
+    # ChatType value; None when unknown, which counts as private only in the user's own chat id.
+    chat_type: str | None = None
+
+    @property
+    def kind(self) -> str:
+        """The chat type, resolved (see chat_type_of)."""
+        return chat_type_of(self.user_id, self.chat_id, self.chat_type)
+
+    @property
+    def private(self) -> bool:
+        """Whether the turn is in the user's private chat, where their memories may be used."""
+        return is_private(self.kind, self.user_id, self.chat_id)
 
 
 def _to_chat(m: StoredMessage) -> ChatMessage:
@@ -88,12 +110,46 @@ def _to_chat(m: StoredMessage) -> ChatMessage:
     return ChatMessage(m.role, m.content, calls, m.tool_call_id, m.tool_name)
 
 
-def build_history(stored: Sequence[StoredMessage], token_budget: int) -> list[ChatMessage]:
-    """Newest messages within the budget, oldest dropped first, never splitting a tool call from its result.
+# Under a tight budget each tool result keeps at least its head (where a page's title or an error is); fewer
+# characters when a round holds so many results that even this much would not fit.
+MIN_RESULT_CHARS = 400
+FLOOR_RESULT_CHARS = 80
+CHARS_PER_TOKEN = 4  # the same rough ratio as estimate_tokens
 
-    An assistant message whose tool results are incomplete (a turn cut by a crash) is dropped with its
-    partial results: the API rejects a tool call without a result.
-    """
+
+def _cost(m: StoredMessage) -> int:
+    return estimate_tokens((m.content or "") + json.dumps(m.tool_calls or [])) + 4
+
+
+def cut_result(content: str, keep: int) -> str:
+    """The first `keep` characters of a tool result with a mark saying how much was cut."""
+    if len(content) <= keep:
+        return content
+    return f"{content[:keep]}\n[cut: {keep} of {len(content)} characters]"
+
+
+def _shrunk(unit: list[StoredMessage], keep: int) -> list[StoredMessage]:
+    return [
+        replace(m, content=cut_result(m.content or "", keep)) if m.role == "tool" else m for m in unit
+    ]
+
+
+def _share(sizes: list[int], allowed: int, floor: int) -> int:
+    """The largest per-result cap (at least `floor`) with which the results fit in `allowed` characters."""
+    if sum(sizes) <= allowed:
+        return max(sizes, default=0)
+    low, high = floor, max(sizes)
+    while low < high:  # binary search on the cap: sum(min(size, cap)) grows with the cap
+        mid = (low + high + 1) // 2
+        if sum(min(s, mid) for s in sizes) <= allowed:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def _units(stored: Sequence[StoredMessage]) -> list[list[StoredMessage]]:
+    """Messages grouped so that an assistant tool call and its results are one unit."""
     units: list[list[StoredMessage]] = []
     i = 0
     while i < len(stored):
@@ -118,19 +174,64 @@ def build_history(stored: Sequence[StoredMessage], token_budget: int) -> list[Ch
             continue
         units.append([m])
         i += 1
+    return units
+
+
+def _fit_current_turn(units: list[list[StoredMessage]], token_budget: int) -> list[list[StoredMessage]]:
+    """The current turn whole, its tool results shrunk to the budget: oldest round first, one round's
+    results sharing equally. The question and every call with its result stay, even over the budget."""
+    fixed = sum(_cost(m) for unit in units for m in unit if m.role != "tool")
+    rounds = [[len(m.content or "") for m in unit if m.role == "tool"] for unit in units]
+    n_results = sum(len(r) for r in rounds)
+    if not n_results:
+        return units
+    available = max(0, token_budget - fixed - 4 * n_results) * CHARS_PER_TOKEN
+    floor = max(FLOOR_RESULT_CHARS, min(MIN_RESULT_CHARS, available // n_results))
+    total = sum(sum(r) for r in rounds)
+    out: list[list[StoredMessage]] = []
+    for unit, sizes in zip(units, rounds, strict=True):
+        excess = total - available
+        if not sizes or excess <= 0:
+            out.append(unit)
+            continue
+        cap = _share(sizes, max(0, sum(sizes) - excess), floor)
+        shrunk = _shrunk(unit, cap)
+        total -= sum(sizes) - sum(min(s, cap) for s in sizes)
+        out.append(shrunk)
+    return out
+
+
+def build_history(
+    stored: Sequence[StoredMessage], token_budget: int, current_id: int | None = None
+) -> list[ChatMessage]:
+    """The conversation within the budget: the current turn always, then older messages newest first.
+
+    The current turn (from the user message `current_id`, or the last user message) always goes in whole,
+    its tool results cut to fit (`cut_result`). Older messages are dropped oldest first; an older tool
+    round that does not fit is kept with its results cut short before it is dropped. A tool call is never
+    split from its results; an assistant message whose results are incomplete (a turn cut by a crash) is
+    dropped with its partial results: the API rejects a tool call without a result.
+    """
+    units = _units(stored)
+    starts = [k for k, u in enumerate(units) if u[0].role == "user"]
+    current = next((k for k in starts if units[k][0].id == current_id), starts[-1] if starts else len(units))
+    tail = _fit_current_turn(units[current:], token_budget)
+    used = sum(_cost(m) for unit in tail for m in unit)
     kept: list[list[StoredMessage]] = []
-    used = 0
-    for unit in reversed(units):
-        cost = sum(estimate_tokens((u.content or "") + json.dumps(u.tool_calls or [])) + 4 for u in unit)
-        if kept and used + cost > token_budget:
+    for unit in reversed(units[:current]):
+        cost = sum(_cost(m) for m in unit)
+        if used + cost > token_budget and len(unit) > 1:
+            unit = _shrunk(unit, MIN_RESULT_CHARS)
+            cost = sum(_cost(m) for m in unit)
+        if used + cost > token_budget:
             break
         kept.append(unit)
         used += cost
-    out = [_to_chat(m) for unit in reversed(kept) for m in unit]
+    older = [_to_chat(m) for unit in reversed(kept) for m in unit]
     # A history must not start with tool results or an assistant tool call cut from its user message.
-    while out and out[0].role != "user":
-        out.pop(0)
-    return out
+    while older and older[0].role != "user":
+        older.pop(0)
+    return older + [_to_chat(m) for unit in tail for m in unit]
 
 
 def _call_key(call: ToolCallRequest) -> str:
@@ -153,12 +254,15 @@ class Agent:
         context_providers: Sequence[ContextProvider] = (),
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         budget: TurnBudget | None = None,
+        private_context_providers: Sequence[ContextProvider] = (),
     ) -> None:
         self.llm = llm
         self.registry = registry
         self.conversations = conversations
         self.config = config or AgentConfig()
         self.context_providers = list(context_providers)
+        # Sections built from the user's private data (memories): used in private chats only.
+        self.private_context_providers = list(private_context_providers)
         self.clock = clock
         self.budget = budget
 
@@ -172,7 +276,8 @@ class Agent:
     async def _system(self, turn: TurnInput, session_id: str) -> ChatMessage:
         tz, tz_name = self._timezone(turn.user_id)
         sections: list[str] = []
-        for provider in self.context_providers:
+        providers = self.context_providers + (self.private_context_providers if turn.private else [])
+        for provider in providers:
             try:
                 sections.append(await provider(turn.user_id, session_id, turn.text))
             except Exception:  # context is a bonus: a failing provider must not stop the turn
@@ -187,7 +292,7 @@ class Agent:
         """
         conv = self.conversations
         conv.ensure_user(turn.user_id, turn.first_name, turn.username)
-        session = conv.current_session(turn.user_id, turn.chat_id)
+        session = conv.current_session(turn.user_id, turn.chat_id, chat_type=turn.kind)
         # Stored before any LLM call: a crash, an LLM failure or a usage cap loses nothing the user wrote.
         user_msg_id = conv.add_message(
             session.id, turn.user_id, turn.chat_id, "user", turn.text, status="pending"
@@ -200,7 +305,7 @@ class Agent:
                 raise
         try:
             async with asyncio.timeout(self.config.turn_timeout_s):
-                result = await self._loop(turn, session.id, sink)
+                result = await self._loop(turn, session.id, user_msg_id, sink)
         except asyncio.CancelledError:  # shutdown mid-turn: the next start tells the user
             conv.set_status(user_msg_id, "interrupted")
             raise
@@ -210,7 +315,14 @@ class Agent:
         conv.set_status(user_msg_id, "answered")
         return result
 
-    async def _loop(self, turn: TurnInput, session_id: str, sink: TurnSink) -> TurnResult:
+    def _tool_schemas(self, turn: TurnInput) -> list[dict[str, Any]] | None:
+        schemas = self.registry.schemas()
+        if not turn.private:
+            hidden = self.config.private_tools
+            schemas = [s for s in schemas if s.get("function", {}).get("name") not in hidden]
+        return schemas or None
+
+    async def _loop(self, turn: TurnInput, session_id: str, user_msg_id: int, sink: TurnSink) -> TurnResult:
         conv = self.conversations
         system = await self._system(turn, session_id)
         result = TurnResult(text="")
@@ -222,8 +334,9 @@ class Agent:
             if rounds and result.stopped_by is None and self._over_budget(turn.user_id):
                 result.stopped_by = "budget"
             history = build_history(
-                conv.messages(session_id, limit=self.config.history_max_messages),
+                conv.messages(session_id, limit=self.config.history_max_messages, since_id=user_msg_id),
                 self.config.history_token_budget,
+                current_id=user_msg_id,
             )
             final_round = result.stopped_by is not None
             messages = [system, *history]
@@ -231,7 +344,7 @@ class Agent:
                 messages.append(ChatMessage("system", FINAL_ANSWER_NOTES[result.stopped_by or "chain_limit"]))
             reply: LLMReply = await self.llm.complete(
                 messages,
-                tools=None if final_round or not self.registry.names else self.registry.schemas(),
+                tools=None if final_round else self._tool_schemas(turn),
                 on_delta=sink.text,
                 purpose="final" if final_round else "chat",
                 user_id=turn.user_id,
@@ -282,9 +395,16 @@ class Agent:
             trigger_message=turn.text,
             reasoning=reply.content or None,
             progress=sink.status,
+            chat_type=turn.kind,
         )
 
         async def one(call: ToolCallRequest) -> ToolOutcome:
+            if call.name in self.config.private_tools and not turn.private:
+                err = (
+                    f"the {call.name} tool is not available in group chats: the user's memories are "
+                    "private; answer without them, or ask the user to talk to you in a private chat"
+                )
+                return ToolOutcome(call.id, call.name, False, json.dumps({"ok": False, "error": err}), 0, err)
             key = _call_key(call)
             if key in seen:
                 err = "repeated call: this exact call was already made in this turn; use its earlier result"

@@ -1,7 +1,9 @@
 """Session division: /newsession, the model's new_session action and the scheduled rollover.
 
-Ending a session summarises it with the LLM into a `short` memory, clears its `session` memories and opens a
-new one. The rollover runs on a schedule (not lazily on the next message), spares a chat that is active, and
+A user has one open session per chat. Ending a session summarises it with the LLM, clears its `session`
+memories and opens a new one in the same chat; the summary is kept on the session (the next session of that
+chat shows it) and, for a private chat only, as a `short` memory: a group's talk never becomes a private
+memory, and private memories never reach a group. The rollover runs on a schedule (not lazily on the next message), spares a chat that is active, and
 catches up after downtime because it compares each open session with the last boundary that has passed.
 """
 
@@ -17,7 +19,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from core_tools.errors import BudgetExceeded, LLMUnavailable
 from core_tools.llm import LLMClient
 from core_tools.tools.memory import MemoryStore
-from core_tools.types import ChatMessage
+from core_tools.types import ChatMessage, is_private
 from db.conversations import Conversations, SessionInfo, StoredMessage
 
 log = logging.getLogger(__name__)
@@ -104,22 +106,27 @@ class SessionManager:
             return f"(no summary: {exc})"
         return reply.content.strip() or "(empty summary)"
 
-    async def new_session(self, user_id: int, chat_id: int, name: str | None = None) -> NewSession:
-        """End the user's open session (summary kept as a short memory) and start a new one."""
+    async def new_session(
+        self, user_id: int, chat_id: int, name: str | None = None, chat_type: str | None = None
+    ) -> NewSession:
+        """End the user's open session in this chat (a private one's summary kept as a short memory) and
+        start a new one there; `chat_type` is needed only when the chat has no session yet."""
         conv = self.conversations
         now = self.clock()
-        old = conv.current_session(user_id, chat_id)
+        old = conv.current_session(user_id, chat_id, chat_type=chat_type)
         messages = conv.messages(old.id, limit=400)
         summary: str | None = None
         if any(m.role == "user" for m in messages):
             summary = await self.summarise(old, messages)
-            if self.memory is not None:
+            if self.memory is not None and is_private(old.chat_type, user_id, chat_id):
                 await self.memory.archive_summary(user_id, old.name, old.started_at, now, summary)
         if self.memory is not None:
             await self.memory.clear_session_memories(user_id, old.id)
         conv.end_session(old.id, summary, now=now)
         local = now.astimezone(self.timezone(user_id))
-        new = conv.start_session(user_id, chat_id, name or f"Session {local:%Y-%m-%d %H:%M}", now=now)
+        new = conv.start_session(
+            user_id, chat_id, name or f"Session {local:%Y-%m-%d %H:%M}", now=now, chat_type=old.chat_type
+        )
         return NewSession(old if messages else None, new, summary)
 
     async def start_for_model(self, user_id: int, chat_id: int, name: str | None) -> str:
@@ -131,7 +138,8 @@ class SessionManager:
         return f"Started a new session: {result.new.name}.{carried}"
 
     async def rollover_due(self) -> list[NewSession]:
-        """Roll over every open session that began before the last boundary and whose chat is idle."""
+        """Roll over every open session (each user in each chat) that began before the last boundary and
+        whose chat is idle."""
         now = self.clock()
         done: list[NewSession] = []
         for session in self.conversations.open_sessions():

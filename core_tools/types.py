@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Protocol
 
 
@@ -15,6 +16,29 @@ class Notifier(Protocol):
     """Sends a message to a chat outside of a running turn (background jobs, rollover notices)."""
 
     async def send(self, chat_id: int, text: str) -> None: ...
+
+
+class ChatType(StrEnum):
+    """The kind of chat a turn happens in (Telegram's chat types, as plain strings)."""
+
+    PRIVATE = "private"
+    GROUP = "group"
+    SUPERGROUP = "supergroup"
+    CHANNEL = "channel"
+
+
+def is_private(chat_type: str, user_id: int, chat_id: int) -> bool:
+    """Whether a chat is the user's own: private type and the user's id (Telegram's private chat id)."""
+    # Both must hold: a wrong or missing type never opens the user's private memories to a shared chat.
+    return chat_type == ChatType.PRIVATE and chat_id == user_id
+
+
+def chat_type_of(user_id: int, chat_id: int, chat_type: str | None) -> str:
+    """A known chat type as a string; when unknown, private only for the user's own chat id."""
+    if chat_type in {t.value for t in ChatType}:
+        assert chat_type is not None
+        return chat_type
+    return ChatType.PRIVATE.value if chat_id == user_id else ChatType.GROUP.value
 
 
 @dataclass(frozen=True)
@@ -29,6 +53,8 @@ class ToolContext:
     reasoning: str | None = None
     # Shows a one-line status ("running code...") in the chat while the tool works.
     progress: Callable[[str], Awaitable[None]] = _no_progress
+    # "private" | "group" | "supergroup" | "channel" (ChatType); private data stays out of shared chats.
+    chat_type: str = ChatType.PRIVATE.value
 
 
 @dataclass(frozen=True)

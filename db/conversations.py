@@ -34,24 +34,39 @@ _OPEN_SESSION = (
         _SESSIONS.c.started_at,
         _SESSIONS.c.last_activity_at,
         _SESSIONS.c.ended_at,
+        _SESSIONS.c.chat_type,
     )
-    .where(_SESSIONS.c.user_id == bindparam("uid"), _SESSIONS.c.ended_at.is_(None))
+    .where(
+        _SESSIONS.c.user_id == bindparam("uid"),
+        _SESSIONS.c.chat_id == bindparam("cid"),
+        _SESSIONS.c.ended_at.is_(None),
+    )
     .order_by(_SESSIONS.c.started_at.desc())
     .limit(1)
 )
+_HISTORY_COLUMNS = (
+    _MESSAGES.c.id,
+    _MESSAGES.c.role,
+    _MESSAGES.c.content,
+    _MESSAGES.c.tool_calls,
+    _MESSAGES.c.tool_call_id,
+    _MESSAGES.c.tool_name,
+    _MESSAGES.c.status,
+)
 _HISTORY = (
-    select(
-        _MESSAGES.c.id,
-        _MESSAGES.c.role,
-        _MESSAGES.c.content,
-        _MESSAGES.c.tool_calls,
-        _MESSAGES.c.tool_call_id,
-        _MESSAGES.c.tool_name,
-        _MESSAGES.c.status,
-    )
+    select(*_HISTORY_COLUMNS)
     .where(_MESSAGES.c.session_id == bindparam("sid"))
     .order_by(_MESSAGES.c.id.desc())
     .limit(bindparam("lim"))
+)
+_HISTORY_BETWEEN = (
+    select(*_HISTORY_COLUMNS)
+    .where(
+        _MESSAGES.c.session_id == bindparam("sid"),
+        _MESSAGES.c.id >= bindparam("first"),
+        _MESSAGES.c.id < bindparam("before"),
+    )
+    .order_by(_MESSAGES.c.id)
 )
 
 
@@ -80,10 +95,18 @@ class SessionInfo:
     started_at: datetime
     last_activity_at: datetime
     ended_at: datetime | None
+    chat_type: str = "private"  # private | group | supergroup | channel
 
 
 def _info(s: ChatSession) -> SessionInfo:
-    return SessionInfo(s.id, s.user_id, s.chat_id, s.name, s.started_at, s.last_activity_at, s.ended_at)
+    return SessionInfo(
+        s.id, s.user_id, s.chat_id, s.name, s.started_at, s.last_activity_at, s.ended_at, s.chat_type
+    )
+
+
+def _chat_type(user_id: int, chat_id: int, chat_type: str | None) -> str:
+    # Unknown type: only the user's own chat id (a Telegram private chat's id) counts as private.
+    return chat_type or ("private" if chat_id == user_id else "group")
 
 
 @dataclass(frozen=True)
@@ -112,7 +135,9 @@ class Conversations:
         # Small per-process caches of the hot path; the bot is the only writer of these columns.
         self._seen: dict[int, tuple[tuple[str | None, str | None], datetime]] = {}
         self._timezones: dict[int, str | None] = {}
-        self._summaries: dict[int, tuple[str, str] | None] = {}  # last_summary(); reset by end_session
+        # last_summary() per (user, chat); reset by end_session
+        self._summaries: dict[tuple[int, int], tuple[str, str] | None] = {}
+        self._session_chats: dict[str, tuple[int, int]] = {}
 
     def ensure_user(self, user_id: int, first_name: str | None = None, username: str | None = None) -> None:
         """Create the user on first contact; later refresh the name and (once a minute) the last-seen time."""
@@ -151,25 +176,30 @@ class Conversations:
                 user.timezone = tz
         self._timezones[user_id] = tz
 
-    def current_session(self, user_id: int, chat_id: int, now: datetime | None = None) -> SessionInfo:
-        """The user's open session, opening one if there is none."""
+    def current_session(
+        self, user_id: int, chat_id: int, now: datetime | None = None, chat_type: str | None = None
+    ) -> SessionInfo:
+        """The user's open session in this chat, opening one (of `chat_type`) if there is none."""
         with self._engine.connect() as conn:
-            row = conn.execute(_OPEN_SESSION, {"uid": user_id}).first()
+            row = conn.execute(_OPEN_SESSION, {"uid": user_id, "cid": chat_id}).first()
         if row is not None:
             return SessionInfo(*row)
-        with self._sm.begin() as s:
-            _ensure_user_row(s, user_id)
-            started = now or utcnow()
-            new = ChatSession(
-                user_id=user_id,
-                chat_id=chat_id,
-                name=f"Session {started:%Y-%m-%d %H:%M}",
-                started_at=started,
-                last_activity_at=started,
-            )
-            s.add(new)
-            s.flush()
-            return _info(new)
+        return self.start_session(user_id, chat_id, now=now, chat_type=chat_type)
+
+    def session_chat(self, session_id: str) -> tuple[int, int] | None:
+        """(user id, chat id) of a session (cached: they never change)."""
+        found = self._session_chats.get(session_id)
+        if found is None:
+            with self._engine.connect() as conn:
+                row = conn.execute(
+                    select(_SESSIONS.c.user_id, _SESSIONS.c.chat_id).where(_SESSIONS.c.id == session_id)
+                ).first()
+            if row is None:
+                return None
+            if len(self._session_chats) > 10_000:  # a bound, not an eviction policy: refilled on demand
+                self._session_chats.clear()
+            found = self._session_chats[session_id] = (int(row[0]), int(row[1]))
+        return found
 
     def get_session(self, session_id: str) -> SessionInfo | None:
         """A session by id."""
@@ -187,15 +217,21 @@ class Conversations:
         self._summaries.clear()
 
     def start_session(
-        self, user_id: int, chat_id: int, name: str | None = None, now: datetime | None = None
+        self,
+        user_id: int,
+        chat_id: int,
+        name: str | None = None,
+        now: datetime | None = None,
+        chat_type: str | None = None,
     ) -> SessionInfo:
-        """Open a new session (the caller ends the old one first)."""
+        """Open a new session of the user in this chat (the caller ends the old one first)."""
         started = now or utcnow()
         with self._sm.begin() as s:
             _ensure_user_row(s, user_id)
             new = ChatSession(
                 user_id=user_id,
                 chat_id=chat_id,
+                chat_type=_chat_type(user_id, chat_id, chat_type),
                 name=name or f"Session {started:%Y-%m-%d %H:%M}",
                 started_at=started,
                 last_activity_at=started,
@@ -204,19 +240,25 @@ class Conversations:
             s.flush()
             return _info(new)
 
-    def last_summary(self, user_id: int) -> tuple[str, str] | None:
-        """(name, summary) of the user's most recently ended session that has a summary (cached)."""
-        if user_id in self._summaries:
-            return self._summaries[user_id]
+    def last_summary(self, user_id: int, chat_id: int | None = None) -> tuple[str, str] | None:
+        """(name, summary) of the user's most recently ended session with a summary in this chat (cached);
+        the private chat (chat id = user id) when no chat is given."""
+        key = (user_id, user_id if chat_id is None else chat_id)
+        if key in self._summaries:
+            return self._summaries[key]
         with self._sm() as s:
             row = s.execute(
                 select(ChatSession.name, ChatSession.summary)
-                .where(ChatSession.user_id == user_id, ChatSession.summary.is_not(None))
+                .where(
+                    ChatSession.user_id == key[0],
+                    ChatSession.chat_id == key[1],
+                    ChatSession.summary.is_not(None),
+                )
                 .order_by(ChatSession.ended_at.desc())
                 .limit(1)
             ).first()
         found = None if row is None or row[1] is None else (row[0], row[1])
-        self._summaries[user_id] = found
+        self._summaries[key] = found
         return found
 
     def open_sessions(self) -> list[SessionInfo]:
@@ -266,11 +308,15 @@ class Conversations:
         with self._engine.begin() as conn:
             conn.execute(_SET_STATUS, {"mid": message_id, "new_status": status})
 
-    def messages(self, session_id: str, limit: int = 500) -> list[StoredMessage]:
-        """The newest `limit` messages of a session, oldest first (without `created_at`, to stay cheap)."""
+    def messages(self, session_id: str, limit: int = 500, since_id: int | None = None) -> list[StoredMessage]:
+        """The newest `limit` messages of a session, oldest first (without `created_at`, to stay cheap),
+        and every message from `since_id` on even past the limit (the current turn is always whole)."""
         with self._engine.connect() as conn:
-            rows = conn.execute(_HISTORY, {"sid": session_id, "lim": limit}).all()
-        return [StoredMessage(*row) for row in reversed(rows)]
+            rows = list(reversed(conn.execute(_HISTORY, {"sid": session_id, "lim": limit}).all()))
+            if since_id is not None and rows and rows[0][0] > since_id:
+                params = {"sid": session_id, "first": since_id, "before": rows[0][0]}
+                rows = [*conn.execute(_HISTORY_BETWEEN, params).all(), *rows]
+        return [StoredMessage(*row) for row in rows]
 
     def take_pending(self) -> list[PendingMessage]:
         """User messages left pending by a process that died; marks them interrupted."""

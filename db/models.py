@@ -73,14 +73,19 @@ class User(Base):
 
 
 class ChatSession(Base):
-    """A slice of one user's conversation; `ended_at` is set when it is archived."""
+    """A slice of one user's conversation in one chat; `ended_at` is set when it is archived.
+
+    A user has one open session per chat (migration 0006): a group never sees the private conversation.
+    """
 
     __tablename__ = "sessions"
-    __table_args__ = (Index("ix_sessions_user_open", "user_id", "ended_at"),)
+    __table_args__ = (Index("ix_sessions_user_chat_open", "user_id", "chat_id", "ended_at"),)
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
     user_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("users.id", ondelete="CASCADE"))
     chat_id: Mapped[int] = mapped_column(BigInteger)
+    # private | group | supergroup | channel: private memories and summaries stay out of shared chats.
+    chat_type: Mapped[str] = mapped_column(String(16), server_default="private")
     name: Mapped[str] = mapped_column(String(255))
     started_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_activity_at: Mapped[datetime] = mapped_column(default=utcnow)
