@@ -107,7 +107,7 @@ class Handlers:
         name = " ".join(context.args or []).strip()[:200] or None
         async with self.locks.hold(update.effective_chat.id):
             result = await self.services.sessions.new_session(
-                update.effective_user.id, update.effective_chat.id, name, update.effective_chat.type
+                update.effective_user.id, update.effective_chat.id, name, str(update.effective_chat.type)
             )
         lines = [f"Started a new session: {result.new.name}."]
         if result.carried:
@@ -121,7 +121,7 @@ class Handlers:
         msg, user, chat = update.effective_message, update.effective_user, update.effective_chat
         assert msg and user and chat and msg.text is not None
         # The chat's type decides what the turn may see: a group never gets the private session or memories.
-        turn = TurnInput(user.id, chat.id, msg.text, user.first_name, user.username, chat_type=chat.type)
+        turn = TurnInput(user.id, chat.id, msg.text, user.first_name, user.username, str(chat.type))
         async with self.locks.hold(chat.id):
             reply = StreamingReply(context.bot, chat.id, min_interval=self.settings.stream_edit_interval_s)
             async with typing_indicator(context.bot, chat.id):

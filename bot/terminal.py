@@ -8,6 +8,7 @@ import sys
 from bot.wiring import Services
 from core_tools.agent import TurnInput
 from core_tools.errors import LLMUnavailable
+from core_tools.types import ChatType
 
 
 class TerminalSink:
@@ -55,7 +56,9 @@ async def chat_loop(services: Services, user_id: int) -> None:
         sys.stdout.write("assistant> ")
         sink = TerminalSink()
         try:
-            result_turn = await services.agent.run_turn(TurnInput(user_id, user_id, text, "you"), sink)
+            result_turn = await services.agent.run_turn(
+                TurnInput(user_id, user_id, text, "you", chat_type=ChatType.PRIVATE), sink
+            )
         except LLMUnavailable as exc:
             print(f"\n(no answer: {exc}; your message is saved)")
             continue

@@ -129,9 +129,7 @@ def cut_result(content: str, keep: int) -> str:
 
 
 def _shrunk(unit: list[StoredMessage], keep: int) -> list[StoredMessage]:
-    return [
-        replace(m, content=cut_result(m.content or "", keep)) if m.role == "tool" else m for m in unit
-    ]
+    return [replace(m, content=cut_result(m.content or "", keep)) if m.role == "tool" else m for m in unit]
 
 
 def _share(sizes: list[int], allowed: int, floor: int) -> int:

@@ -3,8 +3,9 @@
 A user has one open session per chat. Ending a session summarises it with the LLM, clears its `session`
 memories and opens a new one in the same chat; the summary is kept on the session (the next session of that
 chat shows it) and, for a private chat only, as a `short` memory: a group's talk never becomes a private
-memory, and private memories never reach a group. The rollover runs on a schedule (not lazily on the next message), spares a chat that is active, and
-catches up after downtime because it compares each open session with the last boundary that has passed.
+memory, and private memories never reach a group. The rollover runs on a schedule (not lazily on the next
+message), spares a chat that is active, and catches up after downtime because it compares each open session
+with the last boundary that has passed.
 """
 
 from __future__ import annotations

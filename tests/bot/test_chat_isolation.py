@@ -1,4 +1,4 @@
-"""Sessions per user and chat: a group turn never sees the user's private conversation, memories or summaries."""
+"""Sessions per user and chat: a group turn never sees the private conversation, memories or summaries."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bot.wiring import Services
 from tests.fakes.openai_api import FakeLLM, Step, call, text, tool_calls
 from tests.fakes.telegram_api import FakeTelegram
 from tests.harness import OWNER, running_bot
@@ -100,3 +101,25 @@ async def test_newsession_and_summaries_stay_in_their_chat(
         await h.final_text(OWNER, "Fresh private.")
         private_system = llm.requests[5]["messages"][0]["content"]
         assert PIN in private_system and "Group said hi." not in private_system
+
+
+async def test_memory_command_and_restart_notice_stay_in_their_chat(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    def cut_group_turn(services: Services) -> None:
+        # A group message whose turn a restart cut short.
+        session = services.conversations.current_session(OWNER, GROUP, chat_type="supergroup")
+        services.conversations.add_message(
+            session.id, OWNER, GROUP, "user", "group question", status="pending"
+        )
+
+    async with running_bot(tmp_path, tg, llm, setup=cut_group_turn) as h:
+        notice = await h.final_text(GROUP, "I was restarted while answering")
+        assert "group question" in notice and tg.sent_texts(OWNER) == []
+        await h.services.memory.store(OWNER, "long", f"The user's bank PIN is {PIN}", category="fact")
+        tg.push_text(OWNER, "/memory", chat_id=GROUP)
+        await h.final_text(GROUP, "Your memories are private")
+        tg.push_text(OWNER, "/memory search PIN", chat_id=GROUP)
+        await tg.wait_for(lambda: len(tg.sent_texts(GROUP)) == 3, what="the second refusal")
+        assert PIN not in "\n".join(tg.sent_texts(GROUP))
+        await h.command(OWNER, "/memory", PIN)  # in private the list is shown

@@ -98,7 +98,8 @@ def test_messages_since_reaches_past_the_row_limit(db_sessions: sessionmaker[Ses
     conv = Conversations(db_sessions)
     session = conv.current_session(1, 1)
     first = conv.add_message(session.id, 1, 1, "user", "a question with many tool calls")
-    conv.add_message(session.id, 1, 1, "assistant", None, tool_calls=[{"id": "x", "name": "t", "arguments": ""}])
+    calls = [{"id": "x", "name": "t", "arguments": ""}]
+    conv.add_message(session.id, 1, 1, "assistant", None, tool_calls=calls)
     for _ in range(10):
         conv.add_message(session.id, 1, 1, "tool", "r", tool_call_id="x", tool_name="t")
     assert len(conv.messages(session.id, limit=5)) == 5

@@ -106,3 +106,31 @@ def conversations_activity(conversations: Conversations, session_id: str, when: 
 
     with conversations._sm.begin() as s:  # test-only shortcut to a past time
         s.execute(update(ChatSession).where(ChatSession.id == session_id).values(last_activity_at=when))
+
+
+async def test_rollover_and_new_session_work_per_chat(
+    conversations: Conversations, llm: FakeLLM, llm_client: LLMClient
+) -> None:
+    start = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
+    clock = Clock(start)
+    manager = SessionManager(conversations, llm_client, idle=timedelta(minutes=30), clock=clock)
+    private = conversations.current_session(5, 5, start, chat_type="private")
+    group = conversations.current_session(5, -100777, start, chat_type="supergroup")
+    conversations.add_message(private.id, 5, 5, "user", "private plans")
+    conversations.add_message(group.id, 5, -100777, "user", "group plans")
+    # /newsession in the group ends the group's session only.
+    llm.script(text("- Group plans."))
+    result = await manager.new_session(5, -100777)
+    assert result.old is not None and result.old.id == group.id and result.new.chat_type == "supergroup"
+    assert "group plans" in llm.requests[0]["messages"][1]["content"]
+    assert conversations.current_session(5, 5).id == private.id
+    # The rollover archives each chat's session on its own, each summarised from its own messages.
+    conversations.add_message(result.new.id, 5, -100777, "user", "more group talk")
+    for sid in (private.id, result.new.id):
+        conversations_activity(conversations, sid, start)
+    llm.script(text("- summary one."), text("- summary two."))
+    clock.now = start + timedelta(days=1)
+    done = await manager.rollover_due()
+    assert sorted(d.new.chat_id for d in done) == [-100777, 5]
+    transcripts = [r["messages"][1]["content"] for r in llm.requests[1:]]
+    assert sorted(transcripts) == ["user: more group talk", "user: private plans"]
