@@ -12,7 +12,7 @@ from urllib.parse import urlparse
 
 from pydantic import ValidationError
 
-from bot.logs import setup_logging
+from bot.logs import Redactor, setup_logging
 from bot.settings import Settings, describe_errors, load_settings
 
 if TYPE_CHECKING:
@@ -40,15 +40,55 @@ def _build(settings: Settings) -> Services | None:
         return None
 
 
-def run_bot(settings: Settings) -> int:
-    """Run the Telegram bot with long polling until SIGINT/SIGTERM."""
-    from telegram import Update
+class _HidePTBStartupTraceback(logging.Filter):
+    """PTB logs a start-up failure with a traceback; `run_bot` reports it as one line instead."""
 
-    from bot.app import build_application
+    def filter(self, record: logging.LogRecord) -> bool:
+        bootstrap = record.getMessage().startswith("Network Retry Loop (Bootstrap")
+        return not (bootstrap and record.levelno >= logging.ERROR)
+
+
+def startup_failure(exc: Exception, settings: Settings) -> str:
+    """One line that says why the bot could not start and which setting to check; never a secret."""
+    from telegram.error import InvalidToken
+
+    cause = exc.__cause__ if isinstance(exc.__cause__, InvalidToken) else exc
+    base = settings.telegram_api_base_url
+    if isinstance(cause, InvalidToken) and "not found" in str(cause).lower():
+        line = (
+            f"Start-up failed: the Bot API answered 404 Not Found: check TELEGRAM_API_BASE_URL (now {base}) "
+            "and TELEGRAM_BOT_TOKEN."
+        )
+    elif isinstance(cause, InvalidToken):
+        line = "Start-up failed: Telegram refused the bot token (401 Unauthorized): check TELEGRAM_BOT_TOKEN."
+    else:
+        line = f"Start-up failed: the Bot API at {base} could not be used ({type(exc).__name__}: {exc})."
+    return Redactor(settings.secrets()).mask(line)
+
+
+def run_bot(settings: Settings) -> int:
+    """Run the Telegram bot with long polling (or a webhook) until SIGINT/SIGTERM; 1 if it cannot start."""
+    from telegram.error import TelegramError
 
     services = _build(settings)
     if services is None:
         return 2
+    ptb_log = logging.getLogger("telegram.ext")
+    ptb_log.addFilter(_HidePTBStartupTraceback())
+    try:
+        _serve(settings, services)
+    except TelegramError as exc:  # bad token, wrong base URL, no network: one line, no traceback
+        print(startup_failure(exc, settings), file=sys.stderr)
+        return 1
+    log.info("stopped")
+    return 0
+
+
+def _serve(settings: Settings, services: Services) -> None:
+    from telegram import Update
+
+    from bot.app import build_application
+
     app = build_application(services)
     log.info(
         "starting: model %s at %s, %d allowed user(s), database %s",
@@ -80,8 +120,6 @@ def run_bot(settings: Settings) -> int:
         )
     else:
         app.run_polling(allowed_updates=Update.ALL_TYPES)
-    log.info("stopped")
-    return 0
 
 
 def run_doctor(settings: Settings, quick: bool) -> int:

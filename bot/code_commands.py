@@ -7,6 +7,7 @@ from datetime import timedelta
 from telegram import Update
 from telegram.ext import ContextTypes
 
+from bot.args import parse_int
 from bot.streaming import StreamingReply
 from db.executions import Executions
 from db.models import utcnow
@@ -19,10 +20,9 @@ def parse_count(args: list[str], default: int, low: int, high: int) -> int | Non
     """The single optional integer argument of a command, or None when it is not valid."""
     if not args:
         return default
-    if len(args) > 1 or not args[0].isdigit():
+    if len(args) > 1:
         return None
-    value = int(args[0])
-    return value if low <= value <= high else None
+    return parse_int(args[0], low, high)
 
 
 def _fence(text: str) -> str:

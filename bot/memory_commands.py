@@ -80,8 +80,8 @@ class MemoryCommands:
         name = args[0]
         try:
             zone = ZoneInfo(name)
-        except (ZoneInfoNotFoundError, ValueError):
-            await msg.reply_text(f"I don't know the time zone {name!r}. {TIMEZONE_USAGE}")
+        except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a name too long or a folder
+            await msg.reply_text(f"I don't know the time zone {name[:64]!r}. {TIMEZONE_USAGE}")
             return
         if len(args) != 1:
             await msg.reply_text(TIMEZONE_USAGE)

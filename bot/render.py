@@ -122,6 +122,27 @@ def render(markdown: str) -> list[Rendered]:
     return out
 
 
+def split_rendered(part: Rendered, limit: int) -> list[Rendered]:
+    """Split one message into pieces of at most `limit` UTF-16 units, at line ends where possible.
+
+    For a message Telegram refused as too long although it fits by our count: resent in smaller pieces,
+    the formatting entities clipped to each piece.
+    """
+    raw = [
+        telegramify_markdown.MessageEntity(
+            type=e.type,
+            offset=e.offset,
+            length=e.length,
+            url=e.url,
+            language=e.language,
+            custom_emoji_id=e.custom_emoji_id,
+        )
+        for e in part.entities
+    ]
+    pieces = telegramify_markdown.split_entities(part.text, raw, max(limit, 2))
+    return [Rendered(text, _entities(ents)) for text, ents in pieces]
+
+
 def plain_chunks(text: str, limit: int = TELEGRAM_LIMIT) -> list[str]:
     """Split plain text into message-sized pieces (the fallback when formatting is rejected)."""
     out, current = [], ""

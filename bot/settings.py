@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import AnyHttpUrl, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from bot.logs import secret_values
 from core_tools.usage import parse_prices
 
 # What to tell an operator for each setting that is missing or wrong: one line, no traceback.
@@ -211,17 +212,8 @@ class Settings(BaseSettings):
         return lines
 
     def secrets(self) -> list[str]:
-        """Secret values, for the log filter that masks them."""
-        values = [self.openai_api_key.get_secret_value()]
-        for secret in (
-            self.telegram_bot_token,
-            self.brave_api_key,
-            self.tavily_api_key,
-            self.embeddings_api_key,
-        ):
-            if secret is not None:
-                values.append(secret.get_secret_value())
-        return [v for v in values if len(v) >= 6]
+        """Secret values, for the log filter that masks them (derived from the fields, see bot.logs)."""
+        return secret_values(self)
 
 
 def describe_errors(err: ValidationError) -> list[str]:

@@ -8,17 +8,18 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 
-from telegram import Bot
+from telegram import Bot, MessageEntity
 from telegram.constants import ChatAction
 from telegram.error import BadRequest, RetryAfter, TelegramError
 
-from bot.render import TELEGRAM_LIMIT, Rendered, plain_chunks, render, utf16_len
+from bot.render import TELEGRAM_LIMIT, Rendered, plain_chunks, render, split_rendered, utf16_len
 
 log = logging.getLogger(__name__)
 
 PREVIEW_LIMIT = TELEGRAM_LIMIT - 96
 FINAL_ATTEMPTS = 6
 FIRST_PREVIEW_DELAY_S = 0.5
+MIN_PIECE = 64  # a message refused as too long is halved until its pieces are this short
 
 
 def _retry_seconds(exc: RetryAfter) -> float:
@@ -142,7 +143,7 @@ class StreamingReply:
             return ids
 
     async def _deliver(self, part: Rendered, edit_id: int | None) -> list[int]:
-        entities: tuple[object, ...] | None = part.entities or None
+        entities: tuple[MessageEntity, ...] | None = part.entities or None
         for _attempt in range(FINAL_ATTEMPTS):
             try:
                 if edit_id is not None:
@@ -150,10 +151,10 @@ class StreamingReply:
                         part.text,
                         self.chat_id,
                         edit_id,
-                        entities=entities,  # type: ignore[arg-type]
+                        entities=entities,
                     )
                     return [edit_id]
-                msg = await self.bot.send_message(self.chat_id, part.text, entities=entities)  # type: ignore[arg-type]
+                msg = await self.bot.send_message(self.chat_id, part.text, entities=entities)
                 return [msg.message_id]
             except RetryAfter as exc:
                 await asyncio.sleep(_retry_seconds(exc))
@@ -165,6 +166,8 @@ class StreamingReply:
                     log.info("chat %s: formatting rejected (%s); sending plain text", self.chat_id, exc)
                     entities = None
                     continue
+                if _too_long(text):
+                    return await self._deliver_in_pieces(Rendered(part.text, entities or ()), edit_id, exc)
                 if edit_id is not None:  # the preview is gone or cannot be edited: send a new message
                     edit_id = None
                     continue
@@ -173,6 +176,29 @@ class StreamingReply:
                 log.warning("chat %s: delivery failed (%s); retrying", self.chat_id, exc)
                 await asyncio.sleep(1.0)
         raise TelegramError(f"could not deliver a message to chat {self.chat_id}")
+
+    async def _deliver_in_pieces(self, part: Rendered, edit_id: int | None, exc: BadRequest) -> list[int]:
+        """Telegram counted the text longer than we did (see `_too_long`): resend it in halves."""
+        half = utf16_len(part.text) // 2
+        pieces = split_rendered(part, half)
+        if half < MIN_PIECE or len(pieces) < 2:
+            raise exc
+        log.info(
+            "chat %s: a message was too long for Telegram (%s); sending it in %d parts",
+            self.chat_id,
+            exc,
+            len(pieces),
+        )
+        ids: list[int] = []
+        for i, piece in enumerate(pieces):
+            ids.extend(await self._deliver(piece, edit_id if i == 0 else None))
+        return ids
+
+
+def _too_long(error_text: str) -> bool:
+    """Telegram's 400 for a text over its limit, however this Bot API server words it."""
+    text = error_text.lower()
+    return "too long" in text or "too_long" in text
 
 
 @contextlib.asynccontextmanager

@@ -10,6 +10,8 @@ from typing import Any
 from telegram import Update
 from telegram.ext import Application, CommandHandler, ContextTypes
 
+from bot.args import parse_decimal, parse_user_id
+from bot.render import plain_chunks
 from core_tools.usage import PERIODS, REPORT_PERIODS, UsageService
 
 log = logging.getLogger(__name__)
@@ -37,15 +39,16 @@ class BudgetChange:
     limit: float | None
 
 
-_AMOUNT = re.compile(r"^\$?(\d+(?:\.\d+)?)([km]?)(usd|\$|tokens?)?$")
+_AMOUNT = re.compile(r"^\$?([0-9.]+)([km]?)(usd|\$|tokens?)?$", re.ASCII)
+MAX_USD = 1_000_000.0  # a cap above these is no cap: say "off"
+MAX_TOKENS = 10**12
 
 
 def parse_budget_change(args: list[str]) -> BudgetChange | None:
     """Parse `/budget` arguments that change a cap; None when they do not make sense."""
-    if len(args) not in (3, 4) or not args[0].lstrip("-").isdigit():
-        return None
-    user_id, period = int(args[0]), args[1].lower()
-    if period not in PERIODS:
+    user_id = parse_user_id(args[0]) if len(args) in (3, 4) else None
+    period = args[1].lower() if user_id is not None else ""
+    if user_id is None or period not in PERIODS:
         return None
     words = [w.lower() for w in args[2:]]
     if words[0] in ("off", "none", "default", "reset"):
@@ -61,28 +64,20 @@ def parse_budget_change(args: list[str]) -> BudgetChange | None:
     m = _AMOUNT.match("".join(words))
     if m is None:
         return None
-    number, scale, unit = float(m.group(1)), m.group(2), m.group(3)
+    scale, unit = m.group(2), m.group(3)
     is_tokens = bool(scale) or (unit or "").startswith("token")
     if is_tokens and (unit in ("usd", "$") or "".join(words).startswith("$")):
         return None  # "$50k" or "50k usd": ambiguous, say how to write it
     if is_tokens:
+        number = parse_decimal(m.group(1), 0, MAX_TOKENS / _SCALE[scale])
+        if number is None:
+            return None
         return BudgetChange(user_id, period, "set", "tokens", float(round(number * _SCALE[scale])))
-    return BudgetChange(user_id, period, "set", "cost", number)
+    number = parse_decimal(m.group(1), 0, MAX_USD)
+    return None if number is None else BudgetChange(user_id, period, "set", "cost", number)
 
 
 _SCALE = {"": 1, "k": 1_000, "m": 1_000_000}
-
-
-def _chunks(text: str) -> list[str]:
-    """Split a long report at line ends so each part fits in one Telegram message."""
-    parts: list[str] = []
-    current = ""
-    for line in text.splitlines():
-        if current and len(current) + len(line) + 1 > MAX_TEXT:
-            parts.append(current)
-            current = ""
-        current = f"{current}\n{line}" if current else line[:MAX_TEXT]
-    return [*parts, current] if current else parts
 
 
 class UsageHandlers:
@@ -93,7 +88,7 @@ class UsageHandlers:
 
     async def _reply(self, update: Update, text: str) -> None:
         assert update.effective_message
-        for part in _chunks(text):
+        for part in plain_chunks(text, MAX_TEXT):  # counted in UTF-16 units, as Telegram does
             await update.effective_message.reply_text(part)
 
     async def usage(self, update: Update, context: Ctx) -> None:
@@ -127,10 +122,11 @@ class UsageHandlers:
             await self._reply(update, f"{self.service.format_budgets()}\n\n{BUDGET_HELP}")
             return
         if len(args) == 1:
-            if not args[0].lstrip("-").isdigit():
+            user_id = parse_user_id(args[0])
+            if user_id is None:
                 await self._reply(update, BUDGET_HELP)
                 return
-            await self._reply(update, self.service.format_budgets(int(args[0])))
+            await self._reply(update, self.service.format_budgets(user_id))
             return
         change = parse_budget_change(args)
         if change is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
 
@@ -117,3 +118,97 @@ async def test_terminal_chat(tmp_path: Path, llm: FakeLLM) -> None:
     assert code == 0, err
     assert "Hello from the **terminal**." in out
     assert llm.requests[0]["messages"][-1] == {"role": "user", "content": "hi there"}
+
+
+SECRET_HALF = TOKEN.split(":", 1)[1]
+
+
+def assert_no_token(text: str) -> None:
+    """Neither the bot token nor its secret half appears anywhere."""
+    assert TOKEN not in text and SECRET_HALF not in text, text
+
+
+async def test_refused_token_is_one_line_without_the_token(tmp_path: Path) -> None:
+    async with FakeTelegram(token="999:ANOTHER-BOT") as tg:  # answers 401 to our token
+        env = bot_env(
+            tmp_path,
+            TELEGRAM_BOT_TOKEN=TOKEN,
+            TELEGRAM_API_BASE_URL=tg.base_url,
+            ALLOWED_USER_IDS=str(OWNER),
+            OPENAI_API_KEY="sk-test",
+            DATABASE_URL=f"sqlite:///{tmp_path / 'a.db'}",
+            LOG_LEVEL="DEBUG",
+        )
+        code, out, err = await run_bot(tmp_path, env=env)
+        assert [c.status for c in tg.calls_to("getMe")] == [401]
+    assert code == 1
+    assert_no_token(out + err)
+    assert "Traceback" not in out + err
+    assert err.strip().splitlines() == [
+        "Start-up failed: Telegram refused the bot token (401 Unauthorized): check TELEGRAM_BOT_TOKEN."
+    ]
+
+
+async def test_wrong_base_url_is_one_line_without_the_token(tmp_path: Path, tg: FakeTelegram) -> None:
+    base = tg.base_url.replace("/bot", "/wrong/bot")  # the fake answers 404, as api.telegram.org does
+    env = bot_env(
+        tmp_path,
+        TELEGRAM_BOT_TOKEN=TOKEN,
+        TELEGRAM_API_BASE_URL=base,
+        ALLOWED_USER_IDS=str(OWNER),
+        OPENAI_API_KEY="sk-test",
+        DATABASE_URL=f"sqlite:///{tmp_path / 'a.db'}",
+        LOG_LEVEL="DEBUG",
+    )
+    code, out, err = await run_bot(tmp_path, env=env)
+    assert code == 1
+    assert_no_token(out + err)
+    assert "Traceback" not in out + err
+    assert err.strip().splitlines() == [
+        f"Start-up failed: the Bot API answered 404 Not Found: check TELEGRAM_API_BASE_URL (now {base}) "
+        "and TELEGRAM_BOT_TOKEN."
+    ]
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def test_debug_webhook_run_logs_neither_token_nor_secrets(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    secret = "whsec-0123456789abcdef"
+    env = bot_env(
+        tmp_path,
+        TELEGRAM_BOT_TOKEN=TOKEN,
+        TELEGRAM_API_BASE_URL=tg.base_url,
+        TELEGRAM_WEBHOOK_URL="https://bot.example.com/tg-hook",
+        TELEGRAM_WEBHOOK_SECRET=secret,
+        TELEGRAM_WEBHOOK_LISTEN="127.0.0.1",
+        TELEGRAM_WEBHOOK_PORT=str(free_port()),
+        ALLOWED_USER_IDS=str(OWNER),
+        OPENAI_API_KEY="sk-openai-key-0123456789",
+        OPENAI_BASE_URL=llm.base_url,
+        BRAVE_API_KEY="brave-key-0123456789",
+        DATABASE_URL=f"sqlite:///{tmp_path / 'a.db'}",
+        LOG_LEVEL="DEBUG",
+    )
+    proc = await start_bot(tmp_path, env=env)
+    try:
+        calls = await tg.wait_for_call("setWebhook", timeout=30)
+        assert calls[0].params["secret_token"] == secret  # it was really sent
+        await tg.wait_for_call("setMyCommands", timeout=30)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out_b, err_b = await asyncio.wait_for(proc.communicate(), 30)
+    out, err = out_b.decode(), err_b.decode()
+    logged = out + err
+    assert "Calling Bot API endpoint `setWebhook`" in logged  # the DEBUG line that carried the secret
+    assert_no_token(logged)
+    for value in (secret, "sk-openai-key-0123456789", "brave-key-0123456789"):
+        assert value not in logged
+    assert "'secret_token': '***'" in logged

@@ -16,6 +16,9 @@ Notes on fidelity:
   ``entities`` -> list of dicts, ...), except for free-text parameters such as ``text`` and ``caption``.
 * ``parse_mode`` is not rendered: the text is stored as sent. ``MarkdownV2`` text is, however, checked for
   unescaped reserved characters the way Telegram rejects them (400 ``can't parse entities``).
+* The length limit (4096 for texts, 1024 for captions) is Telegram's: UTF-16 code units of the text *after*
+  parse_mode parsing (HTML tags and entities, Markdown markup and escapes removed), answered with Telegram's
+  exact 400 ``Bad Request: message is too long``. An astral-plane emoji counts 2.
 * With ``strict_entities=True`` (the default) entities pointing outside the text (in UTF-16 code units) are
   rejected with 400 ``can't parse entities``; real Telegram may be more lenient, but such entities are bugs.
 * ``messages[chat_id]`` holds only the messages the bot sent (what the user sees from the bot), with edits
@@ -28,9 +31,11 @@ import asyncio
 import contextlib
 import itertools
 import json
+import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from html.parser import HTMLParser
 from typing import Any, Self
 
 from aiohttp import web
@@ -239,6 +244,45 @@ def _decode_value(key: str, value: str) -> Any:
         return json.loads(value)
     except ValueError:
         return value
+
+
+class _HTMLText(HTMLParser):
+    """Collects the text an HTML-formatted message shows (tags dropped, entities decoded)."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+
+    def handle_data(self, data: str) -> None:
+        self.parts.append(data)
+
+
+_MD_LINK = re.compile(r"\[((?:[^\]\\]|\\.)*)\]\((?:[^)\\]|\\.)*\)")
+
+
+def parsed_text(text: str, parse_mode: Any) -> str:
+    """The text Telegram counts for ``parse_mode``: markup removed, entities and escapes decoded."""
+    mode = str(parse_mode or "").lower()
+    if mode == "html":
+        parser = _HTMLText()
+        parser.feed(text)
+        parser.close()
+        return "".join(parser.parts)
+    if mode in ("markdown", "markdownv2"):
+        text = _MD_LINK.sub(r"\1", text)  # [label](url) shows the label
+        out, i = [], 0
+        markers = "*_`[]" if mode == "markdown" else "*_~|`"
+        while i < len(text):
+            ch = text[i]
+            if ch == "\\" and mode == "markdownv2" and i + 1 < len(text):
+                out.append(text[i + 1])
+                i += 2
+                continue
+            if ch not in markers:
+                out.append(ch)
+            i += 1
+        return "".join(out)
+    return text
 
 
 def _check_markdown_v2(text: str) -> None:
@@ -727,7 +771,7 @@ class FakeTelegram:
         if not isinstance(text, str):
             return
         length = utf16_len(text)
-        if length > limit:
+        if utf16_len(parsed_text(text, None if entities is not None else parse_mode)) > limit:
             raise _bad_request("message caption is too long" if caption else "message is too long")
         if entities is not None:
             if not isinstance(entities, list) or not all(isinstance(e, dict) for e in entities):

@@ -1,0 +1,76 @@
+"""An answer is never lost to Telegram's "message is too long": it is split and resent, not apologised for."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from telegram import Bot
+from telegram.error import BadRequest
+
+from bot.render import render
+from tests.fakes.openai_api import FakeLLM, text
+from tests.fakes.telegram_api import FakeTelegram, utf16_len
+from tests.harness import OWNER, TOKEN, running_bot
+
+APOLOGY = "something went wrong"
+TOO_LONG = "Bad Request: message is too long"
+
+
+def squeeze(value: str) -> str:
+    """The text without whitespace: splitting may drop the newline (or space) it cut at."""
+    return re.sub(r"\s+", "", value)
+
+
+async def test_fake_counts_utf16_units_after_parse_mode_like_telegram(tg: FakeTelegram) -> None:
+    async with Bot(TOKEN, base_url=tg.base_url) as bot:
+        with pytest.raises(BadRequest, match=r"(?i)message is too long"):
+            await bot.send_message(OWNER, "😀" * 2049)  # 2,049 characters, 4,098 UTF-16 units
+        assert tg.calls_to("sendMessage")[-1].error == TOO_LONG
+        # 5,000 characters of HTML that show 1,000: accepted, as Telegram counts after parsing
+        assert (await bot.send_message(OWNER, "&amp;" * 1000, parse_mode="HTML")).text
+        with pytest.raises(BadRequest, match=r"(?i)message is too long"):
+            await bot.send_message(OWNER, "<b>" + "😀" * 2049 + "</b>", parse_mode="HTML")
+        assert tg.calls_to("sendMessage")[-1].error == TOO_LONG
+        with pytest.raises(BadRequest, match=r"(?i)message is too long"):
+            await bot.send_message(OWNER, "\\." * 4097, parse_mode="MarkdownV2")
+        assert tg.calls_to("sendMessage")[-1].error == TOO_LONG
+
+
+async def test_three_thousand_emoji_arrive_whole_in_several_messages(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    answer = "😀" * 3000
+    llm.script(text(answer, chunk_size=500))
+    async with running_bot(tmp_path, tg, llm):
+        tg.push_text(OWNER, "emoji please")
+        await tg.wait_for(lambda: squeeze("".join(tg.sent_texts(OWNER))) == answer, what="the whole answer")
+        sent = tg.sent_texts(OWNER)
+        assert len(sent) >= 2 and all(utf16_len(t) <= 4096 for t in sent)
+        assert not any(APOLOGY in t for t in sent)
+
+
+async def test_answer_refused_as_too_long_is_split_and_resent(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    # A Bot API that counts the text longer than we do (its own rules for some characters): every send or
+    # edit over 1,500 of our units is refused with Telegram's exact error.
+    def over(p: dict[str, object]) -> bool:
+        return utf16_len(str(p.get("text", ""))) > 1500
+
+    tg.fail_when("sendMessage", over, error="message_too_long")
+    tg.fail_when("editMessageText", over, error="message_too_long")
+    answer = "\n".join(f"Step {i}: **mix** the `part {i}` & stir 😀 for {i} minutes." for i in range(90))
+    llm.script(text(answer, chunk_size=200))
+    expected = squeeze("".join(part.text for part in render(answer)))
+    async with running_bot(tmp_path, tg, llm):
+        tg.push_text(OWNER, "a long recipe")
+        await tg.wait_for(
+            lambda: squeeze("".join(tg.sent_texts(OWNER))) == expected, what="the whole answer", timeout=15
+        )
+        sent = tg.sent_texts(OWNER)
+        assert len(sent) >= 3 and not any(APOLOGY in t for t in sent)
+        assert any(c.error == TOO_LONG for c in tg.calls)  # the refusal really happened
+        bold = [e for m in tg.messages[OWNER] for e in m.get("entities", []) if e["type"] == "bold"]
+        assert len(bold) == 90  # formatting kept across the pieces
