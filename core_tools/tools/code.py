@@ -209,14 +209,12 @@ class CodeTool:
     def prune(self) -> int:
         """Drop finished jobs older than `keep_finished_s`, then the oldest beyond `max_finished`."""
         now = self.clock()
-        finished = sorted(
-            (j for j in self.jobs.values() if j.finished_at is not None), key=lambda j: j.finished_at or 0.0
-        )
-        expired = [j for j in finished if now - (j.finished_at or now) >= self.limits.keep_finished_s]
-        kept = [j for j in finished if j not in expired]
+        finished = sorted((j.finished_at, j.id) for j in self.jobs.values() if j.finished_at is not None)
+        expired = [job_id for at, job_id in finished if now - at >= self.limits.keep_finished_s]
+        kept = [job_id for at, job_id in finished if now - at < self.limits.keep_finished_s]
         expired += kept[: max(0, len(kept) - self.limits.max_finished)]
-        for job in expired:
-            del self.jobs[job.id]
+        for job_id in expired:
+            del self.jobs[job_id]
         return len(expired)
 
     @asynccontextmanager
