@@ -489,8 +489,9 @@ class UsageService:
         return self.owner_id is not None and user_id == self.owner_id
 
     def _tell_owner(self, user_id: int, cap: CapStatus) -> None:
-        # The owner sees their own refusals directly; others are reported once per cap and period window.
-        if self.owner_id is None or user_id == self.owner_id:
+        # The owner sees their own refusals directly; others are reported once per cap and period window,
+        # once the cap is really spent (not while requests in flight merely hold part of it).
+        if self.owner_id is None or user_id == self.owner_id or cap.spent < cap.limit:
             return
         try:
             first = self.queries.claim_notice(
