@@ -61,6 +61,8 @@ class Settings(BaseSettings):
     llm_model: str = Field(default="gpt-4o-mini", min_length=1)
     llm_timeout_s: float = Field(default=60.0, gt=0, le=600)
     llm_max_retries: int = Field(default=2, ge=0, le=10)
+    # The most tokens one reply may have: sent with each request and reserved against usage caps first.
+    llm_max_completion_tokens: int = Field(default=8192, ge=16)
     # The turn loop
     max_tool_rounds: int = Field(default=8, ge=1, le=50)
     history_token_budget: int = Field(default=8000, ge=500)
@@ -86,6 +88,12 @@ class Settings(BaseSettings):
     code_generate_wait_s: float = Field(default=20.0, ge=0)
     # The code sandbox as its own service (deploy/docker-compose.yml): its unix socket. Empty: in-process.
     code_sandbox_socket: str | None = None
+    # How much code work runs at once (one reply's parallel tool calls included), whichever executor runs it.
+    code_max_concurrent: int = Field(default=2, ge=1, le=64)
+    code_max_concurrent_per_user: int = Field(default=1, ge=1, le=64)
+    code_queue_wait_s: float = Field(default=60.0, ge=0, le=600)
+    code_max_jobs: int = Field(default=4, ge=1, le=64)
+    code_max_jobs_per_user: int = Field(default=2, ge=1, le=64)
     # Memory: layers long (permanent), mid and short (with TTLs), session (until the session ends).
     memory_mid_ttl_days: int = Field(default=90, ge=1)
     memory_short_ttl_days: int = Field(default=14, ge=1)

@@ -19,7 +19,7 @@ from core_tools.registry import ToolRegistry
 from core_tools.sandbox import Executor, LocalExecutor, SandboxLimits, describe
 from core_tools.sandbox.service import ServiceExecutor
 from core_tools.sessions import SessionManager
-from core_tools.tools.code import CodeTool
+from core_tools.tools.code import CodeLimits, CodeTool
 from core_tools.tools.memory import MemoryStore, MemoryTool
 from core_tools.tools.search import SearchTool, build_search_tool
 from core_tools.usage import Caps, UsageService, parse_prices
@@ -102,6 +102,7 @@ def build_services(settings: Settings) -> Services:
         max_retries=settings.llm_max_retries,
         recorder=usage,
         budget=usage_service,
+        max_completion_tokens=settings.llm_max_completion_tokens,
     )
     registry = ToolRegistry(recorder=usage)
     for tool in search.tools():
@@ -130,9 +131,23 @@ def build_services(settings: Settings) -> Services:
         notifier,
         generate_attempts=settings.code_generate_attempts,
         generate_wait_s=settings.code_generate_wait_s,
+        limits=CodeLimits(
+            max_runs=settings.code_max_concurrent,
+            max_runs_per_user=settings.code_max_concurrent_per_user,
+            queue_wait_s=settings.code_queue_wait_s,
+            max_generations=settings.code_max_jobs,
+            max_generations_per_user=settings.code_max_jobs_per_user,
+        ),
     )
-    # The sandbox has its own timeout; the margin covers a generation's LLM calls until a job takes over.
-    registry.register(code.code, timeout_s=settings.code_max_timeout_s + settings.code_generate_wait_s + 30)
+    # The sandbox has its own timeout; the margin covers a generation's LLM calls until a job takes over,
+    # and the wait for a run slot.
+    registry.register(
+        code.code,
+        timeout_s=settings.code_max_timeout_s
+        + settings.code_generate_wait_s
+        + settings.code_queue_wait_s
+        + 30,
+    )
 
     memory = MemoryStore(
         sm,

@@ -134,8 +134,19 @@ class OpenAIEmbedder:
         )
 
     async def _embed(self, texts: list[str], user_id: int | None) -> list[list[float]]:
-        if self.budget is not None:
-            self.budget.check(user_id, PURPOSE)  # BudgetExceeded: nothing is sent, nothing is spent
+        # BudgetExceeded: nothing is sent, nothing is spent; else the estimate is held until recorded.
+        hold = (
+            None
+            if self.budget is None
+            else self.budget.reserve(user_id, PURPOSE, self.model, _estimate_tokens(texts), 0)
+        )
+        try:
+            return await self._post(texts, user_id)
+        finally:
+            if hold is not None:
+                hold.release()
+
+    async def _post(self, texts: list[str], user_id: int | None) -> list[list[float]]:
         payload: dict[str, Any] = {"model": self.model, "input": texts, "encoding_format": "float"}
         if self._send_dimensions:
             payload["dimensions"] = self.dim

@@ -38,10 +38,23 @@ class LLMCallRecorder(Protocol):
     ) -> None: ...
 
 
+class BudgetHold(Protocol):
+    """What one request in flight reserved against its user's caps."""
+
+    def release(self) -> None:
+        """Settle: called once the request's real usage is recorded (or it failed)."""
+
+
 class BudgetGate(Protocol):
     """Refuses a request before it is sent when a usage cap is reached (raises BudgetExceeded)."""
 
     def check(self, user_id: int | None, purpose: str = "chat") -> None: ...
+
+    def reserve(
+        self, user_id: int | None, purpose: str, model: str, prompt_tokens: int, completion_tokens: int
+    ) -> BudgetHold:
+        """Refuse (BudgetExceeded) or reserve the request's estimate until it is released."""
+        ...
 
 
 def estimate_tokens(text: str) -> int:
@@ -95,6 +108,7 @@ class LLMClient:
         max_retries: int = 2,
         recorder: LLMCallRecorder | None = None,
         budget: BudgetGate | None = None,
+        max_completion_tokens: int | None = None,
     ) -> None:
         # The SDK retries 408/409/429/5xx and connection errors with exponential backoff. Its aiohttp
         # transport (the `openai[aiohttp]` extra) costs about a third less CPU per streamed request than the
@@ -109,6 +123,10 @@ class LLMClient:
         self.model = model
         self._recorder = recorder
         self.budget = budget
+        # Sent with every request, and reserved against the user's caps before it is sent: the bound that
+        # makes "overshoot at most one request" hold for parallel calls. None: not sent, nothing reserved
+        # for the completion.
+        self.max_completion_tokens = max_completion_tokens
 
     async def close(self) -> None:
         """Close the HTTP client."""
@@ -137,23 +155,41 @@ class LLMClient:
         user_id: int | None = None,
         session_id: str | None = None,
     ) -> LLMReply:
-        """Send one streamed request; raise LLMUnavailable (with a user-readable reason) when it fails."""
-        if self.budget is not None:
-            self.budget.check(user_id, purpose)
-        started = time.monotonic()
+        """Send one streamed request; raise LLMUnavailable (with a user-readable reason) when it fails.
+
+        Raises BudgetExceeded, before anything is sent, when the user's caps (counting requests in flight)
+        are reached; otherwise the request's estimate is reserved until its real usage is recorded.
+        """
         payload = [m.to_openai() for m in messages]
-        try:
-            reply = await self._stream(payload, tools, on_delta)
-        except Exception as exc:
-            reason = _explain(exc)
-            log.warning("LLM request failed (%s): %s", purpose, reason)
-            self._record(user_id, session_id, purpose, Usage(), started, reason)
-            raise LLMUnavailable(reason) from exc
-        if reply.usage.prompt_tokens == 0 and reply.usage.completion_tokens == 0:
+        prompt_text: str | None = None
+        hold: BudgetHold | None = None
+        if self.budget is not None:
             prompt_text = json.dumps(payload, ensure_ascii=False) + json.dumps(tools or [])
-            out_text = reply.content + "".join(c.arguments for c in reply.tool_calls)
-            reply.usage = Usage(estimate_tokens(prompt_text), estimate_tokens(out_text), 0, estimated=True)
-        self._record(user_id, session_id, purpose, reply.usage, started, None)
+            hold = self.budget.reserve(
+                user_id, purpose, self.model, estimate_tokens(prompt_text), self.max_completion_tokens or 0
+            )
+        started = time.monotonic()
+        try:
+            try:
+                reply = await self._stream(payload, tools, on_delta)
+            except Exception as exc:
+                reason = _explain(exc)
+                log.warning("LLM request failed (%s): %s", purpose, reason)
+                self._record(user_id, session_id, purpose, Usage(), started, reason)
+                raise LLMUnavailable(reason) from exc
+            if reply.usage.prompt_tokens == 0 and reply.usage.completion_tokens == 0:
+                if prompt_text is None:
+                    prompt_text = json.dumps(payload, ensure_ascii=False) + json.dumps(tools or [])
+                out_text = reply.content + "".join(c.arguments for c in reply.tool_calls)
+                reply.usage = Usage(
+                    estimate_tokens(prompt_text), estimate_tokens(out_text), 0, estimated=True
+                )
+            self._record(user_id, session_id, purpose, reply.usage, started, None)
+        finally:
+            # Recorded first, released second, with no await in between: the spend is never counted twice
+            # or not at all by a parallel request's check.
+            if hold is not None:
+                hold.release()
         return reply
 
     def _record(
@@ -193,6 +229,8 @@ class LLMClient:
         # parameter transform walks every message against its TypedDicts, which measured 39 ms per request
         # at 100 messages (bench/bench_chat.py), more than everything else in a turn.
         body: dict[str, Any] = {"messages": payload, "stream_options": {"include_usage": True}}
+        if self.max_completion_tokens:
+            body["max_completion_tokens"] = self.max_completion_tokens
         if tools:
             body["tools"] = tools
         stream = await self._client.chat.completions.create(

@@ -12,11 +12,14 @@ give it a price in LLM_PRICES, or use a token cap, to bound it.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import NoReturn
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from core_tools.errors import BudgetExceeded
@@ -231,11 +234,29 @@ class CapStatus:
     spent: float
     window: Window
     source: str  # "default" | "owner"
+    reserved: float = 0.0  # held by requests in flight (their estimates), not yet recorded
 
     @property
     def reached(self) -> bool:
-        """Spending is at or over the cap: the next request would start over budget."""
-        return self.spent >= self.limit
+        """Spending plus what requests in flight reserved is at or over the cap: the next one must wait."""
+        return self.spent + self.reserved >= self.limit
+
+
+@dataclass
+class Hold:
+    """What one request in flight reserved against its user's caps; released once its usage is recorded."""
+
+    user_id: int | None
+    tokens: int = 0
+    cost: float = 0.0
+    key: int = 0
+    _release: Callable[[Hold], None] | None = field(default=None, repr=False)
+
+    def release(self) -> None:
+        """Give the reservation back (idempotent): the request's usage is recorded by now, or it failed."""
+        release, self._release = self._release, None
+        if release is not None:
+            release(self)
 
 
 @dataclass
@@ -324,6 +345,13 @@ class UsageService:
         self.clock = clock
         self.notifier = notifier  # set by the bot once it exists
         self._tasks: set[asyncio.Task[None]] = set()
+        # The reservation ledger: estimates of requests in flight, per user. In-process on purpose: the bot
+        # is one process and every LLM/embedding request passes `reserve`. The lock makes "check the caps,
+        # then reserve" one step, so parallel requests (one reply's tool calls, a job, a summary) cannot all
+        # pass a cap before any of them is recorded; a thread calling in is covered too.
+        self._lock = threading.RLock()
+        self._held: dict[int, dict[int, Hold]] = {}
+        self._hold_ids = itertools.count(1)
 
     # ------------------------------------------------------------------ time zones and caps
 
@@ -357,10 +385,13 @@ class UsageService:
             tz = tz or self.timezone(user_id)
             w = window(period, now, tz)
             spend = spend_of(self.queries.model_usage(user_id, w.start, w.end), self.prices)
+            with self._lock:
+                held = list(self._held.get(user_id, {}).values())
             for kind, (limit, source) in active:
                 assert limit is not None
                 spent = spend.cost if kind == "cost" else float(spend.tokens)
-                out.append(CapStatus(period, kind, limit, spent, w, source))
+                reserved = sum(h.cost if kind == "cost" else float(h.tokens) for h in held)
+                out.append(CapStatus(period, kind, limit, spent, w, source, reserved))
         return out
 
     def _reached(self, user_id: int) -> CapStatus | None:
@@ -370,10 +401,16 @@ class UsageService:
         """The user-facing line: which cap, the current spend, when it resets."""
         now = self.clock()
         spent_when = "today" if cap.period == "daily" else "this month"
+        held = (
+            f" and {_amount(cap.kind, cap.reserved)} is reserved by requests still running"
+            if cap.reserved > 0
+            else ""
+        )
         return (
             f"Usage cap reached: your {cap.period} {'cost' if cap.kind == 'cost' else 'token'} cap is "
             f"{_amount(cap.kind, cap.limit)} and {_amount(cap.kind, cap.spent)} is spent {spent_when}"
-            f"{' (estimated)' if cap.kind == 'cost' else ''}. It resets {describe_reset(cap.window, now)}. "
+            f"{' (estimated)' if cap.kind == 'cost' else ''}{held}. "
+            f"It resets {describe_reset(cap.window, now)}. "
             "Send /usage for details; the owner can change caps with /budget."
         )
 
@@ -384,8 +421,45 @@ class UsageService:
         if user_id is None or purpose in EXEMPT_PURPOSES:
             return
         cap = self._reached(user_id)
-        if cap is None:
-            return
+        if cap is not None:
+            self._refuse(user_id, purpose, cap)
+
+    def reserve(
+        self, user_id: int | None, purpose: str, model: str, prompt_tokens: int, completion_tokens: int
+    ) -> Hold:
+        """Check the caps counting what requests in flight reserved, then reserve this request's estimate.
+
+        Raises BudgetExceeded like `check` ("final" is never refused, but it reserves). The caller records
+        the request's real usage, then releases the hold: that settles the estimate. A request is admitted
+        while spent + reserved is under the cap, so parallel requests overshoot a cap by at most one request
+        (when its estimate bounds it: the LLM client sends the completion ceiling as the request's maximum).
+        """
+        if user_id is None:
+            return Hold(None)
+        tokens = max(0, prompt_tokens) + max(0, completion_tokens)
+        cost = self.prices.cost(model, max(0, prompt_tokens), max(0, completion_tokens)) or 0.0
+        with self._lock:
+            cap = None if purpose in EXEMPT_PURPOSES else self._reached(user_id)
+            if cap is None:
+                hold = Hold(user_id, tokens, cost, next(self._hold_ids), self._release)
+                self._held.setdefault(user_id, {})[hold.key] = hold
+                return hold
+        self._refuse(user_id, purpose, cap)
+
+    def _release(self, hold: Hold) -> None:
+        assert hold.user_id is not None
+        with self._lock:
+            mine = self._held.get(hold.user_id, {})
+            mine.pop(hold.key, None)
+            if not mine:
+                self._held.pop(hold.user_id, None)
+
+    def reserved(self, user_id: int) -> int:
+        """Tokens reserved by the user's requests in flight."""
+        with self._lock:
+            return sum(h.tokens for h in self._held.get(user_id, {}).values())
+
+    def _refuse(self, user_id: int, purpose: str, cap: CapStatus) -> NoReturn:
         self.queries.record_turn_event(
             user_id=user_id, session_id=None, kind="refused", detail=f"{purpose}: {cap.period} {cap.kind}"
         )
@@ -415,8 +489,9 @@ class UsageService:
         return self.owner_id is not None and user_id == self.owner_id
 
     def _tell_owner(self, user_id: int, cap: CapStatus) -> None:
-        # The owner sees their own refusals directly; others are reported once per cap and period window.
-        if self.owner_id is None or user_id == self.owner_id:
+        # The owner sees their own refusals directly; others are reported once per cap and period window,
+        # once the cap is really spent (not while requests in flight merely hold part of it).
+        if self.owner_id is None or user_id == self.owner_id or cap.spent < cap.limit:
             return
         try:
             first = self.queries.claim_notice(
@@ -548,8 +623,11 @@ class UsageService:
                     lines.append(f"  {p.purpose}: {n}, {tokens_str(p.tokens)} tokens, {cost}")
         for cap in rep.caps:
             mark = " - reached" if cap.reached else ""
+            held = (
+                f" (+{_amount(cap.kind, cap.reserved)} reserved by running requests)" if cap.reserved else ""
+            )
             lines.append(
-                f"{cap.period.capitalize()} {cap.kind} cap: {_amount(cap.kind, cap.spent)} of "
+                f"{cap.period.capitalize()} {cap.kind} cap: {_amount(cap.kind, cap.spent)}{held} of "
                 f"{_amount(cap.kind, cap.limit)}{mark}, resets {describe_reset(cap.window, now)}"
             )
         if s.estimated_calls:

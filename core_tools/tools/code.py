@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
@@ -54,6 +57,80 @@ class Job:
     status: str = "running"  # running | done | failed
     result: dict[str, Any] | None = None
     handle: asyncio.Task[dict[str, Any]] | None = field(default=None, repr=False)
+    finished_at: float | None = None  # the tool's clock; finished jobs are dropped after a while
+
+
+@dataclass(frozen=True)
+class CodeLimits:
+    """How much code work may run at once: the host's bound, whichever executor runs the code."""
+
+    max_runs: int = 2  # sandbox runs at once, all users
+    max_runs_per_user: int = 1
+    queue_wait_s: float = 60.0  # a run waits this long for a free slot, then the model gets an error
+    max_generations: int = 4  # generate calls in flight (foreground or background jobs), all users
+    max_generations_per_user: int = 2
+    keep_finished_s: float = 3600.0  # a finished job's result stays readable by `status` this long
+    max_finished: int = 50  # and at most this many finished jobs are kept (oldest dropped first)
+
+
+class Slots:
+    """Counts work in flight, globally and per user, against two bounds; waiters queue (event loop only)."""
+
+    def __init__(self, total: int, per_user: int) -> None:
+        self.total = total
+        self.per_user = per_user
+        self.busy: dict[int, int] = {}
+        self.peak = 0  # the most slots ever taken at once (shown by the bench)
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def in_use(self, user_id: int | None = None) -> int:
+        """Slots taken by one user, or by everyone."""
+        return sum(self.busy.values()) if user_id is None else self.busy.get(user_id, 0)
+
+    def refusal(self, user_id: int) -> str | None:
+        """Why `user_id` cannot take a slot now, or None when one is free."""
+        if self.in_use(user_id) >= self.per_user:
+            return f"you already have {self.in_use(user_id)} running (at most {self.per_user} per user)"
+        if self.in_use() >= self.total:
+            return f"the bot is running {self.in_use()} for all users (its limit)"
+        return None
+
+    def take(self, user_id: int) -> None:
+        """Take a slot now; the caller checked `refusal` first (no await in between)."""
+        self.busy[user_id] = self.busy.get(user_id, 0) + 1
+        self.peak = max(self.peak, self.in_use())
+
+    def give_back(self, user_id: int) -> None:
+        """Return a slot and wake the waiters (each checks again whether it may go)."""
+        left = self.busy.get(user_id, 0) - 1
+        if left > 0:
+            self.busy[user_id] = left
+        else:
+            self.busy.pop(user_id, None)
+        waiters, self._waiters = self._waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    async def wait(self, user_id: int, timeout_s: float) -> str | None:
+        """Take a slot, waiting up to `timeout_s` for one; the reason for a refusal when none came free."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while (why := self.refusal(user_id)) is not None:
+            left = deadline - loop.time()
+            if left <= 0:
+                return why
+            fut: asyncio.Future[None] = loop.create_future()
+            self._waiters.append(fut)
+            try:
+                await asyncio.wait_for(fut, left)
+            except TimeoutError:
+                continue  # the loop checks once more, then gives up
+            finally:
+                if fut in self._waiters:
+                    self._waiters.remove(fut)
+        self.take(user_id)
+        return None
 
 
 class CodeTool:
@@ -69,6 +146,8 @@ class CodeTool:
         generate_attempts: int = 3,
         generate_wait_s: float = 20.0,
         output_chars: int = 4000,
+        limits: CodeLimits | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.executor = executor
         self.executions = executions
@@ -77,7 +156,12 @@ class CodeTool:
         self.generate_attempts = generate_attempts
         self.generate_wait_s = generate_wait_s
         self.output_chars = output_chars
+        self.limits = limits or CodeLimits()
+        self.clock = clock
         self.jobs: dict[str, Job] = {}
+        # Parallel tool calls of one reply run concurrently: these bound what they can start at once.
+        self.runs = Slots(self.limits.max_runs, self.limits.max_runs_per_user)
+        self.generations = Slots(self.limits.max_generations, self.limits.max_generations_per_user)
 
     async def code(
         self,
@@ -113,16 +197,45 @@ class CodeTool:
             return await self.generate(ctx, task, context or "", language)
         if not job_id:
             raise ToolError("status needs `job_id`")
+        self.prune()
         job = self.jobs.get(job_id)
         if job is None or job.user_id != ctx.user_id:
-            raise ToolError(f"no job {job_id!r} (jobs are kept until the bot restarts)")
+            minutes = round(self.limits.keep_finished_s / 60)
+            raise ToolError(
+                f"no job {job_id!r} (a finished job is kept for {minutes} minutes, and not across restarts)"
+            )
         return {"job_id": job.id, "status": job.status, "result": job.result}
+
+    def prune(self) -> int:
+        """Drop finished jobs older than `keep_finished_s`, then the oldest beyond `max_finished`."""
+        now = self.clock()
+        finished = sorted((j.finished_at, j.id) for j in self.jobs.values() if j.finished_at is not None)
+        expired = [job_id for at, job_id in finished if now - at >= self.limits.keep_finished_s]
+        kept = [job_id for at, job_id in finished if now - at < self.limits.keep_finished_s]
+        expired += kept[: max(0, len(kept) - self.limits.max_finished)]
+        for job_id in expired:
+            del self.jobs[job_id]
+        return len(expired)
+
+    @asynccontextmanager
+    async def _run_slot(self, user_id: int) -> AsyncIterator[None]:
+        why = await self.runs.wait(user_id, self.limits.queue_wait_s)
+        if why is not None:
+            raise ToolError(
+                f"code is not run now: {why}, and no slot came free within {self.limits.queue_wait_s:g} s. "
+                "Run fewer programs at once (combine them into one), or try again shortly."
+            )
+        try:
+            yield
+        finally:
+            self.runs.give_back(user_id)
 
     async def execute(
         self, ctx: ToolContext, code: str, language: str, timeout_s: float | None
     ) -> tuple[ExecutionResult, str]:
-        """Run once and log the run; ToolError for an unavailable language or a bad timeout."""
-        result = await self.executor.run(code, language, timeout_s)
+        """Run once (in a run slot) and log the run; ToolError for no free slot, a bad language or timeout."""
+        async with self._run_slot(ctx.user_id):
+            result = await self.executor.run(code, language, timeout_s)
         row = CodeExecution(
             id=str(uuid.uuid4()),
             code=code,
@@ -173,7 +286,18 @@ class CodeTool:
                 f"language {language!r} is not available; available: {', '.join(self.executor.languages())}"
             )
         await ctx.progress("writing code...")
+        why = self.generations.refusal(ctx.user_id)
+        if why is not None:
+            raise ToolError(
+                f"no new code generation started: {why}. Wait for the running ones (action=status with "
+                "their job_id), or write the code yourself and use action=execute."
+            )
+        # Checked and taken with no await in between: parallel calls of one reply cannot all pass.
+        self.generations.take(ctx.user_id)
+        self.prune()
         handle = asyncio.create_task(self._generate(ctx, task, context, language))
+        # The slot is held until the generation ends, foreground or background.
+        handle.add_done_callback(lambda _: self.generations.give_back(ctx.user_id))
         done, _ = await asyncio.wait({handle}, timeout=self.generate_wait_s)
         if done:
             return handle.result()
@@ -195,6 +319,9 @@ class CodeTool:
         else:
             job.result = task.result()
             job.status = "done" if job.result.get("success") else "failed"
+        job.finished_at = self.clock()
+        job.handle = None
+        self.prune()
         if self.notifier is None:
             return
         res = job.result or {}

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from core_tools.embeddings import EmbeddingError, OpenAIEmbedder
 from core_tools.errors import BudgetExceeded
 from core_tools.tools.memory import MemoryStore
+from core_tools.usage import Hold
 from db.models import LLMCall
 from db.usage import UsageLog
 from tests.fakes.openai_api import FakeLLM, estimate_tokens, fake_embedding
@@ -57,6 +58,10 @@ class Gate:
         self.checked.append((user_id, purpose))
         if user_id == 2:
             raise BudgetExceeded("daily cap reached")
+
+    def reserve(self, user_id: int | None, purpose: str, model: str, prompt: int, completion: int) -> Hold:
+        self.check(user_id, purpose)
+        return Hold(user_id)
 
 
 async def test_prefixes_dimension_and_accounting(llm: FakeLLM, db_sessions: sessionmaker[Session]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -13,6 +14,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from core_tools.agent import Agent, AgentConfig, TurnInput
+from core_tools.embeddings import OpenAIEmbedder
 from core_tools.errors import BudgetExceeded
 from core_tools.llm import LLMClient
 from core_tools.registry import ToolRegistry
@@ -370,3 +372,95 @@ async def test_loop_protection_is_counted(db: tuple[Engine, sessionmaker[Session
     await a.llm.close()
     out = svc.format_report(svc.report(USER, "week"))
     assert "Stopped: chain limit 1, repeated calls 1" in out and "Turns: 2" in out
+
+
+# ---------------------------------------------------------------- reservations: parallel requests
+
+
+def spent_tokens(sm: sessionmaker[Session], purpose: str) -> list[int]:
+    with sm() as s:
+        rows = s.scalars(select(LLMCall).where(LLMCall.purpose == purpose)).all()
+    return [r.prompt_tokens + r.completion_tokens for r in rows]
+
+
+def test_reservations_count_against_caps_until_released(db: tuple[Engine, sessionmaker[Session]]) -> None:
+    _, sm = db
+    now = datetime(2026, 3, 10, 13, 0, tzinfo=UTC)
+    svc = service(sm, Clock(now), Caps(daily_tokens=1000))
+    holds = [
+        svc.reserve(USER, "chat", "fake-model", 300, 400),
+        svc.reserve(USER, "summary", "fake-model", 100, 100),
+    ]
+    holds.append(svc.reserve(USER, "code_generate", "fake-model", 100, 100))  # 900 < 1000: admitted
+    assert svc.reserved(USER) == 1100
+    with pytest.raises(BudgetExceeded) as exc:
+        svc.reserve(USER, "chat", "fake-model", 10, 10)
+    assert (
+        "cap is 1.0k tokens and 0 tokens is spent today and 1.1k tokens is reserved by requests still running"
+        in str(exc.value)
+    )
+    with pytest.raises(BudgetExceeded):
+        svc.check(USER)  # the agent's pre-turn check sees the reservations too
+    holds.append(svc.reserve(USER, "final", "fake-model", 10, 10))  # never refused, but it counts
+    svc.reserve(OTHER, "chat", "fake-model", 10, 10).release()  # other users are not affected
+    assert "(+1.1k tokens reserved by running requests)" in svc.format_report(svc.report(USER))
+    for hold in holds:
+        hold.release()
+        hold.release()  # idempotent
+    assert svc.reserved(USER) == 0
+    add_call(sm, now - timedelta(minutes=1), 600, 200)  # the settled, real usage
+    svc.reserve(USER, "chat", "fake-model", 500, 500).release()  # 800 < 1000
+    add_call(sm, now - timedelta(minutes=1), 150, 50)
+    with pytest.raises(BudgetExceeded, match=r"1\.0k tokens is spent today\. It resets"):
+        svc.reserve(USER, "chat", "fake-model", 1, 1)
+
+
+def test_cost_caps_reserve_the_estimate_at_the_models_price(db: tuple[Engine, sessionmaker[Session]]) -> None:
+    _, sm = db
+    svc = service(sm, Clock(datetime(2026, 3, 10, 13, 0, tzinfo=UTC)), Caps(daily_usd=0.001))
+    hold = svc.reserve(USER, "chat", "fake-model", 300, 400)  # $0.0003 + $0.0008
+    with pytest.raises(BudgetExceeded, match=r"daily cost cap is \$0\.0010 .* \$0\.0011 is reserved"):
+        svc.reserve(USER, "chat", "fake-model", 1, 1)
+    hold.release()
+    svc.reserve(
+        USER, "chat", "unpriced-model", 10**6, 10**6
+    ).release()  # no price: adds nothing to a cost cap
+
+
+@pytest.mark.parametrize("purpose", ["chat", "code_generate", "summary"])
+async def test_parallel_llm_requests_overshoot_a_cap_by_at_most_one_request(
+    db: tuple[Engine, sessionmaker[Session]], llm: FakeLLM, purpose: str
+) -> None:
+    _, sm = db
+    svc = service(sm, Clock(datetime.now(UTC)), Caps(daily_tokens=500))
+    c = client(llm, sm, svc)
+    c.max_completion_tokens = 50
+    llm.default = text("w" * 160, delay=0.2)  # 40 completion tokens, within the request's maximum
+    msgs = [ChatMessage("user", "hello")]
+    out = await asyncio.gather(
+        *[c.complete(msgs, purpose=purpose, user_id=USER) for _ in range(20)], return_exceptions=True
+    )
+    await c.close()
+    refused = [o for o in out if isinstance(o, BudgetExceeded)]
+    assert refused and all(not isinstance(o, Exception) or isinstance(o, BudgetExceeded) for o in out)
+    spent = spent_tokens(sm, purpose)
+    assert len(spent) == 20 - len(refused) == len(llm.requests)
+    assert sum(spent) <= 500 + max(spent), spent
+    assert all(r["max_completion_tokens"] == 50 for r in llm.requests)
+    assert svc.reserved(USER) == 0
+
+
+async def test_parallel_embeddings_overshoot_a_cap_by_at_most_one_request(
+    db: tuple[Engine, sessionmaker[Session]], llm: FakeLLM
+) -> None:
+    _, sm = db
+    svc = service(sm, Clock(datetime.now(UTC)), Caps(daily_tokens=300))
+    emb = OpenAIEmbedder(llm.base_url, "fake-embedding", 16, recorder=UsageLog(sm), budget=svc)
+    out = await asyncio.gather(
+        *[emb.embed_query(f"{i} " + "x" * 400, user_id=USER) for i in range(20)], return_exceptions=True
+    )
+    await emb.aclose()
+    refused = [o for o in out if isinstance(o, BudgetExceeded)]
+    spent = spent_tokens(sm, "embedding")
+    assert refused and len(spent) == 20 - len(refused) == len(llm.embedding_requests)
+    assert sum(spent) <= 300 + max(spent), spent
