@@ -294,4 +294,4 @@ class RunCgroup:
             except OSError:
                 if loop.time() > deadline:
                     return False
-                await asyncio.sleep(0.005)
+                await asyncio.sleep(0.001)
