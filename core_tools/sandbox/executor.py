@@ -381,7 +381,7 @@ class LocalExecutor:
 
 
 def describe(executor: Executor) -> str:
-    """One line for the startup report, e.g. "code sandbox: bwrap (...; 512 MB; memory bound: cgroup v1 ...)"."""
+    """One line for the startup report, e.g. "code sandbox: bwrap (...; memory bound: cgroup v1 ...)"."""
     if isinstance(executor, LocalExecutor):
         limits = executor.limits
         langs = ", ".join(executor.languages())
