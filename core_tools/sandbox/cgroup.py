@@ -159,7 +159,7 @@ def _find_run_parent() -> RunParent | str:
     own2 = _own_dir(2)
     if own2 is not None and (own2 / "cgroup.controllers").exists():
         if not (own2.parent / "cgroup.controllers").exists():
-            reasons.append("cgroup v2: this process sits in the root cgroup")
+            reasons.append("cgroup v2: this process sits at the root of the hierarchy it sees")
         else:
             try:
                 found = _v2_parent(own2)
@@ -174,7 +174,7 @@ def _find_run_parent() -> RunParent | str:
     own1 = _own_dir(1)
     if own1 is not None and (own1 / "memory.limit_in_bytes").exists():
         if not (own1.parent / "memory.limit_in_bytes").exists():
-            reasons.append("cgroup v1: this process sits in the root memory cgroup")
+            reasons.append("cgroup v1: this process sits at the root of the memory hierarchy it sees")
         else:
             failure = _try_create(own1)
             if failure is None:
