@@ -101,11 +101,12 @@ async def run_doctor(settings: Settings, quick: bool = False) -> list[Check]:
             checks.append(Check("llm", False, f"{settings.openai_base_url}: {exc}"))
         executor = services.code.executor
         from core_tools.sandbox import Isolation, describe
+        from core_tools.sandbox.isolation import enable_hint
 
         isolated = executor.isolation == Isolation.BWRAP
-        fix = "" if isolated else " (install bubblewrap and allow unprivileged user namespaces)"
         own = getattr(executor, "describe", None)  # the service client describes what the service reported
         text = own() if callable(own) else describe(executor)
+        fix = "" if isolated else f" (to enable: {enable_hint(text)})"  # bwrap's own error is in the text
         checks.append(Check("sandbox", isolated, f"{text}{fix}"))
         checks.append(Check("search", True, services.search.describe()))
         embedder = services.memory.embedder

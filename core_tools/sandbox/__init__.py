@@ -1,7 +1,8 @@
 """Sandboxed code execution: each run gets a fresh bubblewrap sandbox with rlimits, no network, no secrets.
 
 `Executor` is the seam (a later out-of-process service implements it too); `LocalExecutor` is the
-in-process implementation. See `isolation.py` for how fork bombs are contained when the bot is root.
+in-process implementation. See `isolation.py` for how fork bombs are contained when the bot is root,
+`cgroup.py` and `watchdog.py` for how one run's memory is bounded as a whole.
 """
 
 from __future__ import annotations

@@ -13,14 +13,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core_tools.errors import ToolError
+from core_tools.sandbox import watchdog
 from core_tools.sandbox.categorize import categorize_error
+from core_tools.sandbox.cgroup import RunCgroup, RunParent, find_run_parent
 from core_tools.sandbox.isolation import (
-    ENABLE_HINT,
     SANDBOX_PATH,
     SANDBOX_UID,
     Interpreter,
     bwrap_argv,
     drop_privileges,
+    enable_hint,
     find_interpreters,
     find_prlimit,
     interpreter_argv,
@@ -34,6 +36,8 @@ _CHUNK = 65_536
 _TAIL_BYTES = 16_384  # end of stderr kept (beyond the cap) only to categorize the error
 _DRAIN_GRACE_S = 1.0  # after the process is gone, how long pipes still held by strays may stay open
 _REAP_GRACE_S = 5.0  # how long bwrap gets to reap its namespace after its init was killed
+_OOM_POLL_S = 0.05  # how often a run's cgroup is checked for an OOM kill (v1 kills one process, not all)
+_MIB = 1024 * 1024
 _ALIASES = {
     "py": "python",
     "python3": "python",
@@ -154,8 +158,12 @@ class LocalExecutor:
         limits: SandboxLimits | None = None,
         allow_unsandboxed: bool = False,
         bwrap_path: str | None = None,
+        cgroups: bool = True,
     ) -> None:
-        """Probe bwrap (once per binary) and find the interpreters; nothing is started yet."""
+        """Probe bwrap (once per binary) and find the interpreters; nothing is started yet.
+
+        `cgroups=False` bounds memory with the watchdog even where a cgroup could be made (for tests).
+        """
         self.limits = limits or SandboxLimits()
         self.allow_unsandboxed = allow_unsandboxed
         self._probe = probe_bwrap(bwrap_path)
@@ -165,6 +173,13 @@ class LocalExecutor:
         if self.isolation is Isolation.UNAVAILABLE and allow_unsandboxed:
             self.isolation = Isolation.UNSANDBOXED
         self._interpreters = find_interpreters()
+        found: RunParent | str = find_run_parent() if cgroups else "cgroups not used"
+        self._run_parent = found if isinstance(found, RunParent) else None
+        self.memory_bound = (
+            found.label
+            if isinstance(found, RunParent)
+            else f"watchdog sampling the run's processes and tmpfs ({found})"
+        )
 
     def languages(self) -> list[str]:
         """The languages this executor can run right now."""
@@ -189,7 +204,9 @@ class LocalExecutor:
     def _refusal(self, language: str) -> ExecutionResult:
         """The result returned instead of running code without isolation."""
         reason = self.isolation_reason
-        message = f"code execution refused: no sandbox available ({reason}). To enable: {ENABLE_HINT}."
+        message = (
+            f"code execution refused: no sandbox available ({reason}). To enable: {enable_hint(reason)}."
+        )
         return ExecutionResult(
             success=False,
             stdout="",
@@ -220,7 +237,11 @@ class LocalExecutor:
             self.limits, memory_limit_mb(name, self.limits), find_prlimit(sandboxed), python
         )
         scratch: str | None = None
+        cgroup = self._run_cgroup()
         kwargs: dict[str, Any] = dict(drop_privileges())
+        if cgroup is not None:
+            # The child joins the cgroup before exec, as root, and drops privileges itself afterwards.
+            kwargs = {"preexec_fn": cgroup.joiner(SANDBOX_UID if os.geteuid() == 0 else None)}
         if sandboxed:
             argv = bwrap_argv(self._bwrap_path, self._probe.features, self.limits, interpreter.binds)
             argv += wrapper + program
@@ -228,16 +249,36 @@ class LocalExecutor:
             env = {"PATH": SANDBOX_PATH}
         else:
             scratch = tempfile.mkdtemp(prefix="code-scratch-")
-            if kwargs:
+            if os.geteuid() == 0:
                 os.chown(scratch, SANDBOX_UID, SANDBOX_UID)
             argv = wrapper + program
             cwd = scratch
             env = {"PATH": SANDBOX_PATH, "HOME": scratch, "LANG": "C.UTF-8", "TMPDIR": scratch}
         try:
-            return await self._execute(argv, cwd, env, kwargs, code, name, timeout, sandboxed)
+            return await self._execute(argv, cwd, env, kwargs, code, name, timeout, sandboxed, cgroup)
         finally:
+            if cgroup is not None:
+                await cgroup.close()
             if scratch is not None:
                 shutil.rmtree(scratch, ignore_errors=True)
+
+    def _run_cgroup(self) -> RunCgroup | None:
+        """A fresh cgroup for one run, or None (the watchdog bounds the run) when there is none."""
+        if self._run_parent is None:
+            return None
+        try:
+            # pids: RLIMIT_NPROC already counts the code's processes; this also counts bwrap's own.
+            return RunCgroup(self._run_parent, self.limits.memory_mb * _MIB, self.limits.max_processes + 16)
+        except OSError:
+            return None  # e.g. the parent was removed under us: this run falls back to the watchdog
+
+    async def _oom_killed(self, cgroup: RunCgroup) -> None:
+        """Return once the kernel has OOM-killed a process of the run (cgroup v1 kills one, not all)."""
+        # Polling, not an event: the kernel offers no notification that asyncio can wait on portably.
+        while True:
+            if cgroup.oom_kills() > 0:
+                return
+            await asyncio.sleep(_OOM_POLL_S)
 
     async def _execute(
         self,
@@ -249,6 +290,7 @@ class LocalExecutor:
         language: str,
         budget_s: float,
         sandboxed: bool,
+        cgroup: RunCgroup | None,
     ) -> ExecutionResult:
         """Start the process, stream its output under the caps, enforce the wall clock, reap everything."""
         out = _Capture(self.limits.output_cap_bytes)
@@ -270,28 +312,57 @@ class LocalExecutor:
             asyncio.create_task(_pump(proc.stdout, out)),
             asyncio.create_task(_pump(proc.stderr, err)),
         ]
-        timed_out = False
+        timed_out = over_memory = False
+        limit = self.limits.memory_mb * _MIB
+        # Without a cgroup the watchdog thread samples the run and kills it over the limit by itself.
+        guard = watchdog.Watchdog(proc.pid, sandboxed, limit) if cgroup is None else None
+        waiter = asyncio.ensure_future(proc.wait())
+        watchers: set[asyncio.Future[Any]] = {waiter}
+        if cgroup is not None:
+            watchers.add(asyncio.ensure_future(self._oom_killed(cgroup)))
         try:
-            try:
-                await asyncio.wait_for(proc.wait(), budget_s)
-            except TimeoutError:
-                timed_out = True
+            done, _pending = await asyncio.wait(
+                watchers, timeout=budget_s, return_when=asyncio.FIRST_COMPLETED
+            )
+            if waiter not in done:
+                for task in done:
+                    task.result()  # a failure of the watcher itself is a bug: raise it
+                over_memory = bool(done)
+                timed_out = not over_memory
         finally:
+            for task in watchers:
+                task.cancel()
+            if cgroup is not None and over_memory:
+                cgroup.kill()
             await _stop(proc, sandboxed)
+            await asyncio.gather(*watchers, return_exceptions=True)
+            if guard is not None:
+                guard.stop()
+            # The kernel may have killed a process of the run just before it ended.
+            over_memory = (
+                over_memory
+                or (guard is not None and guard.exceeded)
+                or (cgroup is not None and cgroup.oom_kills() > 0)
+            )
             # Pipes close once every process holding them is gone; strays get a short grace, then we stop.
             _done, pending = await asyncio.wait(tasks, timeout=_DRAIN_GRACE_S)
             for task in pending:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         duration_ms = int((time.monotonic() - started) * 1000)
-        exit_code = None if timed_out else proc.returncode
-        success = not timed_out and exit_code == 0
+        exit_code = None if timed_out or over_memory else proc.returncode
+        success = not timed_out and not over_memory and exit_code == 0
         category = (
             None if success else categorize_error(language, err.text_for_diagnosis(), exit_code, timed_out)
         )
         stderr = err.text()
+        notes = []
+        if over_memory:
+            category = "memory"
+            notes.append(f"[killed: memory limit of {self.limits.memory_mb} MB for the whole run exceeded]")
         if timed_out:
-            note = f"[killed: wall-clock timeout of {budget_s:g} s exceeded]"
+            notes.append(f"[killed: wall-clock timeout of {budget_s:g} s exceeded]")
+        for note in notes:
             stderr = f"{stderr}\n{note}" if stderr else note
         return ExecutionResult(
             success=success,
@@ -310,7 +381,7 @@ class LocalExecutor:
 
 
 def describe(executor: Executor) -> str:
-    """One line for the startup report, e.g. "code sandbox: bwrap (network off, 30 s, 512 MB)"."""
+    """One line for the startup report, e.g. "code sandbox: bwrap (...; memory bound: cgroup v1 ...)"."""
     if isinstance(executor, LocalExecutor):
         limits = executor.limits
         langs = ", ".join(executor.languages())
@@ -318,7 +389,7 @@ def describe(executor: Executor) -> str:
             return f"code sandbox: unavailable, code runs are refused ({executor.isolation_reason})"
         network = "on" if limits.network else "off"
         line = f"code sandbox: {executor.isolation} ({langs}; network {network}, "
-        line += f"{limits.timeout_s:g} s, {limits.memory_mb} MB)"
+        line += f"{limits.timeout_s:g} s, {limits.memory_mb} MB; memory bound: {executor.memory_bound})"
         if executor.isolation is Isolation.UNSANDBOXED:
             line += f" WITHOUT isolation: {executor.isolation_reason}"
         return line

@@ -23,9 +23,26 @@ SANDBOX_UID = 65534  # "nobody": what the code runs as, inside and (when the bot
 SCRATCH_DIR = "/scratch"
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 NODE_VM_OVERHEAD_MB = 1024  # V8 reserves address space up front; node does not start under ~800 MB of AS
+_UNSANDBOXED_HINT = "or set the operator setting CODE_ALLOW_UNSANDBOXED=true to run code without isolation"
 ENABLE_HINT = (
-    "install bubblewrap (apt install bubblewrap) and allow unprivileged user namespaces, "
-    "or set the operator setting CODE_ALLOW_UNSANDBOXED=true to run code without isolation"
+    "install bubblewrap (apt install bubblewrap) and allow unprivileged user namespaces, " + _UNSANDBOXED_HINT
+)
+_USERNS_SYSCTL = (
+    "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1 on Debian, "
+    "kernel.apparmor_restrict_unprivileged_userns=0 on Ubuntu 24.04+, user.max_user_namespaces above 0)"
+)
+_SECCOMP_PROFILE = "run the sandbox service with deploy/seccomp-bwrap.json (see deploy/README.md)"
+# Which system call a bwrap error line is about (bwrap 0.8's own wording).
+_CALLS = (
+    ("hostname", "sethostname"),
+    ("pivot_root", "pivot_root"),
+    ("Creating new namespace", "unshare"),
+    ("unshare", "unshare"),
+    ("mount", "mount"),
+    ("slave", "mount"),
+    ("capset", "capset"),
+    ("prctl", "prctl"),
+    ("uid map", "uid mapping"),
 )
 
 # Directories never bound into the sandbox, even as an interpreter's prefix.
@@ -158,11 +175,13 @@ def bwrap_argv(
     for path_ in binds:
         argv += ["--ro-bind", path_, path_]
     argv += ["--proc", "/proc", "--dev", "/dev"]
-    for mount in (SCRATCH_DIR, "/tmp"):  # noqa: S108 - the sandbox's own private tmpfs
+    # Every writable tmpfs gets a size; /dev itself (a tmpfs bwrap fills with device nodes) goes
+    # read-only once /dev/shm has its own mount. Writes to device nodes still work on a read-only /dev.
+    for mount in (SCRATCH_DIR, "/tmp", "/dev/shm"):  # noqa: S108 - the sandbox's own private tmpfs
         if features.tmpfs_size:
             argv += ["--size", str(limits.scratch_mb * 1024 * 1024)]
         argv += ["--tmpfs", mount]
-    argv += ["--remount-ro", "/", "--chdir", SCRATCH_DIR]
+    argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", SCRATCH_DIR]
     if features.disable_userns:
         argv.append("--disable-userns")
     return argv
@@ -173,6 +192,75 @@ def drop_privileges() -> dict[str, object]:
     if os.geteuid() != 0:
         return {}
     return {"user": SANDBOX_UID, "group": SANDBOX_UID, "extra_groups": []}
+
+
+def in_container() -> bool:
+    """Whether this process runs in a Docker/Podman/Kubernetes container (where seccomp profiles apply)."""
+    if os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv"):
+        return True
+    try:
+        text = Path("/proc/1/cgroup").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return bool(re.search(r"docker|kubepods|containerd|libpod|/lxc", text))
+
+
+def diagnose(text: str, container: bool) -> tuple[str, str]:
+    """(cause, fix) for why bwrap cannot isolate, from its error output or a probe reason."""
+    if "bwrap not found" in text:
+        return (
+            "bubblewrap is not installed",
+            f"install bubblewrap (apt install bubblewrap), {_UNSANDBOXED_HINT}",
+        )
+    if "does not support user namespaces" in text:
+        return (
+            "the kernel has no user namespaces",
+            f"use a kernel with user namespaces or a setuid bwrap, {_UNSANDBOXED_HINT}",
+        )
+    if "No permissions to create new namespace" in text:
+        if container:
+            # Docker's default seccomp profile answers EPERM to unshare/clone with namespace flags.
+            return (
+                "the container's seccomp profile blocks unshare/clone of new namespaces",
+                f"{_SECCOMP_PROFILE}; if it already does, the host must {_USERNS_SYSCTL}, "
+                + _UNSANDBOXED_HINT,
+            )
+        return "unprivileged user namespaces are disabled", f"{_USERNS_SYSCTL}, {_UNSANDBOXED_HINT}"
+    call = next((name for key, name in _CALLS if key in text), "a system call bwrap needs")
+    if "Can't mount proc" in text and container:
+        return (
+            "the container masks parts of /proc, so bwrap cannot mount a fresh one",
+            "run the sandbox service with security_opt systempaths=unconfined (see deploy/README.md), "
+            + _UNSANDBOXED_HINT,
+        )
+    if "Operation not permitted" in text and call != "a system call bwrap needs":
+        # bwrap holds every capability in its own user namespace: EPERM here is a seccomp filter's answer.
+        if container:
+            return (
+                f"the container's seccomp profile blocks {call}",
+                f"{_SECCOMP_PROFILE}, {_UNSANDBOXED_HINT}",
+            )
+        return (
+            f"a seccomp filter blocks {call} for bwrap",
+            f"run the bot without that seccomp filter, {_UNSANDBOXED_HINT}",
+        )
+    if "Permission denied" in text and call in ("mount", "uid mapping"):
+        if container:
+            return (
+                f"a security module (AppArmor docker-default) denies {call}",
+                "run the sandbox service with security_opt apparmor=unconfined (see deploy/README.md), "
+                + _UNSANDBOXED_HINT,
+            )
+        return (
+            f"a security module denies bwrap's {call} in its user namespace",
+            f"{_USERNS_SYSCTL}, {_UNSANDBOXED_HINT}",
+        )
+    return "bwrap cannot create its sandbox here", ENABLE_HINT
+
+
+def enable_hint(reason: str) -> str:
+    """What the operator can do about a probe reason (a line of bwrap's own error output inside it)."""
+    return diagnose(reason, in_container())[1]
 
 
 @dataclass(frozen=True)
@@ -228,7 +316,8 @@ def _probe(path: str | None) -> Probe:
         return Probe(Isolation.UNAVAILABLE, f"bwrap at {path} could not run: {exc}")
     if done.returncode != 0 or done.stdout.strip() != "sandbox-ok":
         detail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [f"exit {done.returncode}"]
-        return Probe(Isolation.UNAVAILABLE, f"bwrap at {path} failed its probe: {detail[0]}")
+        cause = diagnose(detail[0], in_container())[0]
+        return Probe(Isolation.UNAVAILABLE, f"bwrap at {path} failed its probe: {detail[0]} ({cause})")
     uid_note = f", code runs as uid {SANDBOX_UID}" if os.geteuid() == 0 else ""
     return Probe(Isolation.BWRAP, f"bwrap at {path} works{uid_note}", features)
 

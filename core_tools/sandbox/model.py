@@ -22,11 +22,13 @@ class SandboxLimits:
     timeout_s: float = 30.0  # default wall clock per call
     max_timeout_s: float = 120.0  # a per-call timeout is clamped to this
     cpu_s: int = 60  # RLIMIT_CPU, per process
-    memory_mb: int = 512  # RLIMIT_AS (node gets its heap capped to this plus room for V8 reservations)
+    # The whole run (all its processes and every tmpfs it writes): a cgroup per run, else the watchdog.
+    # Each process also gets RLIMIT_AS of this (node: plus room for V8's reservations, heap capped to it).
+    memory_mb: int = 512
     max_processes: int = 64  # RLIMIT_NPROC inside the sandbox's own user namespace (threads count too)
     file_size_mb: int = 16  # RLIMIT_FSIZE: largest single file the code may write
     open_files: int = 64  # RLIMIT_NOFILE
-    scratch_mb: int = 64  # size of the tmpfs working dir (and of the private /tmp)
+    scratch_mb: int = 64  # size of each tmpfs: the working dir, the private /tmp and /dev/shm
     output_cap_bytes: int = 64_000  # kept per stream; the rest is counted and discarded
     network: bool = False
 

@@ -1,0 +1,297 @@
+"""A memory cgroup per code run, so `memory_mb` bounds the whole run: every process and every tmpfs page.
+
+Why a cgroup: RLIMIT_AS is per process (six forked children held 2.4 GB under a 512 MB limit), and tmpfs
+pages belong to no process at all. The kernel charges anonymous memory *and* tmpfs/shmem pages to the cgroup
+of the task that touched them, so one cgroup holding bwrap and everything it starts covers /tmp, /scratch,
+/dev/shm, SysV shm and memfds alike. On overflow the kernel OOM-kills inside that cgroup only.
+
+Run cgroups are created as children of the cgroup this process already sits in, never at a hierarchy's
+root, and are named after our pid so that ones left behind by a crashed process can be swept.
+cgroup v2 forbids processes in a cgroup that hands controllers to children ("no internal processes"), so
+there we first move this process into a leaf `bot` of its own cgroup, but only when it is alone there
+(a delegated service or scope); otherwise, or when nothing is writable (a container's read-only
+/sys/fs/cgroup, a user without delegation), `find_run_parent` says why and the executor uses its watchdog.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import re
+import signal
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+_PREFIX = "sandbox-run-"
+_COUNTER = itertools.count()
+_EMPTY_WAIT_S = 5.0  # how long close() waits for killed tasks to leave before giving up on rmdir
+
+
+@dataclass(frozen=True)
+class RunParent:
+    """Where run cgroups are created: a directory of cgroup version 1 (memory controller) or 2."""
+
+    path: Path
+    version: int
+
+    @property
+    def label(self) -> str:
+        """For the startup line: which bound holds the run."""
+        return f"cgroup v{self.version} (whole run)"
+
+
+def _mounts() -> list[tuple[str, str, str, str]]:
+    """(mount root, mount point, fs type, super options) of every cgroup mount we can see."""
+    found = []
+    with contextlib.suppress(OSError), open("/proc/self/mountinfo", encoding="utf-8") as handle:
+        for line in handle:
+            left, _, right = line.partition(" - ")
+            fields, rest = left.split(), right.split()
+            if len(fields) >= 5 and len(rest) >= 3 and rest[0] in ("cgroup", "cgroup2"):
+                found.append((fields[3], fields[4].replace("\\040", " "), rest[0], rest[2]))
+    return found
+
+
+def _own_dir(version: int) -> Path | None:
+    """This process's cgroup directory in the v2 hierarchy, or in the v1 memory hierarchy."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    own = None
+    for line in lines:
+        _id, controllers, path = [*line.split(":", 2), "", ""][:3]
+        if (version == 2 and _id == "0" and controllers == "") or (
+            version == 1 and "memory" in controllers.split(",")
+        ):
+            own = path
+    if own is None:
+        return None
+    for root, point, fstype, options in _mounts():
+        if (version == 2 and fstype == "cgroup2") or (
+            version == 1 and fstype == "cgroup" and "memory" in options.split(",")
+        ):
+            relative = own if root == "/" else own.removeprefix(root) if own.startswith(root) else None
+            if relative is not None:
+                return Path(point) / relative.lstrip("/")
+    return None
+
+
+def _pids(path: Path) -> list[int]:
+    """The processes in a cgroup (empty when it is gone)."""
+    try:
+        return [int(p) for p in (path / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process with this pid exists."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _try_create(parent: Path) -> str | None:
+    """Create and remove one run cgroup to prove we may; None when it worked, else the reason."""
+    probe = parent / f"{_PREFIX}{os.getpid()}-probe-{uuid.uuid4().hex[:8]}"
+    try:
+        probe.mkdir()
+    except OSError as exc:
+        return f"cannot create a cgroup in {parent}: {exc.strerror or exc}"
+    with contextlib.suppress(OSError):
+        probe.rmdir()
+    return None
+
+
+def _v2_parent(own: Path) -> RunParent | str:
+    """Our v2 cgroup made ready to hold run cgroups (this process moved to a leaf), or why not."""
+    controllers = (own / "cgroup.controllers").read_text().split()
+    if "memory" not in controllers:
+        return f"cgroup v2: no memory controller delegated to {own}"
+    if "memory" not in (own / "cgroup.subtree_control").read_text().split():
+        others = [pid for pid in _pids(own) if pid != os.getpid()]
+        if others:
+            return f"cgroup v2: {own} holds other processes, so it cannot hand memory to children"
+        if _pids(own):
+            leaf = own / "bot"
+            try:
+                leaf.mkdir(exist_ok=True)
+                (leaf / "cgroup.procs").write_text(str(os.getpid()))
+            except OSError as exc:
+                return f"cgroup v2: cannot move this process into {leaf}: {exc.strerror or exc}"
+        try:
+            (own / "cgroup.subtree_control").write_text("+memory")
+        except OSError as exc:
+            return f"cgroup v2: cannot enable memory for children of {own}: {exc.strerror or exc}"
+        with contextlib.suppress(OSError):  # nice to have: RLIMIT_NPROC already bounds processes
+            (own / "cgroup.subtree_control").write_text("+pids")
+    return RunParent(own, 2)
+
+
+_FOUND: list[RunParent | str] = []
+
+
+def find_run_parent() -> RunParent | str:
+    """The cgroup under which runs get their own cgroup, or why there is none; looked up once per process.
+
+    Once: on cgroup v2 the first lookup moves this process into a leaf, and a second would nest again.
+    """
+    if not _FOUND:
+        found = _find_run_parent()
+        if isinstance(found, RunParent):
+            sweep_stale(found)
+        _FOUND.append(found)
+    return _FOUND[0]
+
+
+def _find_run_parent() -> RunParent | str:
+    """Uncached `find_run_parent`: v2 first (most hosts), then the v1 memory hierarchy."""
+    reasons = []
+    own2 = _own_dir(2)
+    if own2 is not None and (own2 / "cgroup.controllers").exists():
+        if not (own2.parent / "cgroup.controllers").exists():
+            reasons.append("cgroup v2: this process sits at the root of the hierarchy it sees")
+        else:
+            try:
+                found = _v2_parent(own2)
+            except OSError as exc:
+                found = f"cgroup v2: {exc.strerror or exc}"
+            if isinstance(found, RunParent):
+                failure = _try_create(found.path)
+                if failure is None:
+                    return found
+                found = f"cgroup v2: {failure}"
+            reasons.append(found)
+    own1 = _own_dir(1)
+    if own1 is not None and (own1 / "memory.limit_in_bytes").exists():
+        if not (own1.parent / "memory.limit_in_bytes").exists():
+            reasons.append("cgroup v1: this process sits at the root of the memory hierarchy it sees")
+        else:
+            failure = _try_create(own1)
+            if failure is None:
+                return RunParent(own1, 1)
+            reasons.append(f"cgroup v1: {failure}")
+    return "; ".join(reasons) or "no cgroup memory controller found"
+
+
+def sweep_stale(parent: RunParent) -> int:
+    """Remove run cgroups left by processes that no longer exist (a crash mid-run); how many went."""
+    removed = 0
+    for entry in parent.path.glob(f"{_PREFIX}*"):
+        match = re.match(rf"{_PREFIX}(\d+)-", entry.name)
+        if match is None or _alive(int(match.group(1))):
+            continue
+        for pid in _pids(entry):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            entry.rmdir()
+            removed += 1
+    return removed
+
+
+class RunCgroup:
+    """One run's cgroup: its limits, how the child joins it, OOM kills, peak usage and removal."""
+
+    def __init__(self, parent: RunParent, memory_bytes: int, max_pids: int) -> None:
+        """Create the cgroup with its limits set (raises OSError when the kernel refuses)."""
+        self.version = parent.version
+        self.memory_bytes = memory_bytes
+        self.path = parent.path / f"{_PREFIX}{os.getpid()}-{next(_COUNTER)}-{uuid.uuid4().hex[:8]}"
+        self.path.mkdir()
+        try:
+            if self.version == 2:
+                self._write("memory.max", memory_bytes)
+                self._write("memory.swap.max", 0, optional=True)
+                self._write("memory.oom.group", 1, optional=True)  # one OOM kill takes the whole run
+                self._write("pids.max", max_pids, optional=True)
+            else:
+                self._write("memory.limit_in_bytes", memory_bytes)
+                self._write("memory.memsw.limit_in_bytes", memory_bytes, optional=True)  # no swap either
+        except OSError:
+            with contextlib.suppress(OSError):
+                self.path.rmdir()
+            raise
+
+    def _write(self, name: str, value: int, *, optional: bool = False) -> None:
+        """Write one control file; optional ones may be missing (no swap accounting, no pids controller)."""
+        try:
+            (self.path / name).write_text(str(value))
+        except FileNotFoundError:
+            if not optional:
+                raise
+
+    def _read(self, name: str) -> str:
+        """One control file's text, empty when unreadable."""
+        try:
+            return (self.path / name).read_text()
+        except OSError:
+            return ""
+
+    def joiner(self, drop_to: int | None) -> Callable[[], None]:
+        """A `preexec_fn`: the child joins this cgroup before it can allocate, then drops to `drop_to`.
+
+        Popen's own user= switch would run before preexec_fn, and uid 65534 may not write cgroup.procs,
+        so the child joins as root and drops privileges itself. Only os-level calls: it runs after fork.
+        """
+        procs = str(self.path / "cgroup.procs").encode()
+
+        def join() -> None:
+            fd = os.open(procs, os.O_WRONLY)
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
+            if drop_to is not None:
+                os.setgroups([])
+                os.setgid(drop_to)
+                os.setuid(drop_to)
+
+        return join
+
+    def oom_kills(self) -> int:
+        """How many processes the kernel killed here for exceeding the limit."""
+        name = "memory.events" if self.version == 2 else "memory.oom_control"
+        match = re.search(r"^oom_kill (\d+)$", self._read(name), re.M)
+        return int(match.group(1)) if match else 0
+
+    def peak_bytes(self) -> int | None:
+        """The most memory the run held at once (None when the kernel does not record it)."""
+        text = self._read("memory.peak" if self.version == 2 else "memory.max_usage_in_bytes").strip()
+        return int(text) if text.isdigit() else None
+
+    def kill(self) -> None:
+        """SIGKILL every process in the cgroup."""
+        if self.version == 2 and (self.path / "cgroup.kill").exists():
+            with contextlib.suppress(OSError):
+                (self.path / "cgroup.kill").write_text("1")
+                return
+        for pid in _pids(self.path):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+    async def close(self) -> bool:
+        """Kill what is left, wait for it to go, remove the cgroup; False if it could not be removed."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _EMPTY_WAIT_S
+        while True:
+            if _pids(self.path):
+                self.kill()
+            try:
+                self.path.rmdir()
+                return True
+            except FileNotFoundError:
+                return True
+            except OSError:
+                if loop.time() > deadline:
+                    return False
+                await asyncio.sleep(0.001)

@@ -1,0 +1,211 @@
+"""CODE_MEMORY_MB bounds a whole run (all its processes and every tmpfs), measured on the host.
+
+Each case runs the real executor in a helper process placed in a measuring cgroup of our own (no limit),
+so the kernel records the most memory the helper and everything it started ever held: that is what the
+host gave the run, whether the run's bound was its own cgroup or the watchdog. Both bounds are tested
+here: `cgroups=False` forces the watchdog. Needs a writable cgroup v1 memory hierarchy (this machine).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core_tools.sandbox import Isolation, LocalExecutor, SandboxLimits, describe, detect_isolation
+
+REPO = Path(__file__).resolve().parents[2]
+ISOLATION, REASON = detect_isolation()
+MIB = 1024 * 1024
+LIMIT_MB = 256
+# What the host may hold beyond the limit: the helper's own growth, plus (watchdog) what the run can fault
+# in between two samples 5 ms apart.
+SLACK = {"cgroup": 24 * MIB, "watchdog": 96 * MIB}
+
+FORKS = """
+import os, time
+pids = []
+for _ in range(6):
+    pid = os.fork()
+    if pid == 0:
+        block = bytearray(200 * 1024 * 1024)
+        for i in range(0, len(block), 4096):
+            block[i] = 1
+        time.sleep(5)
+        os._exit(0)
+    pids.append(pid)
+print([os.waitpid(pid, 0)[1] for pid in pids])
+"""
+
+# 1 GB in 8 MB files (RLIMIT_FSIZE caps one file at 16 MB) into one directory; prints what it managed.
+FILL = """
+import os
+written, error = 0, None
+chunk = b'x' * (8 * 1024 * 1024)
+for n in range(128):
+    try:
+        with open(os.path.join({target!r}, f'fill-{{n}}'), 'wb') as handle:
+            handle.write(chunk)
+        written += len(chunk)
+    except OSError as exc:
+        error = exc.strerror
+        break
+print(written // (1024 * 1024), error, flush=True)
+"""
+
+HELPER = """
+import asyncio, dataclasses, json, os, sys
+from pathlib import Path
+from core_tools.sandbox import LocalExecutor, SandboxLimits
+
+args = json.loads(sys.argv[1])
+measure = Path(args["measure"])
+
+async def main():
+    limits = SandboxLimits(memory_mb=args["memory_mb"], scratch_mb=args["scratch_mb"], timeout_s=20)
+    executor = LocalExecutor(limits, cgroups=args["cgroups"])
+    assert (await executor.run("print(1)")).success  # imports and first-run costs before measuring
+    base = int((measure / "memory.usage_in_bytes").read_text())
+    if os.access(measure / "memory.max_usage_in_bytes", os.W_OK):  # root: the peak restarts from now
+        (measure / "memory.max_usage_in_bytes").write_text("0")
+    result = await executor.run(args["code"])
+    peak = int((measure / "memory.max_usage_in_bytes").read_text())
+    print(json.dumps({"held": peak - base, "bound": executor.memory_bound,
+                      "result": dataclasses.asdict(result)}))
+
+asyncio.run(main())
+"""
+
+
+def _own_memory_cgroup() -> Path | None:
+    """Our cgroup in a writable v1 memory hierarchy, not its root."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _id, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            own = Path("/sys/fs/cgroup/memory") / path.lstrip("/")
+            if path != "/" and os.access(own, os.W_OK) and (own / "memory.max_usage_in_bytes").exists():
+                return own
+    return None
+
+
+OWN = _own_memory_cgroup()
+pytestmark = [
+    pytest.mark.skipif(ISOLATION is not Isolation.BWRAP, reason=f"no working bwrap: {REASON}"),
+    pytest.mark.skipif(OWN is None, reason="no writable cgroup v1 memory hierarchy to measure with"),
+]
+
+
+def _measured_run(code: str, bound: str, scratch_mb: int = 64, as_nobody: bool = False) -> dict[str, Any]:
+    """Run `code` through a helper process inside a fresh measuring cgroup; its report, leaks checked."""
+    assert OWN is not None
+    measure = OWN / f"test-measure-{uuid.uuid4().hex[:8]}"
+    measure.mkdir()
+    try:
+        args = {
+            "measure": str(measure),
+            "memory_mb": LIMIT_MB,
+            "scratch_mb": scratch_mb,
+            "cgroups": bound == "cgroup",
+            "code": code,
+        }
+        join = f'echo $$ > {measure / "cgroup.procs"} && exec "$@"'
+        python = [sys.executable]
+        if as_nobody:  # a user who may not create cgroups; the system python, the venv is root's
+            python = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3"]
+        done = subprocess.run(
+            ["/bin/sh", "-c", join, "sh", *python, "-c", HELPER, json.dumps(args)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        # Every run cgroup the executor made is gone once it returned.
+        assert [p.name for p in measure.iterdir() if p.is_dir()] == []
+        report: dict[str, Any] = json.loads(done.stdout)
+        return report
+    finally:
+        _remove(measure)
+
+
+def _remove(cgroup: Path) -> None:
+    """Kill whatever a failed helper left and remove the measuring cgroup (killed tasks take a moment)."""
+    for _ in range(500):
+        for pid in (cgroup / "cgroup.procs").read_text().split():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+        try:
+            cgroup.rmdir()
+            return
+        except OSError:
+            time.sleep(0.01)
+    cgroup.rmdir()
+
+
+@pytest.mark.parametrize("bound", ["cgroup", "watchdog"])
+def test_forked_children_cannot_exceed_the_limit_together(bound: str) -> None:
+    report = _measured_run(FORKS, bound)
+    result = report["result"]
+    assert report["bound"].startswith("cgroup v" if bound == "cgroup" else "watchdog")
+    # Six children touching 200 MB each would hold 1.2 GB: the run is stopped and the model told why.
+    assert not result["success"] and result["error_category"] == "memory", result
+    assert f"[killed: memory limit of {LIMIT_MB} MB for the whole run exceeded]" in result["stderr"]
+    assert report["held"] <= LIMIT_MB * MIB + SLACK[bound], report["held"] / MIB
+
+
+@pytest.mark.parametrize("bound", ["cgroup", "watchdog"])
+@pytest.mark.parametrize("target", ["/dev/shm", "/dev", "/tmp", "/scratch"])
+def test_one_gigabyte_into_a_tmpfs_is_stopped(bound: str, target: str) -> None:
+    report = _measured_run(FILL.format(target=target), bound)
+    result = report["result"]
+    # The sized tmpfs mounts fill up (/dev is read-only); nothing near 1 GB lands on the host.
+    written = int(result["stdout"].split()[0]) if result["stdout"] else 0
+    assert written <= 64, result
+    assert report["held"] <= LIMIT_MB * MIB + SLACK[bound], report["held"] / MIB
+
+
+@pytest.mark.parametrize("bound", ["cgroup", "watchdog"])
+def test_tmpfs_pages_count_against_the_run(bound: str) -> None:
+    # tmpfs mounts as large as 1 GB: only the run's memory bound stands between the run and the host.
+    report = _measured_run(FILL.format(target="/dev/shm"), bound, scratch_mb=1024)
+    result = report["result"]
+    written = int(result["stdout"].split()[0]) if result["stdout"] else 0
+    assert written < LIMIT_MB, result
+    assert not result["success"] and result["error_category"] == "memory", result
+    assert report["held"] <= LIMIT_MB * MIB + SLACK[bound], report["held"] / MIB
+
+
+async def test_normal_runs_pass_and_leave_no_cgroup() -> None:
+    assert OWN is not None
+    before = sorted(p.name for p in OWN.iterdir() if p.name.startswith(f"sandbox-run-{os.getpid()}-"))
+    executor = LocalExecutor(SandboxLimits(memory_mb=LIMIT_MB))
+    assert "memory bound: cgroup v1 (whole run)" in describe(executor)
+    code = (
+        "import os\nblock = bytearray(100 * 1024 * 1024)\nopen('/dev/shm/x', 'w').write('ok')\nprint('fine')"
+    )
+    result = await executor.run(code)
+    assert result.success and result.stdout == "fine\n", result.stderr
+    assert sorted(p.name for p in OWN.iterdir() if p.name.startswith(f"sandbox-run-{os.getpid()}-")) == before
+    watched = LocalExecutor(SandboxLimits(memory_mb=LIMIT_MB), cgroups=False)
+    assert "memory bound: watchdog" in describe(watched)
+    assert (await watched.run(code)).stdout == "fine\n"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
+def test_a_user_without_cgroups_falls_back_to_the_watchdog() -> None:
+    report = _measured_run(FORKS, "cgroup", as_nobody=True)  # cgroups wanted, none may be created
+    assert report["bound"].startswith("watchdog") and "Permission denied" in report["bound"]
+    assert report["result"]["error_category"] == "memory", report["result"]
+    assert report["held"] <= LIMIT_MB * MIB + SLACK["watchdog"], report["held"] / MIB
