@@ -24,9 +24,21 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 HERE = Path(__file__).resolve().parent
-# What bwrap needs beyond Docker's default profile (measured by the author): new namespaces
-# (clone/clone3 with CLONE_NEW* flags, unshare, setns) and building its root (mount, umount2, pivot_root).
-BWRAP_SYSCALLS = {"clone", "clone3", "mount", "pivot_root", "setns", "umount2", "unshare"}
+# What bwrap needs beyond Docker's default profile (measured in a real container by
+# tests/deploy/test_compose_up.py): new namespaces (clone/clone3 with CLONE_NEW* flags, unshare, setns),
+# building its root (mount, umount2, pivot_root) and naming its uts namespace (sethostname; setdomainname
+# goes with it, as in Docker's own CAP_SYS_ADMIN rule).
+BWRAP_SYSCALLS = {
+    "clone",
+    "clone3",
+    "mount",
+    "pivot_root",
+    "setdomainname",
+    "sethostname",
+    "setns",
+    "umount2",
+    "unshare",
+}
 SOCKET = "/run/sandbox/sandbox.sock"
 
 
