@@ -57,10 +57,11 @@ _READ_REQUEST_TIMEOUT_S = 30.0  # a client that connects and says nothing is dro
 _SHUTDOWN_GRACE_S = 10.0  # on SIGTERM, how long running code may finish before it is killed
 _INFO_RETRY_S = 5.0  # after a failed hello, synchronous callers do not retry before this
 USERNS_HINT = (
-    "in a container the host must allow unprivileged user namespaces "
-    "(sysctl kernel.unprivileged_userns_clone=1; on Ubuntu 23.10+ also "
-    "kernel.apparmor_restrict_unprivileged_userns=0) and the container needs deploy/seccomp-bwrap.json, "
-    "systempaths=unconfined and apparmor=unconfined: see deploy/README.md"
+    "in a container the sandbox needs the seccomp profile deploy/seccomp-bwrap.json (Docker's default one "
+    "forbids the namespace, mount and sethostname calls bwrap makes), systempaths=unconfined and "
+    "apparmor=unconfined, as deploy/docker-compose.yml sets them; and the host must allow unprivileged user "
+    "namespaces (sysctl kernel.unprivileged_userns_clone=1; on Ubuntu 23.10+ also "
+    "kernel.apparmor_restrict_unprivileged_userns=0): see deploy/README.md"
 )
 
 

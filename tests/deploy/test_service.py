@@ -322,17 +322,22 @@ def failing_bwrap() -> Iterator[dict[str, str]]:
     shutil.rmtree(bin_dir)
 
 
-def test_ping_fails_when_the_service_cannot_isolate(
+async def test_ping_fails_when_the_service_cannot_isolate(
     start: Callable[..., Service], sock: Path, failing_bwrap: dict[str, str]
 ) -> None:
     """A service that answers but refuses every run is unhealthy, and the one line says why."""
     start(env=failing_bwrap)
-    assert hello(sock)["isolation"] == "unavailable"
+    said = hello(sock)
+    assert said["isolation"] == "unavailable" and "Can't set hostname" in str(said["isolation_reason"])
     down = ping(sock)
     assert down.returncode == 1 and down.stdout == ""
     lines = down.stderr.splitlines()
     assert len(lines) == 1 and "cannot isolate code" in lines[0]
-    assert "Can't set hostname to sandbox: Operation not permitted" in lines[0]
+    assert str(said["isolation_reason"]) in lines[0], "the probe's own words name the cause"
+    # Every run is refused, and the model is told the cause and the container settings that fix it.
+    refused = await ServiceExecutor(str(sock)).run("print(1)")
+    assert refused.error_category == "refused" and not refused.success and refused.stdout == ""
+    assert "deploy/seccomp-bwrap.json" in refused.stderr
 
 
 def test_ping_passes_when_the_operator_allowed_unsandboxed_runs(
