@@ -188,11 +188,14 @@ async def test_compose_up_runs_code_in_bwrap_end_to_end(stack: Stack, tmp_path: 
             )
             + "\n"
         )
+        started = time.monotonic()
         await stack.arun("up", "-d")
         assert (await stack.wait_health("sandbox", "healthy"))["Status"] == "healthy"
         assert (await stack.wait_health("bot", "healthy"))["Status"] == "healthy"
+        healthy = time.monotonic()
 
         first = await _code_turn(tg, llm, "what does this program print?")
+        turned = time.monotonic()
         assert PRINTED in first and "isolation: bwrap" in first, first
         # What the model was sent: the sandbox service's result (the bot's own container cannot run bwrap).
         sent = json.loads(llm.requests[1]["messages"][-1]["content"])
@@ -201,12 +204,21 @@ async def test_compose_up_runs_code_in_bwrap_end_to_end(stack: Stack, tmp_path: 
         hosts = await stack.arun("exec", "-T", "bot", "cat", "/etc/hosts")
         assert "host.docker.internal" in hosts.stdout, "extra_hosts reaches the bot's /etc/hosts"
 
+        restarting = time.monotonic()
         await stack.arun("restart", timeout=300)
         await stack.wait_health("sandbox", "healthy")
         await stack.wait_health("bot", "healthy")
+        restarted = time.monotonic()
         before = len(llm.requests)
         again = await _code_turn(tg, llm, "and after a restart?")
         assert PRINTED in again and len(llm.requests) >= before + 2
+        # The conversation survived the restart in the data volume: the first question is in the history.
+        history = json.dumps(llm.requests[before]["messages"])
+        assert "what does this program print?" in history
+        print(
+            f"up -> both healthy {healthy - started:.1f} s; code turn {turned - healthy:.1f} s; "
+            f"restart -> both healthy {restarted - restarting:.1f} s"
+        )
 
 
 async def test_health_check_fails_when_the_sandbox_cannot_isolate(stack: Stack, tmp_path: Path) -> None:
@@ -220,7 +232,7 @@ async def test_health_check_fails_when_the_sandbox_cannot_isolate(stack: Stack, 
         "      - systempaths=unconfined\n"
         "      - apparmor=unconfined\n"
         "    healthcheck:\n"
-        "      start_period: 0s\n"
+        "      start_period: 1s\n"  # 0s would mean unset: the image's 60 s would apply
     )
     stack.overrides = (default_seccomp,)
     await stack.arun("up", "-d", "--no-deps", "sandbox")
