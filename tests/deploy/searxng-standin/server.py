@@ -2,6 +2,8 @@
 
 import json
 import os
+import signal
+import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
@@ -32,4 +34,6 @@ class Handler(BaseHTTPRequestHandler):
 
 
 if __name__ == "__main__":
+    # PID 1 in its container: without a handler SIGTERM is ignored and every stop waits for the kill timeout.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     ThreadingHTTPServer(("127.0.0.1", int(os.environ["STANDIN_PORT"])), Handler).serve_forever()
