@@ -21,8 +21,9 @@ At most `max_concurrent` runs execute at once; further requests wait for a slot 
 and beyond `4 * max_concurrent` waiting requests the answer is `busy` at once.
 
 Entry point: `python -m core_tools.sandbox.service --socket /run/sandbox/sandbox.sock [--allow-unsandboxed]
-[--max-concurrent 8]`; `--ping` asks a running service for its hello and exits 0 if it answered (used as
-the container's health check).
+[--max-concurrent 8]`; `--ping` asks a running service for its hello and exits 0 if it answered and can
+isolate code (or runs unsandboxed because `--allow-unsandboxed` says so), else 1 with one line naming the
+cause (the container's health check).
 """
 
 from __future__ import annotations
@@ -56,10 +57,11 @@ _READ_REQUEST_TIMEOUT_S = 30.0  # a client that connects and says nothing is dro
 _SHUTDOWN_GRACE_S = 10.0  # on SIGTERM, how long running code may finish before it is killed
 _INFO_RETRY_S = 5.0  # after a failed hello, synchronous callers do not retry before this
 USERNS_HINT = (
-    "in a container the host must allow unprivileged user namespaces "
-    "(sysctl kernel.unprivileged_userns_clone=1; on Ubuntu 23.10+ also "
-    "kernel.apparmor_restrict_unprivileged_userns=0) and the container needs deploy/seccomp-bwrap.json, "
-    "systempaths=unconfined and apparmor=unconfined: see deploy/README.md"
+    "in a container the sandbox needs the seccomp profile deploy/seccomp-bwrap.json (Docker's default one "
+    "forbids the namespace, mount and sethostname calls bwrap makes), systempaths=unconfined and "
+    "apparmor=unconfined, as deploy/docker-compose.yml sets them; and the host must allow unprivileged user "
+    "namespaces (sysctl kernel.unprivileged_userns_clone=1; on Ubuntu 23.10+ also "
+    "kernel.apparmor_restrict_unprivileged_userns=0): see deploy/README.md"
 )
 
 
@@ -151,7 +153,11 @@ class SandboxService:
         if task is not None:
             self._handlers.add(task)
         try:
-            answer = await self._answer(reader)
+            try:
+                answer = await self._answer(reader)
+            except Exception as exc:  # the protocol promises an answer line for any failure
+                log.exception("request failed inside the sandbox service")
+                answer = _failure("internal", f"internal error in the sandbox service: {type(exc).__name__}")
             with contextlib.suppress(ConnectionError):
                 writer.write(_encode(answer))
                 await writer.drain()
@@ -183,6 +189,8 @@ class SandboxService:
             request = json.loads(line)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             return _failure("bad_request", f"the request is not valid JSON: {exc}")
+        except RecursionError:  # the stdlib parser recurses once per nested array or object
+            return _failure("bad_request", "the request's JSON is nested too deeply")
         if not isinstance(request, dict):
             return _failure("bad_request", "the request must be a JSON object")
         op = request.get("op")
@@ -404,7 +412,7 @@ class ServiceExecutor:
                 await writer.wait_closed()
         try:
             answer = json.loads(line)
-        except (UnicodeDecodeError, json.JSONDecodeError):
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
             raise ToolError(
                 f"the code sandbox service at {self.socket_path} sent an unreadable answer"
             ) from None
@@ -428,7 +436,7 @@ class ServiceExecutor:
             answer = _blocking_exchange(self.socket_path, _encode({"op": "hello"}), self.connect_timeout_s)
             self._info = ServiceInfo.from_hello(answer)
             self.last_error = None
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
             self.last_error = _reason(exc)
             return None
         return self._info
@@ -484,7 +492,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--memory-mb", type=int, default=512, help="memory limit of a run (default 512)")
     parser.add_argument("--socket-mode", default="660", help="octal mode of the socket file (default 660)")
     parser.add_argument("--allow-unsandboxed", action="store_true", help="run without isolation if no bwrap")
-    parser.add_argument("--ping", action="store_true", help="ask a running service for its hello; exit 0/1")
+    parser.add_argument(
+        "--ping", action="store_true", help="health check: exit 0 if it answers and can isolate, else 1"
+    )
     return parser
 
 
@@ -513,17 +523,34 @@ async def serve(args: argparse.Namespace) -> None:
     await service.stop()
 
 
+def ping(socket_path: str) -> int:
+    """The health check: 0 if the service answers and can isolate code (or was told to run unsandboxed).
+
+    A service that answers but would refuse every run is not healthy: the one line printed names the cause.
+    """
+    try:
+        answer = _blocking_exchange(socket_path, _encode({"op": "hello"}), 5.0)
+        info = ServiceInfo.from_hello(answer)
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
+        print(f"sandbox service at {socket_path} is not answering: {_reason(exc)}", file=sys.stderr)
+        return 1
+    if info.isolation is Isolation.UNAVAILABLE:
+        reason = " ".join(str(answer.get("isolation_reason") or "no reason given").split())
+        print(
+            f"sandbox service at {socket_path} cannot isolate code, every run is refused: {reason} "
+            "(see deploy/README.md)",
+            file=sys.stderr,
+        )
+        return 1
+    print(info.describe)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments and serve (or ping)."""
     args = _parser().parse_args(argv)
     if args.ping:
-        try:
-            answer = _blocking_exchange(args.socket, _encode({"op": "hello"}), 5.0)
-            print(ServiceInfo.from_hello(answer).describe)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            print(f"sandbox service at {args.socket} is not answering: {_reason(exc)}", file=sys.stderr)
-            return 1
-        return 0
+        return ping(args.socket)
     if args.max_concurrent < 1 or args.timeout <= 0 or args.max_timeout <= 0:
         print("error: --max-concurrent, --timeout and --max-timeout must be positive", file=sys.stderr)
         return 2

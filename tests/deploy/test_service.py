@@ -6,10 +6,12 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -35,9 +37,10 @@ pytestmark = pytest.mark.skipif(ISOLATION is not Isolation.BWRAP, reason=f"no wo
 class Service:
     """One `python -m core_tools.sandbox.service` process."""
 
-    def __init__(self, sock: Path, *args: str) -> None:
+    def __init__(self, sock: Path, *args: str, env: dict[str, str] | None = None) -> None:
         self.sock = sock
         self.args = args
+        self.env = env
         self.proc: subprocess.Popen[str] | None = None
 
     def start(self) -> Service:
@@ -48,6 +51,7 @@ class Service:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            env=self.env,
         )
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
@@ -108,8 +112,8 @@ def sock(tmp_path: Path) -> Path:
 def start(sock: Path) -> Iterator[Callable[..., Service]]:
     started: list[Service] = []
 
-    def _start(*args: str) -> Service:
-        service = Service(sock, "--timeout", "5", "--max-timeout", "10", *args).start()
+    def _start(*args: str, env: dict[str, str] | None = None) -> Service:
+        service = Service(sock, "--timeout", "5", "--max-timeout", "10", *args, env=env).start()
         started.append(service)
         return service
 
@@ -281,20 +285,76 @@ def test_a_second_service_or_a_foreign_file_is_not_clobbered(
     assert third.returncode == 1 and "not a socket" in third.stderr and foreign.read_text() == "keep me"
 
 
-def test_ping_is_the_health_check(start: Callable[..., Service], sock: Path, tmp_path: Path) -> None:
-    def ping(path: Path) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "core_tools.sandbox.service", "--ping", "--socket", str(path)],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+def ping(path: Path) -> subprocess.CompletedProcess[str]:
+    """The container's health check command, run against `path`."""
+    return subprocess.run(
+        [sys.executable, "-m", "core_tools.sandbox.service", "--ping", "--socket", str(path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
+
+def test_ping_is_the_health_check(start: Callable[..., Service], sock: Path, tmp_path: Path) -> None:
     start()
     up = ping(sock)
     assert up.returncode == 0 and "code sandbox: bwrap" in up.stdout
     down = ping(tmp_path / "none.sock")
     assert down.returncode == 1 and "not answering" in down.stderr
     assert os.path.exists(sock)
+
+
+@pytest.fixture
+def failing_bwrap() -> Iterator[dict[str, str]]:
+    """An environment whose first `bwrap` fails as it does under a seccomp profile that forbids sethostname.
+
+    Outside pytest's private tmp_path: as root the service runs bwrap as the sandbox's unprivileged uid.
+    """
+    bin_dir = Path(tempfile.mkdtemp(prefix="fake-bwrap-"))
+    bin_dir.chmod(0o755)
+    fake = bin_dir / "bwrap"
+    message = "bwrap: Can't set hostname to sandbox: Operation not permitted"
+    fake.write_text(f'#!/bin/sh\necho "{message}" >&2\nexit 1\n')
+    fake.chmod(0o755)
+    yield {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    shutil.rmtree(bin_dir)
+
+
+async def test_ping_fails_when_the_service_cannot_isolate(
+    start: Callable[..., Service], sock: Path, failing_bwrap: dict[str, str]
+) -> None:
+    """A service that answers but refuses every run is unhealthy, and the one line says why."""
+    start(env=failing_bwrap)
+    said = hello(sock)
+    assert said["isolation"] == "unavailable" and "Can't set hostname" in str(said["isolation_reason"])
+    down = ping(sock)
+    assert down.returncode == 1 and down.stdout == ""
+    lines = down.stderr.splitlines()
+    assert len(lines) == 1 and "cannot isolate code" in lines[0]
+    assert " ".join(str(said["isolation_reason"]).split()) in lines[0], "the probe's own words name the cause"
+    # Every run is refused, and the model is told the cause and the container settings that fix it.
+    refused = await ServiceExecutor(str(sock)).run("print(1)")
+    assert refused.error_category == "refused" and not refused.success and refused.stdout == ""
+    assert "deploy/seccomp-bwrap.json" in refused.stderr
+
+
+def test_ping_passes_when_the_operator_allowed_unsandboxed_runs(
+    start: Callable[..., Service], sock: Path, failing_bwrap: dict[str, str]
+) -> None:
+    start("--allow-unsandboxed", env=failing_bwrap)
+    assert hello(sock)["isolation"] == "unsandboxed"
+    up = ping(sock)
+    assert up.returncode == 0 and "unsandboxed" in up.stdout.lower(), up
+
+
+def test_deeply_nested_request_gets_an_error_line(start: Callable[..., Service], sock: Path) -> None:
+    """The stdlib JSON parser recurses per level: 100,000 `[` must still get the protocol's error line."""
+    start()
+    deep = b"[" * 100_000
+    for payload in (deep + b"\n", b'{"op": "run", "code": ' + deep + b"]" * 100_000 + b"}\n"):
+        answer = exchange(sock, payload)
+        assert answer["ok"] is False and answer["kind"] == "bad_request", answer
+        assert "nested too deeply" in str(answer["error"])
+    assert hello(sock)["ok"] is True, "and the service keeps serving"

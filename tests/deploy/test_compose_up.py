@@ -1,0 +1,243 @@
+"""The Docker deploy for real: build the image, `docker compose up` deploy/docker-compose.yml as shipped (plus
+tests/deploy/compose.test.yml, which puts the bot on the host's network and stands in for SearXNG), and drive
+a code turn from the fake Bot API through the bot container, the fake LLM and bwrap in the sandbox container.
+
+Minutes of work and a Docker engine with Compose v2: it runs only with DEPLOY_TEST=1, which
+scripts/test-deploy.sh sets (see README.md). The base images must be local (../shared/tools/README.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fakes.openai_api import FakeLLM, call, text, tool_calls
+from tests.fakes.telegram_api import FakeTelegram
+
+REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+IMAGE = "telegram-assistant:deploytest"
+TOKEN = "123456:DEPLOY-TEST-token"
+OWNER = 111
+# What bwrap's namespaces make of the program: its own hostname, the unprivileged uid, and work done.
+PROGRAM = "import os, socket\nprint(socket.gethostname(), os.getuid(), sum(range(10**6)))"
+PRINTED = "sandbox 65534 499999500000"
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("DEPLOY_TEST") != "1", reason="the Docker deploy test runs with scripts/test-deploy.sh"
+)
+
+
+def _free_port() -> int:
+    """A port nothing listens on right now, for the SearXNG stand-in on the host's network."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class Stack:
+    """One compose project: the shipped file, the test override, and any further overrides."""
+
+    project: str
+    env: dict[str, str]
+    overrides: tuple[Path, ...] = ()
+
+    def argv(self, *args: str) -> list[str]:
+        """A `docker compose` command line for this project."""
+        files = [REPO / "deploy" / "docker-compose.yml", HERE / "compose.test.yml", *self.overrides]
+        return ["docker", "compose", "-p", self.project, *(a for f in files for a in ("-f", str(f))), *args]
+
+    def run(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        """Run `docker compose ARGS`; fail the test with its output if it fails."""
+        done = subprocess.run(
+            self.argv(*args), env=self.env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+        assert done.returncode == 0, f"docker compose {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
+        return done
+
+    async def arun(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        """`run` off the event loop, so that the fakes keep answering the bot meanwhile."""
+        return await asyncio.to_thread(self.run, *args, timeout=timeout)
+
+    def container(self, service: str) -> str:
+        """The container id of one service."""
+        return self.run("ps", "-q", "--all", service).stdout.strip()
+
+    def health(self, service: str) -> dict[str, Any]:
+        """Docker's health record of one service's container (Status, FailingStreak, Log)."""
+        done = subprocess.run(
+            ["docker", "inspect", "--format", "{{json .State.Health}}", self.container(service)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        record: dict[str, Any] = json.loads(done.stdout)
+        return record
+
+    async def wait_health(self, service: str, status: str, timeout: float = 180) -> dict[str, Any]:
+        """Poll the health record until it reaches `status` (docker's own health checks do the probing)."""
+        deadline = time.monotonic() + timeout
+        record = await asyncio.to_thread(self.health, service)
+        while record["Status"] != status:
+            if time.monotonic() > deadline or (record["Status"] in ("healthy", "unhealthy")):
+                logs = await asyncio.to_thread(self.run, "logs", "--no-color", service)
+                raise AssertionError(
+                    f"{service} is {record['Status']}, not {status}: {record}\n{logs.stdout}"
+                )
+            await asyncio.sleep(0.5)
+            record = await asyncio.to_thread(self.health, service)
+        return record
+
+    def down(self) -> None:
+        """Remove the containers and the volumes (the images go once the module is done)."""
+        subprocess.run(
+            self.argv("down", "-v", "--remove-orphans", "-t", "10"),
+            env=self.env,
+            capture_output=True,
+            timeout=300,
+            check=False,
+        )
+
+
+def _stack(project: str, env_file: Path) -> Stack:
+    """A compose project with the test override's variables set."""
+    env = {
+        **os.environ,
+        "DEPLOYTEST_IMAGE": IMAGE,
+        "DEPLOYTEST_ENV_FILE": str(env_file),
+        "DEPLOYTEST_SEARXNG_PORT": str(_free_port()),
+        "DEPLOYTEST_DIR": str(HERE),
+    }
+    return Stack(project, env)
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Build the image (and the SearXNG stand-in) once; remove both at the end (the base images stay)."""
+    if shutil.which("docker") is None:
+        pytest.fail("DEPLOY_TEST=1 but no docker client")
+    env_file = tmp_path_factory.mktemp("build") / "empty.env"
+    env_file.touch()
+    _stack(f"ta-deploytest-build-{os.getpid()}", env_file).run("build")
+    yield
+    subprocess.run(
+        ["docker", "image", "rm", IMAGE, f"{IMAGE}-searxng"], capture_output=True, timeout=300, check=False
+    )
+
+
+@pytest.fixture
+def stack(images: None, tmp_path: Path) -> Iterator[Stack]:
+    """A compose project of this test, removed with its volumes afterwards."""
+    env_file = tmp_path / "test.env"
+    env_file.touch()  # written by the test once the fakes have their ports
+    made = _stack(f"ta-deploytest-{os.getpid()}", env_file)
+    try:
+        yield made
+    finally:
+        made.down()
+
+
+def _answer_with_the_output(request: dict[str, Any]) -> Any:
+    """The fake model's second reply quotes what the sandbox printed, so the test sees it went through."""
+    result = json.loads(request["messages"][-1]["content"])
+    return text(f"The program printed: {result['stdout'].strip()} (isolation: {result['isolation']}). END")
+
+
+async def _code_turn(tg: FakeTelegram, llm: FakeLLM, question: str) -> str:
+    """One user message -> the model asks for `code` -> the sandbox runs it -> the answer is delivered."""
+    llm.script(tool_calls(call("code", {"action": "execute", "code": PROGRAM})), _answer_with_the_output)
+    before = len(tg.sent_texts(OWNER))
+    tg.push_text(OWNER, question)
+
+    def answered() -> str | None:
+        # The answer streams in edits: wait for its last word.
+        return next((t for t in tg.sent_texts(OWNER)[before:] if t.endswith("END")), None)
+
+    answer: str = await tg.wait_for(answered, timeout=120, what="the code turn's answer")
+    return answer
+
+
+async def test_compose_up_runs_code_in_bwrap_end_to_end(stack: Stack, tmp_path: Path) -> None:
+    async with FakeTelegram(token=TOKEN) as tg, FakeLLM() as llm:
+        (tmp_path / "test.env").write_text(
+            "\n".join(
+                [
+                    f"TELEGRAM_BOT_TOKEN={TOKEN}",
+                    f"TELEGRAM_API_BASE_URL={tg.base_url}",
+                    f"ALLOWED_USER_IDS={OWNER}",
+                    "OPENAI_API_KEY=sk-deploy-test",
+                    f"OPENAI_BASE_URL={llm.base_url}",
+                    "LLM_MODEL=fake-model",
+                    "LLM_MAX_RETRIES=0",
+                    "STREAM_EDIT_INTERVAL_S=0",
+                ]
+            )
+            + "\n"
+        )
+        started = time.monotonic()
+        await stack.arun("up", "-d")
+        assert (await stack.wait_health("sandbox", "healthy"))["Status"] == "healthy"
+        assert (await stack.wait_health("bot", "healthy"))["Status"] == "healthy"
+        healthy = time.monotonic()
+
+        first = await _code_turn(tg, llm, "what does this program print?")
+        turned = time.monotonic()
+        assert PRINTED in first and "isolation: bwrap" in first, first
+        # What the model was sent: the sandbox service's result (the bot's own container cannot run bwrap).
+        sent = json.loads(llm.requests[1]["messages"][-1]["content"])
+        assert sent["success"] is True and sent["stdout"] == PRINTED + "\n" and sent["isolation"] == "bwrap"
+
+        hosts = await stack.arun("exec", "-T", "bot", "cat", "/etc/hosts")
+        assert "host.docker.internal" in hosts.stdout, "extra_hosts reaches the bot's /etc/hosts"
+
+        restarting = time.monotonic()
+        await stack.arun("restart", timeout=300)
+        await stack.wait_health("sandbox", "healthy")
+        await stack.wait_health("bot", "healthy")
+        restarted = time.monotonic()
+        before = len(llm.requests)
+        again = await _code_turn(tg, llm, "and after a restart?")
+        assert PRINTED in again and len(llm.requests) >= before + 2
+        # The conversation survived the restart in the data volume: the first question is in the history.
+        history = json.dumps(llm.requests[before]["messages"])
+        assert "what does this program print?" in history
+        print(
+            f"up -> both healthy {healthy - started:.1f} s; code turn {turned - healthy:.1f} s; "
+            f"restart -> both healthy {restarted - restarting:.1f} s"
+        )
+
+
+async def test_health_check_fails_when_the_sandbox_cannot_isolate(stack: Stack, tmp_path: Path) -> None:
+    """The sandbox under Docker's default seccomp profile: bwrap cannot make its namespaces, so unhealthy."""
+    default_seccomp = tmp_path / "default-seccomp.yml"
+    default_seccomp.write_text(
+        "services:\n"
+        "  sandbox:\n"
+        "    security_opt: !override\n"
+        "      - no-new-privileges:true\n"
+        "      - systempaths=unconfined\n"
+        "      - apparmor=unconfined\n"
+        "    healthcheck:\n"
+        "      start_period: 1s\n"  # 0s would mean unset: the image's 60 s would apply
+    )
+    stack.overrides = (default_seccomp,)
+    await stack.arun("up", "-d", "--no-deps", "sandbox")
+    record = await stack.wait_health("sandbox", "unhealthy", timeout=120)
+    output = record["Log"][-1]["Output"]
+    assert record["Log"][-1]["ExitCode"] == 1, record
+    assert len(output.strip().splitlines()) == 1 and "cannot isolate code" in output and "bwrap" in output
+    print(output)  # the operator's one line, shown with -s
