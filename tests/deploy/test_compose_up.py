@@ -33,6 +33,17 @@ OWNER = 111
 # What bwrap's namespaces make of the program: its own hostname, the unprivileged uid, and work done.
 PROGRAM = "import os, socket\nprint(socket.gethostname(), os.getuid(), sum(range(10**6)))"
 PRINTED = "sandbox 65534 499999500000"
+# Four children that each touch 300 MB: every one is under the per-process limit, together they are not.
+MEMORY_HOG = (
+    "import os, time\n"
+    "for _ in range(4):\n"
+    "    if os.fork() == 0:\n"
+    "        b = bytearray(300 * 1024 * 1024)\n"
+    "        for i in range(0, len(b), 4096): b[i] = 1\n"
+    "        time.sleep(30); os._exit(0)\n"
+    "for _ in range(4): os.wait()\n"
+    "print('all done')"
+)
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("DEPLOY_TEST") != "1", reason="the Docker deploy test runs with scripts/test-deploy.sh"
@@ -157,9 +168,9 @@ def _answer_with_the_output(request: dict[str, Any]) -> Any:
     return text(f"The program printed: {result['stdout'].strip()} (isolation: {result['isolation']}). END")
 
 
-async def _code_turn(tg: FakeTelegram, llm: FakeLLM, question: str) -> str:
+async def _code_turn(tg: FakeTelegram, llm: FakeLLM, question: str, program: str = PROGRAM) -> str:
     """One user message -> the model asks for `code` -> the sandbox runs it -> the answer is delivered."""
-    llm.script(tool_calls(call("code", {"action": "execute", "code": PROGRAM})), _answer_with_the_output)
+    llm.script(tool_calls(call("code", {"action": "execute", "code": program})), _answer_with_the_output)
     before = len(tg.sent_texts(OWNER))
     tg.push_text(OWNER, question)
 
@@ -200,6 +211,15 @@ async def test_compose_up_runs_code_in_bwrap_end_to_end(stack: Stack, tmp_path: 
         # What the model was sent: the sandbox service's result (the bot's own container cannot run bwrap).
         sent = json.loads(llm.requests[1]["messages"][-1]["content"])
         assert sent["success"] is True and sent["stdout"] == PRINTED + "\n" and sent["isolation"] == "bwrap"
+
+        # A run that forks and allocates more than CODE_MEMORY_MB (512) in all is stopped as a whole, here
+        # by the watchdog (the container's /sys/fs/cgroup is read-only), and the service stays healthy.
+        hog = len(llm.requests)
+        await _code_turn(tg, llm, "allocate a lot", MEMORY_HOG)
+        hogged = json.loads(llm.requests[hog + 1]["messages"][-1]["content"])
+        assert hogged["success"] is False and hogged["error_category"] == "memory", hogged
+        assert "memory limit of 512 MB for the whole run" in hogged["stderr"], hogged
+        assert (await stack.wait_health("sandbox", "healthy"))["Status"] == "healthy"
 
         hosts = await stack.arun("exec", "-T", "bot", "cat", "/etc/hosts")
         assert "host.docker.internal" in hosts.stdout, "extra_hosts reaches the bot's /etc/hosts"
