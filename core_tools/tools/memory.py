@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from core_tools.embeddings import Embedder
 from core_tools.errors import BudgetExceeded, ToolError
 from core_tools.memory_judge import ADD, Candidate, Decision, MemoryJudge, content_tokens, key_tokens, overlap
+from core_tools.memory_write import Write, apply_undo, apply_write
 from core_tools.prompts import MEMORY_NOTE, memory_block
 from db import memories as q
 from db import memory_history as h
@@ -72,10 +73,6 @@ ORIGINS = ("user", "tool", "model", "extraction", "summary")
 
 def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat(timespec="seconds")
-
-
-def _dt(value: str | None) -> datetime | None:
-    return None if not value else datetime.fromisoformat(value)
 
 
 def memory_view(mem: Memory | q.MemoryRow, relevance: float | None = None) -> dict[str, Any]:
@@ -284,103 +281,31 @@ class MemoryStore:
         now = self.now()
         expires = self._expiry(layer, now)
 
+        write = Write(
+            user_id=user_id,
+            layer=layer,
+            category=category,
+            content=content,
+            now=now,
+            certainty=certainty,
+            session_id=sid,
+            expires_at=expires,
+            vector=vector,
+            embedder_id=emb_id,
+            origin=origin,
+            untrusted=untrusted,
+            said_at=said_at,
+            event_at=event_at,
+            actor=actor,
+            supersedes=supersedes,
+            decision=decision,
+            merged_vector=merged_vec[0],
+            merged_embedder_id=merged_vec[1],
+        )
+
         def work(s: Session) -> dict[str, Any]:
-            explicit: Memory | None = None
-            if supersedes:
-                explicit = q.get_memory(s, user_id, supersedes)
-                if explicit is None or explicit.superseded_by is not None:
-                    raise ToolError(f"no current memory with id {supersedes!r} to supersede")
-            target: Memory | None = None
-            if decision.target:
-                target = q.get_memory(s, user_id, decision.target)
-                if target is None or target.superseded_by is not None:
-                    target = None  # changed while the judge thought: adding loses nothing
-            if target is not None and decision.action == "NONE":
-                target.updated_at = now
-                target.expires_at = expires if target.expires_at is not None else None
-                return {"status": "already_known", "memory": memory_view(target), "reason": decision.reason}
-            if target is not None and decision.action == "UPDATE" and decision.text:
-                old_text = target.content
-                mem = q.update_memory(
-                    s,
-                    target,
-                    content=decision.text,
-                    category=target.category,
-                    now=now,
-                    certainty=certainty,
-                    expires_at=expires,
-                    vector=merged_vec[0],
-                    embedder_id=merged_vec[1],
-                )
-                mem.untrusted = mem.untrusted or untrusted
-                h.record(
-                    s,
-                    user_id=user_id,
-                    memory_id=mem.public_id,
-                    action="update",
-                    actor="judge",
-                    now=now,
-                    old_text=old_text,
-                    new_text=mem.content,
-                    reason=f"{decision.reason} (asked to store: {content})",
-                )
-                return {
-                    "status": "updated_existing",
-                    "memory": memory_view(mem),
-                    "previous_text": old_text,
-                    "undo": f"/memory undo {mem.public_id} restores the previous text",
-                }
-            mem = q.insert_memory(
-                s,
-                user_id=user_id,
-                layer=layer,
-                category=category,
-                content=content,
-                now=now,
-                certainty=certainty,
-                session_id=sid,
-                expires_at=expires,
-                vector=vector,
-                embedder_id=emb_id,
-                origin=origin,
-                untrusted=untrusted,
-                said_at=said_at,
-                event_at=event_at,
-            )
-            h.record(
-                s,
-                user_id=user_id,
-                memory_id=mem.public_id,
-                action="add",
-                actor=actor,
-                now=now,
-                new_text=content,
-                reason=decision.reason,
-            )
-            result: dict[str, Any] = {"status": "created", "memory": memory_view(mem)}
-            superseded: list[tuple[Memory, str, str]] = []
-            if explicit is not None:
-                superseded.append((explicit, actor, "the model said it corrects this one"))
-            if target is not None and decision.action == "SUPERSEDE" and target is not explicit:
-                superseded.append((target, "judge", decision.reason))
-            for old, by, why in superseded:
-                q.mark_superseded(s, old, mem.public_id)
-                h.record(
-                    s,
-                    user_id=user_id,
-                    memory_id=old.public_id,
-                    action="supersede",
-                    actor=by,
-                    now=now,
-                    old_text=old.content,
-                    new_text=content,
-                    related_id=mem.public_id,
-                    reason=why,
-                )
-            if superseded:
-                result["superseded"] = [{"id": m.public_id, "content": m.content} for m, _, _ in superseded]
-                result["undo"] = f"/memory undo {superseded[0][0].public_id} makes it current again"
-            return result
+            result = apply_write(s, write)
+            return {**result, "memory": memory_view(result["memory"])}
 
         return await self._db(work)
 
@@ -551,81 +476,7 @@ class MemoryStore:
         change_id = found.id
 
         def work(s: Session) -> dict[str, Any] | None:
-            change = s.get(MemoryChange, change_id)
-            if change is None or change.undone_at is not None:
-                return None
-            mem = q.get_memory(s, user_id, change.memory_id)
-            if change.action == "update":
-                if mem is None or change.old_text is None:
-                    return None
-                current = mem.content
-                q.update_memory(
-                    s,
-                    mem,
-                    content=change.old_text,
-                    category=mem.category,
-                    now=now,
-                    certainty=None,
-                    expires_at=mem.expires_at,
-                    vector=vector,
-                    embedder_id=emb_id,
-                )
-                detail = f"restored the text before the update (was: {current})"
-            elif change.action == "supersede":
-                if mem is None:
-                    return None
-                mem.superseded_by = None
-                detail = "it is current again"
-            elif change.action == "forget":
-                snap = change.snapshot or {}
-                if mem is not None or not snap:
-                    return None
-                mem = q.insert_memory(
-                    s,
-                    user_id=user_id,
-                    layer=snap["layer"],
-                    category=snap["category"],
-                    content=snap["content"],
-                    now=datetime.fromisoformat(snap["created_at"]),
-                    certainty=snap.get("certainty"),
-                    session_id=snap.get("session_id"),
-                    expires_at=_dt(snap.get("expires_at")),
-                    vector=vector,
-                    embedder_id=emb_id,
-                    origin=snap.get("origin") or "model",
-                    untrusted=bool(snap.get("untrusted")),
-                    said_at=_dt(snap.get("said_at")),
-                    event_at=_dt(snap.get("event_at")),
-                    public_id=change.memory_id,
-                )
-                for revived in snap.get("revived") or []:
-                    again = q.get_memory(s, user_id, revived)
-                    if again is not None and again.superseded_by is None:
-                        again.superseded_by = change.memory_id
-                detail = "it is back"
-            else:  # add
-                if mem is None:
-                    return None
-                q.forget(s, user_id, change.memory_id)
-                detail = "it is forgotten again"
-            change.undone_at = now
-            h.record(
-                s,
-                user_id=user_id,
-                memory_id=change.memory_id,
-                action="undo",
-                actor="user",
-                now=now,
-                old_text=change.new_text,
-                new_text=change.old_text,
-                reason=f"undo of {change.action}",
-            )
-            return {
-                "action": change.action,
-                "memory_id": change.memory_id,
-                "content": change.old_text or change.new_text,
-                "detail": detail,
-            }
+            return apply_undo(s, user_id, change_id, now, vector, emb_id)
 
         return await self._db(work)
 

@@ -7,8 +7,8 @@ Create Date: 2026-11-23 14:00:00.000000
 - memories: `origin` (user | tool | model | extraction | summary), `untrusted` (stored in a turn that had read
   web or MCP content), `said_at` (when the user said it, for extracted memories) and `event_at` (when the
   event happened, when the text says).
-- memory_history: every change of a memory (update, supersede, forget, undo) with the old and new text, why and
-  by whom (judge | model | user | extraction), so that it can be listed and undone.
+- memory_history: every change of a memory (add, update, supersede, forget, undo) with the old and new
+  text, why and by whom (judge | model | user | extraction), so that it can be listed and undone.
 - memory_extractions: per session, the last message that background extraction has read.
 """
 
@@ -28,7 +28,9 @@ depends_on: str | Sequence[str] | None = None
 def upgrade() -> None:
     # Plain ALTER TABLE ADD COLUMN, not a batch: a batch copies `memories` into a new table, which would drop
     # the FTS delete trigger of 0002.
-    op.add_column("memories", sa.Column("origin", sa.String(length=16), nullable=False, server_default="model"))
+    op.add_column(
+        "memories", sa.Column("origin", sa.String(length=16), nullable=False, server_default="model")
+    )
     op.add_column("memories", sa.Column("untrusted", sa.Boolean(), nullable=False, server_default=sa.false()))
     op.add_column("memories", sa.Column("said_at", sa.DateTime(), nullable=True))
     op.add_column("memories", sa.Column("event_at", sa.DateTime(), nullable=True))

@@ -28,7 +28,8 @@ from db.usage import UsageLog, UsageQueries
 from tests.fakes.openai_api import FakeLLM, TextStep
 from tests.fakes.openai_api import text as reply
 
-PAIRS = json.loads((Path(__file__).parent.parent / "fixtures" / "memory_judge_pairs.json").read_text())["pairs"]
+FIXTURE = Path(__file__).parent.parent / "fixtures" / "memory_judge_pairs.json"
+PAIRS = json.loads(FIXTURE.read_text())["pairs"]
 
 
 @pytest.fixture(scope="session")
@@ -130,7 +131,8 @@ async def test_distinct_facts_stay_recallable_even_when_the_judge_is_wrong(
     store: MemoryStore, llm: FakeLLM, wrong: str
 ) -> None:
     # The judge always claims the new fact replaces (or restates) the most similar old one.
-    llm.default = answer({"action": wrong, "id": 1, "text": "User's relatives live somewhere.", "reason": "x"})
+    wrong_answer = {"action": wrong, "id": 1, "text": "User's relatives live somewhere.", "reason": "x"}
+    llm.default = answer(wrong_answer)
     facts = distinct_facts(40, seed=len(wrong))
     for fact in facts:
         result = await store.store(7, "long", fact)
