@@ -134,10 +134,10 @@ def guard(decision: Decision, new: str, candidates: Sequence[Candidate]) -> Deci
         return ADD
     if speaker(new) != speaker(old.content):
         return Decision("ADD", reason="different speakers")
-    if decision.action == "NONE":
-        # "Already known" only when the old memory names everything the new one does.
-        return decision if key_tokens(new) <= key_tokens(old.content) else ADD
     a, b = key_tokens(old.content), key_tokens(new)
+    # "Already known" and "no longer true" only about the very same names, numbers and dates.
+    if decision.action in ("NONE", "SUPERSEDE") and a != b:
+        return Decision("ADD", reason="different names, numbers or dates")
     if a and b and a != b:
         return Decision("ADD", reason="different names, numbers or dates")
     if decision.action == "UPDATE":
