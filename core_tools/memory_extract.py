@@ -190,11 +190,17 @@ class MemoryExtractor:
             return 0
         since = self.clock() - within
 
-        def find(s: Session) -> list[tuple[str, int, bool]]:
-            return h.sessions_with_unread(s, since)
+        def find(s: Session) -> list[tuple[str, int]]:
+            due: list[tuple[str, int]] = []
+            for session_id, user_id, ended in h.sessions_with_unread(s, since):
+                unread = h.messages_after(s, session_id, h.extracted_upto(s, session_id), MAX_MESSAGES)
+                # The same gates as before the restart: an ended session, or a durable-looking message.
+                if ended or any(m.role == "user" and durable(m.content) for m in unread):
+                    due.append((session_id, user_id))
+            return due
 
-        found = await asyncio.to_thread(self._run, find)
-        for session_id, user_id, _ended in found:
+        found: list[tuple[str, int]] = await asyncio.to_thread(self._run, find)
+        for session_id, user_id in found:
             self.schedule(user_id, session_id)
         return len(found)
 

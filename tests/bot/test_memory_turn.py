@@ -16,7 +16,7 @@ from core_tools.memory_extract import EXTRACT_PROMPT
 from core_tools.memory_judge import JUDGE_PROMPT
 from db.models import utcnow
 from tests.core_tools.fake_search import FakeServer, reply_text
-from tests.fakes.openai_api import FakeLLM, Step, call, text, tool_calls
+from tests.fakes.openai_api import FakeLLM, Step, call, hang, text, tool_calls
 from tests.fakes.telegram_api import FakeTelegram
 from tests.harness import OWNER, Harness, running_bot
 
@@ -288,3 +288,39 @@ async def test_history_and_undo_commands(tmp_path: Path, tg: FakeTelegram, llm: 
         assert [m["content"] for m in await h.services.memory.list_memories(OWNER)] == ["User has a dog."]
         await h.command(OWNER, "/memory undo not-an-id", "Nothing to undo for id not-an-id")
         await h.command(OWNER, "/memory history not-an-id", "No history for id not-an-id")
+
+
+async def test_extraction_never_holds_up_an_answer(tmp_path: Path, tg: FakeTelegram, llm: FakeLLM) -> None:
+    extracting: list[dict[str, Any]] = []
+
+    def respond(request: dict[str, Any]) -> Step:
+        if str(request["messages"][0]["content"]).startswith(EXTRACT_PROMPT[:40]):
+            extracting.append(request)
+            return hang(60)  # an extraction whose LLM never answers
+        return text(f"Answer {len(llm.requests)}")
+
+    llm.default = respond
+    async with running_bot(tmp_path, tg, llm, memory_extract_delay_s=0.05) as h:
+        tg.push_text(OWNER, "My brother Tom works at the harbour.")
+        await h.final_text(OWNER, "Answer 1")
+        await tg.wait_for(lambda: extracting, what="the extraction request")
+        tg.push_text(OWNER, "what is the weather like?")
+        await h.final_text(OWNER, "Answer 3")  # answered while the extraction still waits
+        assert _stored(h, "Tom") is None
+    # Cut by the shutdown: nothing was marked as read, so the next start extracts the message again.
+    with h.services.engine.connect() as conn:
+        assert conn.execute(sa_text("SELECT count(*) FROM memory_extractions")).scalar() == 0
+
+
+async def test_extraction_catches_up_after_a_restart(tmp_path: Path, tg: FakeTelegram, llm: FakeLLM) -> None:
+    def unread(services: Services) -> None:
+        s = services.conversations.start_session(OWNER, OWNER, "before the restart")
+        services.conversations.add_message(s.id, OWNER, OWNER, "user", "I moved to Oslo last week.")
+
+    llm.default = _by_purpose(
+        lambda _r: json.dumps(
+            {"memories": [{"content": "User moved to Oslo.", "layer": "long", "message": 1}]}
+        )
+    )
+    async with running_bot(tmp_path, tg, llm, setup=unread, memory_extract_delay_s=0.05) as h:
+        await tg.wait_for(lambda: _stored(h, "Oslo"), timeout=15, what="the catch-up extraction")
