@@ -18,7 +18,7 @@ COMMANDS: list[Command] = [
     Command("start", "", "introduction"),
     Command("help", "", "this list of commands"),
     Command("newsession", "[name]", "start a new conversation session"),
-    Command("memory", "[search TEXT | forget ID]", "what I remember about you"),
+    Command("memory", "[search TEXT | recent | forget ID | history ID | undo]", "what I remember about you"),
     Command("timezone", "[Area/City]", "your time zone, for dates and the daily session rollover"),
     Command("usage", "[today|week|month]", "your tokens, estimated cost and tool use"),
     Command("budget", "USER_ID daily|monthly AMOUNT", "owner: set a user's usage cap"),

@@ -19,7 +19,15 @@ log = logging.getLogger(__name__)
 
 Ctx = ContextTypes.DEFAULT_TYPE
 
-MEMORY_USAGE = "Usage: /memory (list), /memory search TEXT, /memory forget ID"
+MEMORY_USAGE = (
+    "Usage: /memory (list), /memory search TEXT, /memory recent, /memory forget ID, /memory history ID, "
+    "/memory undo [ID]"
+)
+ORIGIN_NOTES = {
+    "tool": "from web/tool content",
+    "extraction": "remembered from our chat",
+    "summary": "summary",
+}
 TIMEZONE_USAGE = "Usage: /timezone Area/City, for example /timezone Europe/Berlin"
 LAYER_TITLES = {"long": "Long-term", "mid": "Mid-term", "short": "Short-term", "session": "This session"}
 ROLLOVER_CHECK_S = 60.0
@@ -28,7 +36,29 @@ ROLLOVER_CHECK_S = 60.0
 def _line(m: dict[str, Any]) -> str:
     text = m["content"] if len(m["content"]) <= 200 else m["content"][:197] + "..."
     score = f" ({m['relevance']:.2f})" if m.get("relevance") is not None else ""
-    return f"• {text} [{m['category']}, id {m['id']}]{score}"
+    tags = [m["category"]]
+    if m.get("untrusted"):
+        tags.append("⚠ untrusted: saved while reading web/tool content")
+    elif m.get("origin") in ORIGIN_NOTES:
+        tags.append(ORIGIN_NOTES[m["origin"]])
+    if m.get("event_at"):
+        tags.append(f"happened {m['event_at'][:10]}")
+    return f"• {text} [{', '.join(tags)}, id {m['id']}]{score}"
+
+
+def _change_line(c: dict[str, Any]) -> str:
+    when = str(c["at"])[:16].replace("T", " ")
+    head = f"#{c['change']} {when} {c['action']} by {c['actor']}" + (" (undone)" if c["undone"] else "")
+    parts = [head]
+    if c["old_text"] and c["action"] != "add":
+        parts.append(f"  before: {c['old_text'][:200]}")
+    if c["new_text"] and c["action"] != "forget":
+        parts.append(f"  after: {c['new_text'][:200]}")
+    if c["related_id"] and c["related_id"] != c["memory_id"]:
+        parts.append(f"  replaced by {c['related_id']}" if c["action"] == "supersede" else "")
+    if c["reason"]:
+        parts.append(f"  why: {c['reason'][:200]}")
+    return "\n".join(p for p in parts if p)
 
 
 class MemoryCommands:
@@ -63,7 +93,34 @@ class MemoryCommands:
             await msg.reply_text("\n".join(_line(m) for m in found) if found else "Nothing matches that.")
         elif action == "forget" and rest and len(args) == 2:
             gone = await store.forget(user_id, rest)
-            await msg.reply_text("Forgotten." if gone else f"No memory with id {rest} (see /memory for ids).")
+            await msg.reply_text(
+                "Forgotten. (/memory undo brings it back.)"
+                if gone
+                else f"No memory with id {rest} (see /memory for ids)."
+            )
+        elif action == "recent" and not rest:
+            recent = await store.recent(user_id, days=7)
+            await msg.reply_text(
+                "Remembered in the last 7 days:\n" + "\n".join(f"{_line(m)} (by {m['by']})" for m in recent)
+                if recent
+                else "Nothing new remembered in the last 7 days."
+            )
+        elif action == "history" and rest and len(args) == 2:
+            changes = await store.history(user_id, rest)
+            await msg.reply_text(
+                f"Changes of {rest}, newest first:\n" + "\n".join(_change_line(c) for c in changes)
+                if changes
+                else f"No history for id {rest} (see /memory for ids)."
+            )
+        elif action == "undo" and len(args) <= 2:
+            done = await store.undo(user_id, rest or None)
+            if done is None:
+                await msg.reply_text("Nothing to undo." if not rest else f"Nothing to undo for id {rest}.")
+            else:
+                text = (done["content"] or "")[:200]
+                await msg.reply_text(
+                    f"Undone: {done['action']} of {done['memory_id']} ({text}): {done['detail']}."
+                )
         else:
             await msg.reply_text(MEMORY_USAGE)
 
@@ -132,6 +189,14 @@ async def reembed_job(context: Ctx) -> None:
         log.info("re-embedded %d memories", count)
 
 
+async def extraction_catchup_job(context: Ctx) -> None:
+    """Once at start: extract what sessions said before a restart cut their pending extraction."""
+    services: Services = context.application.bot_data["services"]
+    count = await services.extractor.catch_up()
+    if count:
+        log.info("scheduled memory extraction of %d sessions left from before the restart", count)
+
+
 def schedule_jobs(app: Application[Any, Any, Any, Any, Any, Any]) -> None:
     """Register the periodic jobs on PTB's JobQueue (APScheduler)."""
     jq = app.job_queue
@@ -154,3 +219,4 @@ def schedule_jobs(app: Application[Any, Any, Any, Any, Any, Any]) -> None:
         job_kwargs={"misfire_grace_time": None, "coalesce": True},
     )
     jq.run_once(reembed_job, when=2.0, name="memory-reembed")
+    jq.run_once(extraction_catchup_job, when=5.0, name="memory-extraction-catchup")

