@@ -32,6 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 
 from db.models import Memory, new_id
+from db.recall import recall_backend
 
 LAYERS = ("long", "mid", "short", "session")
 VEC_TABLE = "memories_vec"
@@ -235,35 +236,13 @@ def f32(vector: Sequence[float]) -> bytes:
 
 
 def vec_dim(s: Session) -> int | None:
-    """The embedding dimension the vector table is built for, or None when the table is missing.
-
-    The table only knows its bit width; a stored float vector tells the exact dimension when it is not a
-    multiple of 8.
-    """
-    sql = s.execute(
-        text("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = :n"), {"n": VEC_TABLE}
-    ).scalar()
-    if not sql:
-        return None
-    m = re.search(r"bit\[(\d+)\]", str(sql))
-    if not m:
-        return None
-    bits = int(m.group(1))
-    size = s.execute(
-        select(func.length(Memory.embedding)).where(Memory.embedding.is_not(None)).limit(1)
-    ).scalar()
-    if size and bit_width(int(size) // 4) == bits:
-        return int(size) // 4
-    return bits
+    """The embedding dimension the vector index is built for, or None when it is missing."""
+    return recall_backend(s).vec_dim(s)
 
 
 def rebuild_vec_table(s: Session, dim: int) -> None:
-    """Drop and recreate memories_vec for a new dimension; every row loses its vector (embedder set NULL)."""
-    s.execute(text("DROP TABLE IF EXISTS memories_vec"))
-    s.execute(text("DROP TABLE IF EXISTS memories_vec_center"))
-    s.execute(text(VEC_DDL.format(bits=bit_width(dim))))
-    s.execute(text(CENTER_DDL.format(bits=bit_width(dim))))
-    s.execute(update(Memory).values(embedder=None, embedding=None))
+    """Rebuild the vector index for a new dimension; every row loses its vector (embedder set NULL)."""
+    recall_backend(s).rebuild_vec_table(s, dim)
 
 
 def get_center(s: Session) -> list[float] | None:
@@ -333,37 +312,14 @@ def recenter(s: Session, sample: int = CENTER_SAMPLE) -> bool:
     return True
 
 
-def _put_vector(s: Session, memory: Memory, vector: Sequence[float]) -> None:
-    center = get_center(s)
-    s.execute(text("DELETE FROM memories_vec WHERE memory_id = :id"), {"id": memory.id})
-    s.execute(
-        text(
-            "INSERT INTO memories_vec(memory_id, user_id, shard, layer, embedding) "
-            "VALUES (:id, :u, :sh, :l, vec_quantize_binary(:v))"
-        ),
-        {
-            "id": memory.id,
-            "u": memory.user_id,
-            "sh": memory.id % SHARDS,
-            "l": memory.layer,
-            "v": quantized(vector, center),
-        },
-    )
-    memory.embedding = f32(vector)
-    if center is None:
-        s.flush()
-        if s.execute(text("SELECT count(*) FROM memories_vec")).scalar_one() >= CENTER_SAMPLE:
-            recenter(s)
-
-
 def set_vector(s: Session, memory: Memory, vector: Sequence[float] | None, embedder_id: str | None) -> None:
     """Store (or remove, when `vector` is None) the row's vector and record which embedder made it."""
     if vector is None or embedder_id is None:
-        s.execute(text("DELETE FROM memories_vec WHERE memory_id = :id"), {"id": memory.id})
+        recall_backend(s).drop_vectors(s, [memory.id])
         memory.embedder = None
         memory.embedding = None
     else:
-        _put_vector(s, memory, vector)
+        recall_backend(s).put_vector(s, memory, vector)
         memory.embedder = embedder_id
 
 
@@ -467,7 +423,7 @@ def forget(s: Session, user_id: int, public_id: str) -> Memory | None:
         .where(Memory.user_id == user_id, Memory.superseded_by == public_id)
         .values(superseded_by=None)
     )
-    s.execute(text("DELETE FROM memories_vec WHERE memory_id = :id"), {"id": mem.id})
+    recall_backend(s).drop_vectors(s, [mem.id])
     s.delete(mem)
     s.flush()
     return mem
@@ -476,7 +432,7 @@ def forget(s: Session, user_id: int, public_id: str) -> Memory | None:
 def _delete_rows(s: Session, ids: Sequence[int]) -> int:
     for start in range(0, len(ids), 500):
         chunk = list(ids[start : start + 500])
-        s.execute(text("DELETE FROM memories_vec WHERE memory_id = :id"), [{"id": i} for i in chunk])
+        recall_backend(s).drop_vectors(s, chunk)
         s.execute(delete(Memory).where(Memory.id.in_(chunk)))
     return len(ids)
 
@@ -581,12 +537,8 @@ def fts_text(user_id: int, content: str) -> str:
 
 
 def index_words(s: Session, memory_id: int, user_id: int, content: str) -> None:
-    """Write (or rewrite) the row's words in memories_fts; deleting the row removes them (trigger)."""
-    s.execute(text("DELETE FROM memories_fts WHERE rowid = :id"), {"id": memory_id})
-    s.execute(
-        text("INSERT INTO memories_fts(rowid, content) VALUES (:id, :c)"),
-        {"id": memory_id, "c": fts_text(user_id, content)},
-    )
+    """Write (or rewrite) the row's words in the keyword index (db.recall: FTS5 or a tsvector column)."""
+    recall_backend(s).index_words(s, memory_id, user_id, content)
 
 
 def normalise(content: str) -> str:

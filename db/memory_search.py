@@ -1,11 +1,8 @@
-"""Searching a user's memories: BM25 over `memories_fts`, bit-vector KNN over `memories_vec`, and both fused.
+"""Searching a user's memories: keyword and vector candidates from the database's recall backend, fused.
 
-Vector search is two-stage (migration 0004): `memories_vec` holds a binary-quantized copy of each vector
-(one bit a dimension, hamming distance) partitioned by user and by `shard` = id % SHARDS; the full float32
-vector is `memories.embedding`. A search takes the nearest bit vectors of each of the user's shards, then
-re-scores those rows by exact cosine. sqlite-vec is brute force and its top-k selection costs about
-O(rows x k), so SHARDS small top-k searches are cheaper than one large one: at 100k rows of a user, 200
-candidates cost 31 ms in one partition and 7.6 ms in 8 (bench/bench_memory.py).
+The candidate searches differ by database (db.recall: FTS5 and sqlite-vec bit vectors on SQLite, in
+db.recall_sqlite; tsvector and pgvector on PostgreSQL, in db.recall_postgres). Everything after them is
+shared: the exact cosine re-scoring under the visibility filter and the weighted reciprocal-rank fusion.
 
 Writing rows, words and vectors is db.memories. Every function here is synchronous and takes a Session.
 """
@@ -17,33 +14,44 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import ColumnElement, Select, and_, bindparam, case, func, or_, select
+from sqlalchemy import ColumnElement, Select, and_, bindparam, case, or_, select
 from sqlalchemy.orm import Session
 
 from db.memories import (
     MEMORIES,
     ROW_COLUMNS,
-    SHARDS,
-    STOPWORDS,
     MemoryRow,
     active_filter,
-    f32,
-    fts_words,
-    get_center,
     normalise,
-    owner_prefix,
-    quantized_bits,
 )
-from db.models import Memory
+from db.models import Embedding, Memory
+from db.recall import MAX_QUERY_TERMS, RecallBackend, recall_backend
+from db.recall_sqlite import (  # SQLite's candidate searches, re-exported for bench/bench_memory.py
+    COMMON_TERM_DOCS,
+    MIN_PER_SHARD,
+    OVERSAMPLE,
+    bit_candidates,
+    fts_query,
+    fts_terms,
+    query_bits,
+)
 
-# Bit candidates re-scored per wanted result (binary quantization loses order, exact cosine restores it),
-# and the least taken from each shard.
-OVERSAMPLE = 4
-MIN_PER_SHARD = 8
-
-MAX_QUERY_TERMS = 24
-# A query word found in this many of the user's memories is dropped when a rarer word is there (keyword_ids).
-COMMON_TERM_DOCS = 1000
+__all__ = [
+    "COMMON_TERM_DOCS",
+    "MAX_QUERY_TERMS",
+    "MIN_PER_SHARD",
+    "OVERSAMPLE",
+    "Hit",
+    "bit_candidates",
+    "fts_query",
+    "fts_terms",
+    "hybrid_search",
+    "keyword_ids",
+    "nearest",
+    "query_bits",
+    "same_text",
+    "vector_ids",
+]
 
 
 @dataclass(frozen=True)
@@ -57,99 +65,23 @@ class Hit:
     vector_rank: int | None = None
 
 
-def fts_terms(user_id: int, text_: str) -> list[str]:
-    """The query's content words as quoted, owner-prefixed FTS5 terms (at most MAX_QUERY_TERMS)."""
-    terms: list[str] = []
-    for w in fts_words(text_):
-        if w in STOPWORDS or w in terms or (len(w) < 2 and not w.isdigit()):
-            continue
-        terms.append(w)
-        if len(terms) >= MAX_QUERY_TERMS:
-            break
-    # Quoted terms: the model's text cannot inject FTS5 operators; the table's porter tokenizer stems them
-    # like the indexed words.
-    prefix = owner_prefix(user_id)
-    return ['"' + prefix + t + '"' for t in terms]
-
-
-def fts_query(user_id: int, text_: str) -> str | None:
-    """An FTS5 MATCH expression: any of the query's content words, owner-prefixed; None if no words."""
-    terms = fts_terms(user_id, text_)
-    return " OR ".join(terms) if terms else None
-
-
-def _term_docs_sql(n: int) -> str:
-    # One statement: for each term, how many rows match it, counting no further than :n.
-    return " UNION ALL ".join(
-        f"SELECT {i}, count(*) FROM (SELECT rowid FROM memories_fts WHERE memories_fts MATCH :t{i} LIMIT :n)"  # noqa: S608
-        for i in range(n)
-    )
-
-
 def keyword_ids(s: Session, user_id: int, query_text: str, k: int) -> list[int]:
-    """Up to k rowids of the user's memories matching the query's words, best BM25 first.
-
-    A word in COMMON_TERM_DOCS or more of the user's memories is left out when the query has a rarer one
-    (counting stops there, so the check is cheap): BM25 scores every row matching any word, so such a word
-    costs most of the query and weighs least in the ranking.
-    """
-    terms = fts_terms(user_id, query_text)
-    if not terms:
-        return []
-    if len(terms) > 1:
-        params: dict[str, object] = {f"t{i}": t for i, t in enumerate(terms)}
-        params["n"] = COMMON_TERM_DOCS
-        docs = dict(_driver(s).execute(_term_docs_sql(len(terms)), params).fetchall())
-        terms = [t for i, t in enumerate(terms) if docs[i] < COMMON_TERM_DOCS] or terms
-    rows = _driver(s).execute(
-        "SELECT rowid FROM memories_fts WHERE memories_fts MATCH :q ORDER BY rank LIMIT :k",
-        {"q": " OR ".join(terms), "k": k},
-    )
-    return [r[0] for r in rows.fetchall()]
+    """Up to k rowids of the user's memories matching the query's words, best first."""
+    return recall_backend(s).keyword_ids(s, user_id, query_text, k)
 
 
-def _knn_sql(layer: bool) -> str:
-    # One statement: a small KNN in each of the user's shards (the user and shard filters are inside the
-    # KNN, so other users' chunks are never read).
-    where = "embedding MATCH vec_bit(:q) AND k = :k AND user_id = :u AND shard = {sh}"
-    if layer:
-        where += " AND layer = :l"
-    return " UNION ALL ".join(
-        f"SELECT * FROM (SELECT memory_id FROM memories_vec WHERE {where.format(sh=sh)})"  # noqa: S608
-        for sh in range(SHARDS)
-    )
+def _qv(backend: RecallBackend, vector: Sequence[float] | None = None) -> ColumnElement[Any]:
+    # Typed: on PostgreSQL the bytes become a pgvector value.
+    if vector is None:
+        return bindparam("qv", type_=Embedding())
+    return bindparam("qv", backend.query_vector(vector), type_=Embedding())
 
 
-_KNN_SQL = {False: _knn_sql(False), True: _knn_sql(True)}
-
-
-def query_bits(s: Session, vector: Sequence[float]) -> bytes:
-    """The query vector as the bit vector the stored ones are compared with."""
-    return quantized_bits(vector, get_center(s))
-
-
-def _driver(s: Session) -> Any:
-    # The sqlite connection under the session's: the two hottest reads of a recall (the FTS5 and the vec0
-    # statements, plain SQL with no types to convert) skip SQLAlchemy's per-statement and per-row work.
-    return s.connection().connection.driver_connection
-
-
-def bit_candidates(
-    s: Session, user_id: int, vector: Sequence[float] | bytes, k: int, layer: str | None = None
-) -> list[int]:
-    """Rowids of the user's vectors nearest to `vector` (or its query_bits()) by hamming distance: about
-    OVERSAMPLE * k of them."""
-    bits = vector if isinstance(vector, bytes) else query_bits(s, vector)
-    per_shard = max(MIN_PER_SHARD, -(-OVERSAMPLE * k // SHARDS))
-    params: dict[str, object] = {"q": bits, "k": per_shard, "u": user_id}
-    if layer is not None:
-        params["l"] = layer
-    return [r[0] for r in _driver(s).execute(_KNN_SQL[layer is not None], params).fetchall()]
-
-
-def _distance(vector: Sequence[float], embedder_id: str) -> ColumnElement[float | None]:
+def _distance(
+    backend: RecallBackend, vector: Sequence[float], embedder_id: str
+) -> ColumnElement[float | None]:
     """Exact cosine distance to `vector` for rows whose vector `embedder_id` made, else NULL."""
-    dist = func.vec_distance_cosine(Memory.embedding, f32(vector))
+    dist = backend.distance(Memory.embedding, _qv(backend, vector))
     # Vectors of an older embedder live in another space until reembed() replaces them.
     return case((and_(Memory.embedder == embedder_id, Memory.embedding.is_not(None)), dist), else_=None)
 
@@ -157,11 +89,12 @@ def _distance(vector: Sequence[float], embedder_id: str) -> ColumnElement[float 
 def vector_ids(
     s: Session, user_id: int, vector: Sequence[float], k: int, layer: str | None = None
 ) -> list[tuple[int, float]]:
-    """Up to k (rowid, cosine similarity) of the user's nearest vectors: bit candidates, re-scored exactly."""
-    cands = bit_candidates(s, user_id, vector, k, layer)
+    """Up to k (rowid, cosine similarity) of the user's nearest vectors: candidates, re-scored exactly."""
+    backend = recall_backend(s)
+    cands = backend.vector_candidates(s, user_id, vector, k, layer)
     if not cands:
         return []
-    dist = func.vec_distance_cosine(Memory.embedding, f32(vector))
+    dist = backend.distance(Memory.embedding, _qv(backend, vector))
     rows = s.execute(
         select(Memory.id, dist)
         .where(Memory.id.in_(cands), Memory.embedding.is_not(None))
@@ -196,10 +129,11 @@ def nearest(
     k: int = 5,
 ) -> list[tuple[Memory, float]]:
     """The user's current memories in `layer` nearest to a vector, with cosine similarity, best first."""
-    cands = bit_candidates(s, user_id, vector, k, layer)
+    backend = recall_backend(s)
+    cands = backend.vector_candidates(s, user_id, vector, k, layer)
     if not cands:
         return []
-    dist = _distance(vector, embedder_id).label("dist")
+    dist = _distance(backend, vector, embedder_id).label("dist")
     found = s.execute(
         select(Memory, dist)
         .where(
@@ -226,12 +160,12 @@ def same_text(
     return None
 
 
-def _scored_sql(layers: bool, session: bool) -> Select[Any]:
+def _scored_sql(layers: bool, session: bool, backend: RecallBackend) -> Select[Any]:
     m = MEMORIES.c
     dist = case(
         (
             and_(m.embedder == bindparam("emb"), m.embedding.is_not(None)),
-            func.vec_distance_cosine(m.embedding, bindparam("qv")),
+            backend.distance(m.embedding, _qv(backend)),
         ),
         else_=None,
     )
@@ -249,9 +183,20 @@ def _scored_sql(layers: bool, session: bool) -> Select[Any]:
     return stmt
 
 
-# Recall's two reads, built once (a per-call statement with a few hundred bound ids measured 3.9 ms against
-# 1.3 ms prebuilt): the candidates' exact distances under the visibility filter, then the winners' rows.
-_SCORED = {(lay, ses): _scored_sql(lay, ses) for lay in (False, True) for ses in (False, True)}
+# Recall's two reads, built once per backend (a per-call statement with a few hundred bound ids measured
+# 3.9 ms against 1.3 ms prebuilt): the candidates' exact distances under the visibility filter, then the
+# winners' rows.
+_SCORED: dict[tuple[str, bool, bool], Select[Any]] = {}
+
+
+def _scored(backend: RecallBackend, layers: bool, session: bool) -> Select[Any]:
+    key = (backend.name, layers, session)
+    stmt = _SCORED.get(key)
+    if stmt is None:
+        stmt = _SCORED[key] = _scored_sql(layers, session, backend)
+    return stmt
+
+
 _ROWS_BY_ID = select(*ROW_COLUMNS).where(Memory.id.in_(bindparam("ids", expanding=True)))
 
 
@@ -282,10 +227,14 @@ def hybrid_search(
     # 2 x limit needs the keyword ranking's help, which the keyword candidates' exact distances give).
     bit_k = min(candidates, max(20, 2 * limit))
     one_layer = layers[0] if layers and len(layers) == 1 else None
-    bits = query_bits(s, vector) if use_vec and vector is not None else None
+    backend = recall_backend(s)
     # Oversample: superseded, expired and other-session rows are filtered after each search.
-    kw_ids = keyword_ids(s, user_id, query_text, candidates) if keyword_weight > 0 else []
-    cands = bit_candidates(s, user_id, bits, bit_k, one_layer) if bits is not None else []
+    kw_ids = backend.keyword_ids(s, user_id, query_text, candidates) if keyword_weight > 0 else []
+    cands = (
+        backend.vector_candidates(s, user_id, vector, bit_k, one_layer)
+        if use_vec and vector is not None
+        else []
+    )
     ids = set(kw_ids).union(cands)
     if not ids:
         return []
@@ -295,7 +244,7 @@ def hybrid_search(
         "now": now,
         # No vector: a query vector no row's embedder matches, so every distance is NULL.
         "emb": embedder_id if use_vec else None,
-        "qv": f32(vector) if use_vec and vector is not None else b"",
+        "qv": backend.query_vector(vector if use_vec else None),
     }
     if layers:
         params["layers"] = list(layers)
@@ -303,7 +252,7 @@ def hybrid_search(
         params["sid"] = session_id
     visible: set[int] = set()
     dists: dict[int, float] = {}
-    for rid, dist in s.execute(_SCORED[(bool(layers), session_id is not None)], params):
+    for rid, dist in s.execute(_scored(backend, bool(layers), session_id is not None), params):
         visible.add(rid)
         if dist is not None:
             dists[rid] = float(dist)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 import uuid
 from datetime import UTC, datetime
 from typing import Any, ClassVar
@@ -13,6 +14,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     String,
     Text,
     TypeDecorator,
@@ -48,6 +50,33 @@ class UTCDateTime(TypeDecorator[datetime]):
 
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         return None if value is None else value.replace(tzinfo=UTC)
+
+
+class Embedding(TypeDecorator[bytes]):
+    """A vector as float32 little-endian bytes in Python: a BLOB on SQLite, a pgvector `vector` on PostgreSQL.
+
+    Every caller reads and writes bytes (db.memories.f32), so the write path is the same on both databases.
+    """
+
+    impl = LargeBinary
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> Any:
+        if dialect.name == "postgresql":
+            from pgvector.sqlalchemy import VECTOR  # imported here: SQLite users need no pgvector
+
+            return dialect.type_descriptor(VECTOR())
+        return dialect.type_descriptor(LargeBinary())
+
+    def process_bind_param(self, value: bytes | None, dialect: Dialect) -> Any:
+        if value is None or dialect.name != "postgresql":
+            return value
+        return list(struct.unpack(f"<{len(value) // 4}f", value))
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> bytes | None:
+        if value is None or dialect.name != "postgresql":
+            return None if value is None else bytes(value)
+        return struct.pack(f"<{len(value)}f", *(float(x) for x in value))
 
 
 class Base(DeclarativeBase):
@@ -216,7 +245,8 @@ class Memory(Base):
     embedder: Mapped[str | None] = mapped_column(String(128))
     # The full-precision vector (float32 little-endian), read only to re-score the candidates that the
     # binary-quantized copy in memories_vec found (migration 0004); deferred: row loads never carry it.
-    embedding: Mapped[bytes | None] = mapped_column(deferred=True)
+    # On PostgreSQL a pgvector column (migration 0004) that recall searches directly.
+    embedding: Mapped[bytes | None] = mapped_column(Embedding(), deferred=True)
     # Where it came from: user | tool | model | extraction | summary (migration 0007).
     origin: Mapped[str] = mapped_column(String(16), default="model", server_default="model")
     # Stored in a turn that had read web or MCP content: it may carry a page's words, not the user's.

@@ -12,6 +12,8 @@ from db.migrate import is_managed_table, url_from_environment
 from db.models import Base, UTCDateTime
 
 config = context.config
+# Columns and indexes that migrations create by raw SQL on PostgreSQL (db/recall_postgres.py); not models.
+POSTGRESQL_ONLY = frozenset({"content_tsv", "ix_memories_words"})
 url = config.attributes.get("database_url") or url_from_environment()
 
 
@@ -32,6 +34,8 @@ def run_migrations() -> None:
         connection.commit()  # end the autobegun read so Alembic owns (and commits) its transaction
 
         def include_name(name: str | None, type_: str, parent_names: Any) -> bool:
+            if name in POSTGRESQL_ONLY:  # the tsvector words of 0002, made by raw SQL on PostgreSQL only
+                return False
             return type_ != "table" or is_managed_table(name, virtual)
 
         def render_item(type_: str, obj: Any, autogen_context: Any) -> str | bool:

