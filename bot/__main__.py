@@ -145,6 +145,32 @@ def run_backup(settings: Settings, target: str) -> int:
     return 0
 
 
+def run_migrate_db(settings: Settings, target: str) -> int:
+    """Copy every table of DATABASE_URL into the PostgreSQL database `target`; 1 if the counts disagree."""
+    from bot.ops import migrate_database
+
+    redact = Redactor(settings.secrets() + _url_secrets(target)).mask
+    try:
+        ok = migrate_database(settings, target, say=lambda line: print(redact(line)))
+    except ValueError as exc:
+        print(redact(f"migrate-db failed: {exc}."), file=sys.stderr)
+        return 2
+    except Exception as exc:  # the target refused: unreachable, no pgvector, no rights
+        print(redact(f"migrate-db failed: {type(exc).__name__}: {exc}"), file=sys.stderr)
+        return 1
+    return 0 if ok else 1
+
+
+def _url_secrets(url: str) -> list[str]:
+    from sqlalchemy.engine import make_url
+
+    try:
+        password = make_url(url).password
+    except Exception:
+        return []
+    return [str(password)] if password else []
+
+
 def run_chat(settings: Settings) -> int:
     """Chat in the terminal as the owner (or user 0)."""
     from bot.terminal import chat_loop
@@ -175,12 +201,16 @@ def main(argv: list[str] | None = None) -> int:
     doctor.add_argument("--quick", action="store_true", help="only local checks (settings and database)")
     backup = sub.add_parser("backup", help="copy the SQLite database consistently while the bot runs")
     backup.add_argument("target", help="the new backup file, e.g. data/backup-2026-01-01.db")
+    migrate = sub.add_parser(
+        "migrate-db", help="copy every table of DATABASE_URL (SQLite) into a PostgreSQL database"
+    )
+    migrate.add_argument("--to", required=True, help="the target, e.g. postgresql+psycopg://user:pw@host/db")
     args = parser.parse_args(argv)
     settings = _settings()
     if settings is None:
         return 2
     setup_logging(settings.log_level, settings.secrets())
-    if args.command in ("chat", "doctor", "backup"):
+    if args.command in ("chat", "doctor", "backup", "migrate-db"):
         logging.getLogger().setLevel(logging.WARNING)  # keep the terminal for the output
     if args.command == "chat":
         return run_chat(settings)
@@ -188,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_doctor(settings, args.quick)
     if args.command == "backup":
         return run_backup(settings, args.target)
+    if args.command == "migrate-db":
+        return run_migrate_db(settings, args.to)
     missing = settings.missing_for_telegram()
     if missing:
         for line in missing:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -147,3 +148,36 @@ def backup(settings: Settings, target: Path) -> Path:
         dst.close()
         src.close()
     return target
+
+
+def migrate_database(settings: Settings, target: str, say: Callable[[str], None]) -> bool:
+    """Copy every table of DATABASE_URL into the PostgreSQL database `target` (safe to re-run); True when
+    every table's row count agrees afterwards."""
+    from db.engine import make_engine
+    from db.transfer import copy_database
+
+    url = make_url(target)
+    if url.get_backend_name() != "postgresql":
+        raise ValueError(
+            "--to must be a PostgreSQL URL, e.g. postgresql+psycopg://user:password@host/assistant"
+        )
+    if url.get_driver_name() != "psycopg":
+        raise ValueError("use the psycopg 3 driver: postgresql+psycopg://...")
+    if make_url(settings.database_url) == url:
+        raise ValueError("--to is DATABASE_URL itself")
+    source, dest = make_engine(settings.database_url), make_engine(target)
+    try:
+        shown = make_url(settings.database_url).render_as_string(hide_password=True)
+        say(f"copying {shown} into {url.render_as_string(hide_password=True)}")
+        report = copy_database(source, dest, say=say)
+    finally:
+        source.dispose()
+        dest.dispose()
+    total = sum(t.source_rows for t in report.tables)
+    if report.ok:
+        say(f"done: {len(report.tables)} tables, {total} rows, every count agrees; safe to run again")
+        say("next: set DATABASE_URL to the new database and start the bot")
+    else:
+        bad = ", ".join(t.name for t in report.tables if not t.ok)
+        say(f"counts differ in: {bad} (rows deleted in the source since an earlier copy stay in the target)")
+    return report.ok
