@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from core_tools.llm import LLMClient
 from db.engine import make_engine, make_sessionmaker
 from db.migrate import upgrade
+from tests import harness
 from tests.fakes.openai_api import FakeLLM
 from tests.fakes.telegram_api import FakeTelegram
 from tests.harness import TOKEN
@@ -39,8 +40,15 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "postgresql_only: checks PostgreSQL's own parts; not run on SQLite")
 
 
+def _runs_the_bot(metafunc: pytest.Metafunc) -> bool:
+    # An end-to-end test: it takes the fake Bot API and runs the bot through tests/harness.py itself.
+    return "tg" in metafunc.fixturenames and "running_bot" in metafunc.function.__code__.co_names
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Parametrize every database-touching test over the databases."""
+    """Parametrize every database-touching test over the databases (end-to-end bot tests too)."""
+    if "db_kind" not in metafunc.fixturenames and _runs_the_bot(metafunc):
+        metafunc.fixturenames.append("db_kind")  # read by _harness_database
     if "db_kind" in metafunc.fixturenames:
         kinds = test_databases()
         if metafunc.definition.get_closest_marker("sqlite_only"):
@@ -71,6 +79,20 @@ def database_url(db_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -
     url = server.new_database()
     yield url
     server.drop_database(url)
+
+
+@pytest.fixture(autouse=True)
+def _harness_database(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The PostgreSQL run of an end-to-end test: the harness's bot uses a fresh PostgreSQL database."""
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is None or callspec.params.get("db_kind") != "postgresql" or "tg" not in request.fixturenames:
+        yield
+        return
+    harness.DATABASE_URL = request.getfixturevalue("database_url")
+    try:
+        yield
+    finally:
+        harness.DATABASE_URL = None
 
 
 @pytest.fixture

@@ -20,8 +20,13 @@ FRIEND = 222
 STRANGER = 999
 
 
+# The database of a harness bot when the test names none: None is a SQLite file under tmp_path;
+# tests/conftest.py sets a PostgreSQL database here for the PostgreSQL run of each end-to-end test.
+DATABASE_URL: str | None = None
+
+
 def make_settings(tmp_path: Path, tg: FakeTelegram | None, llm: FakeLLM, **overrides: Any) -> Settings:
-    """Settings pointing at the fakes and a database file under tmp_path; no .env is read."""
+    """Settings pointing at the fakes and a database under tmp_path (or DATABASE_URL); no .env is read."""
     values: dict[str, Any] = {
         "telegram_bot_token": TOKEN,
         "telegram_api_base_url": tg.base_url if tg else "http://127.0.0.1:9/bot",
@@ -31,7 +36,7 @@ def make_settings(tmp_path: Path, tg: FakeTelegram | None, llm: FakeLLM, **overr
         "llm_model": "fake-model",
         "llm_max_retries": 0,
         "llm_timeout_s": 10,
-        "database_url": f"sqlite:///{tmp_path / 'data' / 'assistant.db'}",
+        "database_url": DATABASE_URL or f"sqlite:///{tmp_path / 'data' / 'assistant.db'}",
         "stream_edit_interval_s": 0.2,
     }
     values.update(overrides)

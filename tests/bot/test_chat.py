@@ -32,7 +32,8 @@ def register_math(services: object) -> None:
 
 def rows(h: object, model: type) -> list:  # type: ignore[type-arg]
     with h.services.engine.connect() as conn:  # type: ignore[attr-defined]
-        return list(conn.execute(select(model)).mappings())
+        # In id order: PostgreSQL returns rows in no particular order without one.
+        return list(conn.execute(select(model).order_by(*model.__table__.primary_key.columns)).mappings())
 
 
 async def test_stranger_is_refused_with_their_id_and_no_llm_call(

@@ -29,6 +29,7 @@ def target(postgres: TestPostgres) -> Iterator[str]:
     postgres.drop_database(url)
 
 
+@pytest.mark.sqlite_only  # the source is SQLite; the target is PostgreSQL in both runs
 async def test_migrate_db_copies_everything_and_is_safe_to_rerun(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM, target: str
 ) -> None:

@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.bot.test_process import bot_env, run_bot, start_bot
 from tests.fakes.openai_api import FakeLLM, text
@@ -54,6 +55,7 @@ async def test_doctor_healthy_and_broken(tmp_path: Path, tg: FakeTelegram, llm: 
     assert code == 0 and "telegram" not in out and "ok   database:" in out
 
 
+@pytest.mark.sqlite_only  # a SQLite file by path
 async def test_backup_during_writes_restores(tmp_path: Path, tg: FakeTelegram, llm: FakeLLM) -> None:
     env = full_env(tmp_path, tg, llm)
     llm.script(text("hello"))
