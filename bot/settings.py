@@ -23,6 +23,7 @@ HINTS: dict[str, str] = {
     "TELEGRAM_WEBHOOK_URL": "the public https:// URL Telegram posts updates to, or empty for polling",
     "TELEGRAM_WEBHOOK_PORT": "the port the bot listens on for webhook updates, e.g. 8080",
     "CODE_SANDBOX_SOCKET": "the sandbox service's unix socket, e.g. /run/sandbox/sandbox.sock",
+    "CODE_SANDBOX_URLS": "comma-separated sandbox services, e.g. tcp://sandbox1:8700,tcp://sandbox2:8700",
     "LLM_MODEL": "the model name your endpoint serves, e.g. gpt-4o-mini or llama3.1",
     "DATABASE_URL": "an SQLAlchemy URL, e.g. sqlite:///data/assistant.db",
     "DEFAULT_TIMEZONE": "an IANA time zone such as Europe/Berlin",
@@ -88,6 +89,10 @@ class Settings(BaseSettings):
     code_generate_wait_s: float = Field(default=20.0, ge=0)
     # The code sandbox as its own service (deploy/docker-compose.yml): its unix socket. Empty: in-process.
     code_sandbox_socket: str | None = None
+    # Several sandbox services (tcp://host:port or unix:///path, comma-separated): runs are spread over the
+    # healthy ones; the shared token every TCP service requires.
+    code_sandbox_urls: str | None = None
+    code_sandbox_token: SecretStr | None = None
     # How much code work runs at once (one reply's parallel tool calls included), whichever executor runs it.
     code_max_concurrent: int = Field(default=2, ge=1, le=64)
     code_max_concurrent_per_user: int = Field(default=1, ge=1, le=64)
@@ -142,6 +147,8 @@ class Settings(BaseSettings):
         "telegram_bot_token",
         "telegram_webhook_url",
         "code_sandbox_socket",
+        "code_sandbox_urls",
+        "code_sandbox_token",
         "telegram_webhook_secret",
         "embeddings_base_url",
         "embeddings_api_key",
@@ -172,6 +179,21 @@ class Settings(BaseSettings):
             if not (1 <= len(secret) <= 256) or not all(c.isalnum() or c in "_-" for c in secret):
                 raise ValueError("use 1-256 characters from A-Z, a-z, 0-9, _ and -")
         return value
+
+    @field_validator("code_sandbox_urls")
+    @classmethod
+    def _check_sandbox_urls(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        for url in value.split(","):
+            if not url.strip().startswith(("tcp://", "unix://")):
+                raise ValueError(f"{url.strip()!r} is neither tcp://host:port nor unix:///path")
+        return value
+
+    @property
+    def sandbox_urls(self) -> list[str]:
+        """CODE_SANDBOX_URLS as a list (empty when unset)."""
+        return [u.strip() for u in (self.code_sandbox_urls or "").split(",") if u.strip()]
 
     @field_validator("llm_prices")
     @classmethod

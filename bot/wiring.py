@@ -20,6 +20,7 @@ from core_tools.memory_judge import MemoryJudge
 from core_tools.prompts import escape_data
 from core_tools.registry import ToolRegistry
 from core_tools.sandbox import Executor, LocalExecutor, SandboxLimits, describe
+from core_tools.sandbox.pool import SandboxPool
 from core_tools.sandbox.service import ServiceExecutor
 from core_tools.sessions import SessionManager
 from core_tools.tools.code import CodeLimits, CodeTool
@@ -116,8 +117,14 @@ def build_services(settings: Settings) -> Services:
     log.info("%s", search.describe())
 
     executor: Executor
-    if settings.code_sandbox_socket:
-        executor = ServiceExecutor(settings.code_sandbox_socket, timeout_margin_s=10.0)
+    token = settings.code_sandbox_token.get_secret_value() if settings.code_sandbox_token else None
+    if settings.sandbox_urls:
+        executor = SandboxPool(
+            [ServiceExecutor(url, timeout_margin_s=10.0, token=token) for url in settings.sandbox_urls]
+        )
+        log.info("%s", executor.describe())
+    elif settings.code_sandbox_socket:
+        executor = ServiceExecutor(settings.code_sandbox_socket, timeout_margin_s=10.0, token=token)
         log.info("%s", executor.describe())
     else:
         executor = LocalExecutor(

@@ -1,8 +1,9 @@
-"""The code sandbox as its own process: a `LocalExecutor` served on a unix socket, and its client.
+"""The code sandbox as its own process: a `LocalExecutor` served on a unix socket or TCP, and its client.
 
 Used by the compose deployment, where the sandbox runs in a container that holds no secrets, no database
 and no network, and the bot reaches it over a socket on a shared volume. Each run is still isolated with
-bwrap inside that container, exactly as on a host.
+bwrap inside that container, exactly as on a host. Several services on other machines are reached over
+TCP with a shared token (core_tools/sandbox/pool.py spreads runs over them).
 
 Protocol (version 1), one request per connection:
 
@@ -13,17 +14,23 @@ Protocol (version 1), one request per connection:
   "max_concurrent": 8, "max_request_bytes": 1048576}`
 - `{"op": "run", "code": "...", "language": "python", "timeout_s": 5}` (`timeout_s` may be null) ->
   `{"ok": true, "result": {...every field of ExecutionResult...}}`
+- With `"ack": true` in a run request, the service first sends `{"started": true}` on its own line when the
+  run takes its slot and the code is about to start, then the answer: a client whose connection fails
+  before that line knows the code never ran and may send it to another service.
+- A service started with a token (`CODE_SANDBOX_TOKEN`; required for TCP) answers only requests that carry
+  it: `{"op": ..., "token": "..."}`; anything else gets kind `unauthorized`.
 - Any failure -> `{"ok": false, "kind": KIND, "error": "one readable line"}` where KIND is `bad_request`,
   `too_large`, `tool_error` (unknown language, bad timeout: the same errors a LocalExecutor raises),
-  `busy` (no free slot within `queue_timeout_s`, or too many waiting) or `internal`.
+  `busy` (no free slot within `queue_timeout_s`, or too many waiting), `unauthorized` or `internal`.
 
 At most `max_concurrent` runs execute at once; further requests wait for a slot up to `queue_timeout_s`,
 and beyond `4 * max_concurrent` waiting requests the answer is `busy` at once.
 
 Entry point: `python -m core_tools.sandbox.service --socket /run/sandbox/sandbox.sock [--allow-unsandboxed]
-[--max-concurrent 8]`; `--ping` asks a running service for its hello and exits 0 if it answered and can
-isolate code (or runs unsandboxed because `--allow-unsandboxed` says so), else 1 with one line naming the
-cause (the container's health check).
+[--max-concurrent 8]`, or `--listen 0.0.0.0:8700` with the token in the environment variable
+`CODE_SANDBOX_TOKEN` (never on the command line, where `ps` shows it); `--ping` asks a running service for
+its hello and exits 0 if it answered and can isolate code (or runs unsandboxed because `--allow-unsandboxed`
+says so), else 1 with one line naming the cause (the container's health check).
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import hmac
 import json
 import logging
 import os
@@ -87,10 +95,16 @@ class SandboxService:
         queue_timeout_s: float = 60.0,
         max_request_bytes: int = MAX_REQUEST_BYTES,
         socket_mode: int = 0o660,
+        listen: tuple[str, int] | None = None,
+        token: str | None = None,
     ) -> None:
-        """Nothing is bound until `start`."""
+        """Nothing is bound until `start`; `socket_path` may be empty when `listen` (TCP) is given."""
         if max_concurrent < 1:
             raise ValueError("max_concurrent must be at least 1")
+        if listen is not None and not token:
+            raise ValueError("a sandbox service on TCP needs a token (CODE_SANDBOX_TOKEN)")
+        self.listen = listen
+        self.token = token
         self.executor = executor
         self.socket_path = socket_path
         self.max_concurrent = max_concurrent
@@ -101,8 +115,17 @@ class SandboxService:
         self._slots = asyncio.Semaphore(max_concurrent)
         self._waiting = 0
         self._running = 0
+        self._started = 0
         self._server: asyncio.Server | None = None
+        self._tcp: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
+
+    @property
+    def tcp_port(self) -> int | None:
+        """The TCP port listened on (the real one when 0 was asked), or None."""
+        if self._tcp is None or not self._tcp.sockets:
+            return None
+        return int(self._tcp.sockets[0].getsockname()[1])
 
     def hello(self) -> dict[str, Any]:
         """The answer to `hello`: what this service runs and its limits."""
@@ -121,10 +144,18 @@ class SandboxService:
             "max_request_bytes": self.max_request_bytes,
             "running": self._running,
             "waiting": self._waiting,
+            "started": self._started,
         }
 
     async def start(self) -> None:
-        """Remove a stale socket, bind, and make the socket reachable by the bot's user."""
+        """Remove a stale socket, bind, and make the socket reachable by the bot's user; listen on TCP."""
+        if self.listen is not None:
+            host, port = self.listen
+            self._tcp = await asyncio.start_server(
+                self._on_connect, host, port, limit=self.max_request_bytes, reuse_address=True
+            )
+        if not self.socket_path:
+            return
         _remove_stale_socket(self.socket_path)
         directory = os.path.dirname(self.socket_path)
         if directory:
@@ -136,17 +167,20 @@ class SandboxService:
 
     async def stop(self, grace_s: float = _SHUTDOWN_GRACE_S) -> None:
         """Stop accepting, give running code `grace_s` to finish, cancel the rest, remove the socket."""
-        if self._server is not None:
-            self._server.close()
+        for server in (self._server, self._tcp):
+            if server is not None:
+                server.close()
         if self._handlers:
             _done, pending = await asyncio.wait(set(self._handlers), timeout=grace_s)
             for task in pending:
                 task.cancel()  # LocalExecutor kills and reaps the sandbox on cancellation
             await asyncio.gather(*pending, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.socket_path)
+        for server in (self._server, self._tcp):
+            if server is not None:
+                await server.wait_closed()
+        if self.socket_path:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.socket_path)
 
     async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -154,7 +188,7 @@ class SandboxService:
             self._handlers.add(task)
         try:
             try:
-                answer = await self._answer(reader)
+                answer = await self._answer(reader, writer)
             except Exception as exc:  # the protocol promises an answer line for any failure
                 log.exception("request failed inside the sandbox service")
                 answer = _failure("internal", f"internal error in the sandbox service: {type(exc).__name__}")
@@ -172,7 +206,7 @@ class SandboxService:
             if task is not None:
                 self._handlers.discard(task)
 
-    async def _answer(self, reader: asyncio.StreamReader) -> dict[str, Any]:
+    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> dict[str, Any]:
         """Read one request line and produce the answer (never raises for a bad request)."""
         try:
             line = await asyncio.wait_for(reader.readuntil(b"\n"), _READ_REQUEST_TIMEOUT_S)
@@ -193,15 +227,19 @@ class SandboxService:
             return _failure("bad_request", "the request's JSON is nested too deeply")
         if not isinstance(request, dict):
             return _failure("bad_request", "the request must be a JSON object")
+        if self.token is not None:
+            given = request.get("token")
+            if not isinstance(given, str) or not hmac.compare_digest(given.encode(), self.token.encode()):
+                return _failure("unauthorized", "wrong or missing token: set the same CODE_SANDBOX_TOKEN")
         op = request.get("op")
         if op == "hello":
             return self.hello()
         if op == "run":
-            return await self._run(request)
+            return await self._run(request, writer if request.get("ack") is True else None)
         return _failure("bad_request", f"unknown op {op!r}; expected hello or run")
 
-    async def _run(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Validate a run request, wait for a slot, run it."""
+    async def _run(self, request: dict[str, Any], ack: asyncio.StreamWriter | None = None) -> dict[str, Any]:
+        """Validate a run request, wait for a slot, say it started (when asked), run it."""
         code = request.get("code")
         language = request.get("language", "python")
         timeout_s = request.get("timeout_s")
@@ -225,7 +263,12 @@ class SandboxService:
         finally:
             self._waiting -= 1
         self._running += 1
+        self._started += 1
         try:
+            if ack is not None:
+                # From here the code may run: a client that sees this line must not send it elsewhere.
+                ack.write(_encode({"started": True}))
+                await ack.drain()
             result = await self.executor.run(code, language, None if timeout_s is None else float(timeout_s))
         except ToolError as exc:
             return _failure("tool_error", str(exc))
@@ -295,14 +338,46 @@ class ServiceInfo:
         )
 
 
+class ServiceNotStarted(ToolError):
+    """The service could not take the run (unreachable, gone, busy) and the code did not start: another
+    service may run it."""
+
+
+# Failure kinds that another service would answer the same way: the request itself is wrong.
+_REQUEST_ERRORS = ("bad_request", "too_large", "tool_error")
+
+
+def parse_address(address: str) -> tuple[str, int] | str:
+    """`tcp://host:port` -> (host, port); `unix:///path` or a plain path -> the socket path."""
+    if address.startswith("tcp://"):
+        host, sep, port = address[len("tcp://") :].rstrip("/").rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"a sandbox service address must be tcp://host:port, not {address!r}")
+        return host.strip("[]"), int(port)
+    if address.startswith("unix://"):
+        return address[len("unix://") :]
+    return address
+
+
 class ServiceExecutor:
-    """An `Executor` that sends each run to a sandbox service over its unix socket."""
+    """An `Executor` that sends each run to a sandbox service over its unix socket or TCP."""
 
     def __init__(
-        self, socket_path: str, timeout_margin_s: float = 10.0, connect_timeout_s: float = 5.0
+        self,
+        socket_path: str,
+        timeout_margin_s: float = 10.0,
+        connect_timeout_s: float = 5.0,
+        *,
+        token: str | None = None,
     ) -> None:
-        """Ask the service for its hello now if it is up; a service that is not up yet is asked later."""
+        """Ask the service for its hello now if it is up; a service that is not up yet is asked later.
+
+        `socket_path` is a unix socket path, `unix:///path` or `tcp://host:port`; `token` is sent with every
+        request (a TCP service requires it).
+        """
         self.socket_path = socket_path
+        self.address = parse_address(socket_path)
+        self.token = token
         self.timeout_margin_s = timeout_margin_s
         self.connect_timeout_s = connect_timeout_s
         self._info: ServiceInfo | None = None
@@ -342,8 +417,15 @@ class ServiceExecutor:
         self, code: str, language: str = "python", timeout_s: float | None = None
     ) -> ExecutionResult:
         """Run `code` in the service; ToolError when the service cannot be reached or refuses the request."""
-        info = self._info or await self._hello()
-        request = _encode({"op": "run", "code": code, "language": language, "timeout_s": timeout_s})
+        try:
+            info = self._info or await self._hello()
+        except ServiceNotStarted:
+            raise
+        except ToolError as exc:  # an odd hello: nothing was sent to run
+            raise ServiceNotStarted(str(exc)) from None
+        request = self._encode(
+            {"op": "run", "code": code, "language": language, "timeout_s": timeout_s, "ack": True}
+        )
         if len(request) > info.max_request_bytes:
             raise ToolError(
                 f"the program is too large for the code sandbox ({len(request)} bytes with its request; "
@@ -351,7 +433,7 @@ class ServiceExecutor:
             )
         budget = info.default_timeout_s if timeout_s is None else max(timeout_s, 0.0)
         wait_s = info.queue_timeout_s + min(budget, info.max_timeout_s) + self.timeout_margin_s
-        answer = await self._exchange(request, wait_s)
+        answer = await self._exchange(request, wait_s, ack=True)
         if answer.get("ok") is True and isinstance(answer.get("result"), dict):
             try:
                 return ExecutionResult(**answer["result"])
@@ -362,54 +444,94 @@ class ServiceExecutor:
         kind, error = answer.get("kind"), str(answer.get("error", "unknown error"))
         if kind == "tool_error":
             raise ToolError(error)
+        if answer.get("started") is not True and kind not in _REQUEST_ERRORS:
+            # No "started" line came first: the code did not run here.
+            if kind == "unauthorized":
+                self._forget(None, "the service refused the token")
+            raise ServiceNotStarted(f"the code sandbox service refused the run ({kind}): {error}")
         raise ToolError(f"the code sandbox service refused the run ({kind}): {error}")
+
+    def _encode(self, message: dict[str, Any]) -> bytes:
+        if self.token is not None:
+            message = {**message, "token": self.token}
+        return _encode(message)
 
     async def _hello(self) -> ServiceInfo:
         """Ask for and cache the hello; ToolError if the service cannot be reached."""
-        answer = await self._exchange(_encode({"op": "hello"}), self.connect_timeout_s)
+        answer = await self._exchange(self._encode({"op": "hello"}), self.connect_timeout_s)
         try:
             info = ServiceInfo.from_hello(answer)
         except (KeyError, TypeError, ValueError) as exc:
+            if answer.get("kind") == "unauthorized":
+                self._forget(None, "the service refused the token")
+                raise ServiceNotStarted(
+                    f"the code sandbox service at {self.socket_path} refused the token: "
+                    "set the same CODE_SANDBOX_TOKEN on the bot and the service"
+                ) from None
             raise ToolError(f"the code sandbox service at {self.socket_path} answered oddly: {exc}") from None
         self._info, self.last_error = info, None
         return info
 
-    async def _exchange(self, request: bytes, wait_s: float) -> dict[str, Any]:
-        """Send one request line and read one answer line on a fresh connection."""
+    async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if isinstance(self.address, tuple):
+            host, port = self.address
+            return await asyncio.open_connection(host, port, limit=MAX_ANSWER_BYTES)
+        return await asyncio.open_unix_connection(self.address, limit=MAX_ANSWER_BYTES)
+
+    async def _exchange(self, request: bytes, wait_s: float, *, ack: bool = False) -> dict[str, Any]:
+        """Send one request line and read one answer line on a fresh connection.
+
+        With `ack`, a `{"started": true}` line may come first: the answer then carries `"started": true`,
+        and every failure before it raises ServiceNotStarted (the code did not run).
+        """
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_unix_connection(self.socket_path, limit=MAX_ANSWER_BYTES), self.connect_timeout_s
-            )
+            reader, writer = await asyncio.wait_for(self._open(), self.connect_timeout_s)
         except (OSError, TimeoutError) as exc:
             self._forget(exc)
-            raise ToolError(
+            raise ServiceNotStarted(
                 f"the code sandbox service is not reachable at {self.socket_path}: {_reason(exc)}"
             ) from None
         try:
             with contextlib.suppress(ConnectionError):  # it may answer (too_large) before reading it all
                 writer.write(request)
                 await writer.drain()
-            try:
-                line = await asyncio.wait_for(reader.readuntil(b"\n"), wait_s)
-            except asyncio.IncompleteReadError:
-                self._forget(None)
-                raise ToolError(
-                    f"the code sandbox service at {self.socket_path} closed the connection without answering "
-                    "(it stopped or crashed during the run); the run's outcome is unknown"
-                ) from None
-            except TimeoutError:
-                raise ToolError(
-                    f"the code sandbox service at {self.socket_path} did not answer within {wait_s:g} s"
-                ) from None
-            except (OSError, asyncio.LimitOverrunError) as exc:
-                self._forget(exc)
-                raise ToolError(
-                    f"the connection to the code sandbox service at {self.socket_path} failed: {_reason(exc)}"
-                ) from None
+            answer = await self._read_answer(reader, wait_s, before_start=ack)
+            if ack and answer.get("started") is True:
+                answer = {**await self._read_answer(reader, wait_s, before_start=False), "started": True}
         finally:
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
+        return answer
+
+    async def _read_answer(
+        self, reader: asyncio.StreamReader, wait_s: float, *, before_start: bool
+    ) -> dict[str, Any]:
+        """Read and parse one answer line; `before_start`: a lost connection means the code did not run."""
+        lost: type[ToolError] = ServiceNotStarted if before_start else ToolError
+        try:
+            line = await asyncio.wait_for(reader.readuntil(b"\n"), wait_s)
+        except asyncio.IncompleteReadError:
+            self._forget(None)
+            if before_start:
+                raise lost(
+                    f"the code sandbox service at {self.socket_path} closed the connection before the run "
+                    "started"
+                ) from None
+            raise ToolError(
+                f"the code sandbox service at {self.socket_path} closed the connection without answering "
+                "(it stopped or crashed during the run); the run's outcome is unknown"
+            ) from None
+        except TimeoutError:
+            # Not retried elsewhere even before the start: the service may still start it.
+            raise ToolError(
+                f"the code sandbox service at {self.socket_path} did not answer within {wait_s:g} s"
+            ) from None
+        except (OSError, asyncio.LimitOverrunError) as exc:
+            self._forget(exc)
+            raise lost(
+                f"the connection to the code sandbox service at {self.socket_path} failed: {_reason(exc)}"
+            ) from None
         try:
             answer = json.loads(line)
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
@@ -420,10 +542,15 @@ class ServiceExecutor:
             raise ToolError(f"the code sandbox service at {self.socket_path} sent an unreadable answer")
         return answer
 
-    def _forget(self, exc: BaseException | None) -> None:
+    def _forget(self, exc: BaseException | None, why: str = "connection closed") -> None:
         """Drop the cached hello: the service may come back with another configuration."""
         self._info = None
-        self.last_error = _reason(exc) if exc is not None else "connection closed"
+        self.last_error = _reason(exc) if exc is not None else why
+
+    @property
+    def reachable(self) -> bool:
+        """Whether the last exchange with the service worked (a hello is cached)."""
+        return self._info is not None
 
     def _info_sync(self) -> ServiceInfo | None:
         """The cached hello, else a blocking one (a local socket: fast, or refused at once)."""
@@ -433,7 +560,7 @@ class ServiceExecutor:
             return None
         self._last_attempt = time.monotonic()
         try:
-            answer = _blocking_exchange(self.socket_path, _encode({"op": "hello"}), self.connect_timeout_s)
+            answer = _blocking_exchange(self.address, self._encode({"op": "hello"}), self.connect_timeout_s)
             self._info = ServiceInfo.from_hello(answer)
             self.last_error = None
         except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
@@ -455,11 +582,16 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _blocking_exchange(path: str, request: bytes, timeout_s: float) -> dict[str, Any]:
+def _blocking_exchange(address: tuple[str, int] | str, request: bytes, timeout_s: float) -> dict[str, Any]:
     """One request/answer over a blocking socket (for synchronous callers and `--ping`)."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+    if isinstance(address, tuple):
+        conn = socket.create_connection(address, timeout=timeout_s)
+    else:
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    with conn as sock:
         sock.settimeout(timeout_s)
-        sock.connect(path)
+        if not isinstance(address, tuple):
+            sock.connect(address)
         sock.sendall(request)
         buffer = bytearray()
         while not buffer.endswith(b"\n"):
@@ -484,7 +616,12 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m core_tools.sandbox.service",
         description="Serve the code sandbox on a unix socket (one JSON request line, one JSON answer line).",
     )
-    parser.add_argument("--socket", default=DEFAULT_SOCKET, help=f"socket path (default {DEFAULT_SOCKET})")
+    parser.add_argument(
+        "--socket", default=None, help=f"socket path (default {DEFAULT_SOCKET} unless --listen)"
+    )
+    parser.add_argument(
+        "--listen", default=None, help="also (or only) serve on TCP HOST:PORT; needs CODE_SANDBOX_TOKEN"
+    )
     parser.add_argument("--max-concurrent", type=int, default=8, help="runs at once (default 8)")
     parser.add_argument("--queue-timeout", type=float, default=60.0, help="seconds a run waits for a slot")
     parser.add_argument("--timeout", type=float, default=30.0, help="default wall clock of a run, seconds")
@@ -498,19 +635,32 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def serve(args: argparse.Namespace) -> None:
+def _listen_address(value: str | None) -> tuple[str, int] | None:
+    if value is None:
+        return None
+    address = parse_address(f"tcp://{value}")
+    assert isinstance(address, tuple)
+    return address
+
+
+async def serve(args: argparse.Namespace, token: str | None = None) -> None:
     """Run the service until SIGTERM or SIGINT."""
     limits = SandboxLimits(timeout_s=args.timeout, max_timeout_s=args.max_timeout, memory_mb=args.memory_mb)
     executor = LocalExecutor(limits, allow_unsandboxed=args.allow_unsandboxed)
     service = SandboxService(
         executor,
-        args.socket,
+        args.socket or "",
         max_concurrent=args.max_concurrent,
         queue_timeout_s=args.queue_timeout,
         socket_mode=int(args.socket_mode, 8),
+        listen=_listen_address(args.listen),
+        token=token,
     )
     await service.start()
-    line = f"{describe(executor)}; serving on {args.socket}, {args.max_concurrent} runs at once"
+    where = " and ".join(
+        x for x in (args.socket, f"tcp port {service.tcp_port}" if args.listen else None) if x
+    )
+    line = f"{describe(executor)}; serving on {where}, {args.max_concurrent} runs at once"
     if executor.isolation is Isolation.UNAVAILABLE:
         line += f"; every run will be refused: {USERNS_HINT}"
     log.info("%s", line)
@@ -523,13 +673,15 @@ async def serve(args: argparse.Namespace) -> None:
     await service.stop()
 
 
-def ping(socket_path: str) -> int:
+def ping(socket_path: str, token: str | None = None) -> int:
     """The health check: 0 if the service answers and can isolate code (or was told to run unsandboxed).
 
     A service that answers but would refuse every run is not healthy: the one line printed names the cause.
+    `socket_path` may be `tcp://host:port` (then with the token).
     """
+    hello: dict[str, Any] = {"op": "hello"} if token is None else {"op": "hello", "token": token}
     try:
-        answer = _blocking_exchange(socket_path, _encode({"op": "hello"}), 5.0)
+        answer = _blocking_exchange(parse_address(socket_path), _encode(hello), 5.0)
         info = ServiceInfo.from_hello(answer)
     except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
         print(f"sandbox service at {socket_path} is not answering: {_reason(exc)}", file=sys.stderr)
@@ -549,15 +701,28 @@ def ping(socket_path: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments and serve (or ping)."""
     args = _parser().parse_args(argv)
+    # Its own program: the shared secret comes from the environment, never from argv (visible in `ps`).
+    token = os.environ.get("CODE_SANDBOX_TOKEN") or None
+    if args.listen is not None and token is None:
+        print("error: --listen (TCP) needs the shared token in CODE_SANDBOX_TOKEN", file=sys.stderr)
+        return 2
+    if args.socket is None and args.listen is None:
+        args.socket = DEFAULT_SOCKET
+    try:
+        _listen_address(args.listen)
+    except ValueError as exc:
+        print(f"error: --listen: {exc}", file=sys.stderr)
+        return 2
     if args.ping:
-        return ping(args.socket)
+        target = args.socket if args.socket else f"tcp://{args.listen}"
+        return ping(target, token)
     if args.max_concurrent < 1 or args.timeout <= 0 or args.max_timeout <= 0:
         print("error: --max-concurrent, --timeout and --max-timeout must be positive", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        asyncio.run(serve(args))
-    except RuntimeError as exc:  # a live service on the socket, or a non-socket file in the way
+        asyncio.run(serve(args, token))
+    except (RuntimeError, OSError) as exc:  # a live service on the socket, or a non-socket file in the way
         log.error("%s", exc)
         return 1
     return 0

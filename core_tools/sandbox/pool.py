@@ -1,0 +1,105 @@
+"""A pool of sandbox services (`CODE_SANDBOX_URLS`): one `Executor` that spreads runs over several.
+
+Each run goes to the healthy service with the fewest runs this bot has in flight there (ties in turn). A
+service that could not take a run before its code started (not reachable, connection lost before the
+service said "started", busy, token refused) is set aside for `retry_after_s` and the run goes to the next
+one; a run that started is never sent again, whatever happened to it, because running code twice may do
+its side effects twice. When every service failed, the run fails with each one's reason.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Sequence
+
+from core_tools.errors import ToolError
+from core_tools.sandbox.model import ExecutionResult, Isolation
+from core_tools.sandbox.service import ServiceExecutor, ServiceNotStarted
+
+RETRY_AFTER_S = 5.0
+
+
+class SandboxPool:
+    """Several sandbox services behind the `Executor` protocol."""
+
+    def __init__(self, members: Sequence[ServiceExecutor], retry_after_s: float = RETRY_AFTER_S) -> None:
+        """`members`: one client per service, in the order the operator listed them."""
+        if not members:
+            raise ValueError("a sandbox pool needs at least one service")
+        self.members = list(members)
+        self.retry_after_s = retry_after_s
+        self._in_flight = [0] * len(self.members)
+        self._down_until = [0.0] * len(self.members)
+        self._turn = itertools.count()
+        self._pinned: Isolation | None = None
+
+    @property
+    def isolation(self) -> Isolation:
+        """The weakest isolation among the reachable services (UNAVAILABLE when none is)."""
+        if self._pinned is not None:
+            return self._pinned
+        levels = {m.isolation for m in self.members} - {Isolation.UNAVAILABLE}
+        for level in (Isolation.UNSANDBOXED, Isolation.BWRAP):
+            if level in levels:
+                return level
+        return Isolation.UNAVAILABLE
+
+    @isolation.setter
+    def isolation(self, value: Isolation) -> None:
+        """Pin the reported level (the `Executor` protocol declares a plain attribute)."""
+        self._pinned = value
+
+    def languages(self) -> list[str]:
+        """The languages every reachable service runs."""
+        found = [set(m.languages()) for m in self.members if m.isolation is not Isolation.UNAVAILABLE]
+        return sorted(set.intersection(*found)) if found else []
+
+    def describe(self) -> str:
+        """One line for the startup report and `doctor`."""
+        up = [m for m in self.members if m.isolation is not Isolation.UNAVAILABLE]
+        parts = [
+            m.socket_path + ("" if m in up else f" (not reachable: {m.last_error})") for m in self.members
+        ]
+        first = up[0].describe() if up else "no service reachable"
+        return f"code sandbox pool, {len(up)} of {len(self.members)} services up: {first}; " + ", ".join(
+            parts
+        )
+
+    def _order(self) -> list[int]:
+        """Healthy services, fewest runs in flight first (then in turn), then those set aside."""
+        now = time.monotonic()
+        turn = next(self._turn)
+        n = len(self.members)
+        healthy = [i for i in range(n) if self._down_until[i] <= now]
+        resting = sorted(
+            (i for i in range(n) if self._down_until[i] > now), key=lambda i: self._down_until[i]
+        )
+        healthy.sort(key=lambda i: (self._in_flight[i], (i - turn) % n))
+        return healthy + resting
+
+    async def run(
+        self, code: str, language: str = "python", timeout_s: float | None = None
+    ) -> ExecutionResult:
+        """Run `code` on one service; another one only if it had not started (see the module)."""
+        reasons: list[str] = []
+        tried: set[int] = set()
+        while True:
+            # Chosen afresh after each failure: runs started meanwhile changed what is least busy.
+            i = next((j for j in self._order() if j not in tried), None)
+            if i is None:
+                break
+            tried.add(i)
+            member = self.members[i]
+            self._in_flight[i] += 1
+            try:
+                result = await member.run(code, language, timeout_s)
+            except ServiceNotStarted as exc:
+                self._down_until[i] = time.monotonic() + self.retry_after_s
+                reasons.append(str(exc))
+                continue
+            finally:
+                self._in_flight[i] -= 1
+            self._down_until[i] = 0.0
+            return result
+        raise ToolError("no code sandbox service could take the run: " + "; ".join(reasons))
