@@ -199,7 +199,10 @@ def main(argv: list[str] | None = None) -> int:
         "doctor", help="check settings, Bot API, LLM, database, sandbox, search, embedder"
     )
     doctor.add_argument("--quick", action="store_true", help="only local checks (settings and database)")
-    backup = sub.add_parser("backup", help="copy the SQLite database consistently while the bot runs")
+    backup = sub.add_parser(
+        "backup",
+        help="copy the SQLite database consistently while the bot runs (PostgreSQL: explains pg_dump)",
+    )
     backup.add_argument("target", help="the new backup file, e.g. data/backup-2026-01-01.db")
     migrate = sub.add_parser(
         "migrate-db", help="copy every table of DATABASE_URL (SQLite) into a PostgreSQL database"

