@@ -515,3 +515,41 @@ def test_migration_0007_adds_origins_and_history_and_back(tmp_path: Path) -> Non
         assert "origin" not in columns and "event_at" not in columns
         assert "memory_history" not in inspect(conn).get_table_names()
     engine.dispose()
+
+
+class WideEmbedder(TinyEmbedder):
+    """1024 dimensions: too wide for PostgreSQL's covering B-tree index of vectors."""
+
+    id = "tiny:letters:1024"
+    dim = 1024
+
+    def _vec(self, text: str) -> list[float]:
+        v = [0.0] * 1024
+        for ch in text.lower():
+            if ch.isalpha():
+                v[(ord(ch) * 37) % 1024] += 1.0
+        norm = sum(x * x for x in v) ** 0.5 or 1.0
+        return [x / norm for x in v]
+
+
+@pytest.mark.postgresql_only
+async def test_postgresql_vector_index_follows_the_dimension(engine: Engine, clock: Clock) -> None:
+    def vector_index() -> str | None:
+        with engine.connect() as conn:
+            found = conn.execute(
+                text("SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_memories_user_vectors'")
+            ).scalar()
+            return None if found is None else str(found)
+
+    store = MemoryStore(make_sessionmaker(engine), TinyEmbedder(), now=clock)
+    assert await store.reembed() == 0  # 384 -> 8 dimensions: the column retyped, the index rebuilt
+    await store.store(1, "long", "Our dog is a beagle named Max")
+    await store.store(2, "long", "Their beagle is called Rex")
+    index = vector_index()
+    assert index is not None and "INCLUDE (id, embedding)" in index
+    assert await store.reembed(WideEmbedder()) == 2  # too wide for a B-tree entry: no covering index
+    assert vector_index() is None
+    found = await store.recall(1, "beagle")
+    assert [m["content"] for m in found] == ["Our dog is a beagle named Max"]
+    with make_sessionmaker(engine)() as s:
+        assert q.vec_dim(s) == 1024 and vector_rows(s) == 2
