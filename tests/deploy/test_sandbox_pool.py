@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import socket
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +22,9 @@ from core_tools.sandbox import Isolation, detect_isolation
 from core_tools.sandbox.pool import SandboxPool
 from core_tools.sandbox.service import ServiceExecutor
 from tests.deploy.test_service import REPO
+from tests.fakes.openai_api import FakeLLM, call, text, tool_calls
+from tests.fakes.telegram_api import FakeTelegram
+from tests.harness import OWNER, running_bot
 
 ISOLATION, REASON = detect_isolation()
 pytestmark = pytest.mark.skipif(ISOLATION is not Isolation.BWRAP, reason=f"no working bwrap: {REASON}")
@@ -180,3 +185,25 @@ async def test_a_started_run_is_never_sent_again(services: Callable[..., TcpServ
     assert b.hello()["started"] == 0  # not run a second time
     again = await pool.run("print('next run')")  # later runs go to B at once
     assert again.stdout == "next run\n" and b.hello()["started"] == 1
+
+
+@pytest.mark.sqlite_only  # the database is not what this checks
+async def test_bot_code_turn_through_the_pool(
+    tmp_path: Path,
+    tg: FakeTelegram,
+    llm: FakeLLM,
+    services: Callable[..., TcpService],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    a = services()
+    dead = f"tcp://127.0.0.1:{free_port()}"
+    llm.script(tool_calls(call("code", {"action": "execute", "code": "print(6 * 7)"})), text("It is 42."))
+    urls = f"{dead},{a.url}"
+    async with running_bot(tmp_path, tg, llm, code_sandbox_urls=urls, code_sandbox_token=TOKEN) as h:
+        tg.push_text(OWNER, "six times seven?")
+        await h.final_text(OWNER, "It is 42.")
+        result = json.loads(llm.requests[1]["messages"][-1]["content"])
+        assert result["stdout"] == "42\n" and result["isolation"] == "bwrap"
+    assert a.hello()["started"] == 1
+    assert "code sandbox pool, 1 of 2 services up" in caplog.text and TOKEN not in caplog.text
