@@ -130,7 +130,11 @@ def build_postgres(url: str, per_user: int, others: int, seed: int) -> float:
                 "SELECT setval(pg_get_serial_sequence('memories', 'id'), (SELECT max(id) FROM memories))"
             )
         conn.commit()
-        conn.autocommit = True
+    engine = make_engine(url)
+    with make_sessionmaker(engine)() as s, s.begin():
+        recall_backend(s).recenter(s)  # what the app does once CENTER_SAMPLE vectors exist
+    engine.dispose()
+    with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE memories")
     return time.perf_counter() - started
 

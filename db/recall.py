@@ -42,6 +42,9 @@ class RecallBackend(Protocol):
     def drop_vectors(self, s: Session, ids: Sequence[int]) -> None:
         """Remove the vectors of these rows from any index kept beside `memories`."""
 
+    def recenter(self, s: Session) -> bool:
+        """Set the quantization center from the stored vectors and re-quantize them; False if none."""
+
     def vec_dim(self, s: Session) -> int | None:
         """The embedding dimension the vector index is built for, or None when it has none."""
 

@@ -1,15 +1,18 @@
 """Recall on PostgreSQL: full-text search over a generated `tsvector` column, pgvector over `embedding`.
 
-Migrations 0002 and 0004 give `memories` two PostgreSQL-only parts: `content_tsv`, generated from the
+Migrations 0002 and 0004 give `memories` its PostgreSQL-only parts: `content_tsv`, generated from the
 content (`to_tsvector('english', content)`), indexed by GIN on (user_id, content_tsv) (btree_gin), so a
-word's postings are looked up within one user; and `embedding vector(dim)`. The vector search is exact
-within the user's rows, read by an index-only scan of the covering index ix_memories_user_vectors
-((user_id, layer) INCLUDE (id, embedding)): one user's vectors lie together in it, where in the table they
-are scattered among every other user's rows (bench/bench_pg.py, 10k memories a user among 10 users: 22 ms
-from the table, 5 ms from the index). An HNSW index was measured and rejected: it searches all users' vectors
-and filters afterwards, and found 4 % (11 % with iterative scans) of the user's true 10 nearest. A B-tree
-entry holds at most about 2.7 kB, so above COVERING_MAX_DIM dimensions the index is not built and the search
-reads the table (correct, slower). The rows found are re-scored and fused by db.memory_search, as on SQLite.
+word's postings are looked up within one user; `embedding vector(dim)`; and `embedding_bits` (bit
+varying), the signs of (embedding - center) set by a trigger, as SQLite's `memories_vec` holds them.
+
+The vector search has SQLite's two stages: the user's nearest bit vectors by hamming distance, read by an
+index-only scan of ix_memories_user_bits ((user_id, layer) INCLUDE (id, embedding_bits), where one user's
+bit vectors lie together), then exact cosine over those candidates (shared, in db.memory_search). Measured
+(bench/bench_pg.py, random vectors, 10 users): an exact scan of the user's full vectors costs 22 ms at 10k a
+user from the table (their rows are scattered among every other user's) and 176 ms at 100k even from a
+covering index; an HNSW index over all users, filtered to the user afterwards, found only 4 % (11 % with
+iterative scans) of the user's true 10 nearest. The center is the mean of the first CENTER_SAMPLE vectors,
+as on SQLite (e5-style vectors share one large direction: plain signs tell them apart badly).
 """
 
 from __future__ import annotations
@@ -20,30 +23,33 @@ from typing import Any
 from sqlalchemy import Float, text, update
 from sqlalchemy.orm import Session
 
-from db.memories import STOPWORDS, f32, fts_words
+from db.memories import CENTER_SAMPLE, STOPWORDS, f32, fts_words
 from db.models import Memory
 from db.recall import content_terms
 
-# Rows taken per wanted result, as on SQLite: superseded, expired and other-session rows are filtered after.
+# Bit candidates re-scored per wanted result (as on SQLite), and the least taken.
 OVERSAMPLE = 4
+MIN_CANDIDATES = 64
 TS_CONFIG = "english"  # also in migration 0002
 # Same DDL as migration 0004 (migrations do not import application code).
-VECTOR_INDEX = "CREATE INDEX ix_memories_user_vectors ON memories (user_id, layer) INCLUDE (id, embedding)"
-COVERING_MAX_DIM = 640  # 4 bytes a dimension plus headers within a B-tree entry's ~2700 bytes
+BITS_INDEX = "CREATE INDEX ix_memories_user_bits ON memories (user_id, layer) INCLUDE (id, embedding_bits)"
 
 _KEYWORDS = text(
     "SELECT id FROM memories, to_tsquery(CAST(:cfg AS regconfig), :q) AS query "
     "WHERE user_id = :u AND content_tsv @@ query "
     "ORDER BY ts_rank(content_tsv, query) DESC, id DESC LIMIT :k"
 )
+# The query's bits are computed once (an uncorrelated subquery) against the same center as the rows'.
 _NEAREST = {
     False: text(
-        "SELECT id FROM memories WHERE user_id = :u AND embedding IS NOT NULL "
-        "ORDER BY embedding <=> CAST(:q AS vector) LIMIT :k"
+        "SELECT id FROM memories WHERE user_id = :u AND embedding_bits IS NOT NULL "
+        "ORDER BY embedding_bits <~> (SELECT binary_quantize(CAST(:q AS vector) - center) "
+        "FROM memories_vec_center WHERE id = 1) LIMIT :k"
     ),
     True: text(
-        "SELECT id FROM memories WHERE user_id = :u AND layer = :l AND embedding IS NOT NULL "
-        "ORDER BY embedding <=> CAST(:q AS vector) LIMIT :k"
+        "SELECT id FROM memories WHERE user_id = :u AND layer = :l AND embedding_bits IS NOT NULL "
+        "ORDER BY embedding_bits <~> (SELECT binary_quantize(CAST(:q AS vector) - center) "
+        "FROM memories_vec_center WHERE id = 1) LIMIT :k"
     ),
 }
 _DIM = text(
@@ -66,8 +72,33 @@ class PostgresRecall:
         """Nothing to do: `content_tsv` is generated from the content by PostgreSQL."""
 
     def put_vector(self, s: Session, memory: Memory, vector: Sequence[float]) -> None:
-        """The vector goes into memories.embedding (a pgvector column)."""
+        """The vector goes into memories.embedding; the trigger of 0004 quantizes it into embedding_bits."""
         memory.embedding = f32(vector)
+        if s.execute(text("SELECT sample FROM memories_vec_center WHERE id = 1")).scalar() == 0:
+            s.flush()
+            if s.execute(text("SELECT count(embedding) FROM memories")).scalar_one() >= CENTER_SAMPLE:
+                self.recenter(s)
+
+    def recenter(self, s: Session) -> bool:
+        """Set the center to the mean of the first CENTER_SAMPLE vectors and re-quantize every row."""
+        sample = CENTER_SAMPLE
+        found = s.execute(
+            text(
+                "UPDATE memories_vec_center SET sample = :n, center = (SELECT avg(embedding) FROM "
+                "(SELECT embedding FROM memories WHERE embedding IS NOT NULL ORDER BY id LIMIT :n) AS first) "
+                "WHERE id = 1 AND EXISTS (SELECT 1 FROM memories WHERE embedding IS NOT NULL)"
+            ),
+            {"n": sample},
+        )
+        if not getattr(found, "rowcount", 0):
+            return False
+        s.execute(
+            text(
+                "UPDATE memories SET embedding_bits = binary_quantize(embedding - "
+                "(SELECT center FROM memories_vec_center WHERE id = 1)) WHERE embedding IS NOT NULL"
+            )
+        )
+        return True
 
     def drop_vectors(self, s: Session, ids: Sequence[int]) -> None:
         """Nothing to do: the vector is a column of the row."""
@@ -78,12 +109,18 @@ class PostgresRecall:
         return int(mod) if mod is not None and int(mod) > 0 else None
 
     def rebuild_vec_table(self, s: Session, dim: int) -> None:
-        """Clear every vector, retype the column for the new dimension and rebuild the covering index."""
-        s.execute(text("DROP INDEX IF EXISTS ix_memories_user_vectors"))
+        """Clear every vector, retype the vector column for the new dimension, reset the center."""
+        dim = int(dim)
+        s.execute(text("DROP INDEX IF EXISTS ix_memories_user_bits"))
         s.execute(update(Memory).values(embedder=None, embedding=None))
-        s.execute(text(f"ALTER TABLE memories ALTER COLUMN embedding TYPE vector({int(dim)})"))
-        if dim <= COVERING_MAX_DIM:
-            s.execute(text(VECTOR_INDEX))
+        s.execute(text(f"ALTER TABLE memories ALTER COLUMN embedding TYPE vector({dim})"))
+        s.execute(
+            text(
+                "UPDATE memories_vec_center SET sample = 0, center = array_fill(0, ARRAY[:d])::real[]::vector"
+            ),
+            {"d": dim},
+        )
+        s.execute(text(BITS_INDEX))
 
     def keyword_ids(self, s: Session, user_id: int, query_text: str, k: int) -> list[int]:
         """Any of the query's content words (stemmed by the same configuration), best ts_rank first."""
@@ -97,8 +134,12 @@ class PostgresRecall:
     def vector_candidates(
         self, s: Session, user_id: int, vector: Sequence[float], k: int, layer: str | None = None
     ) -> list[int]:
-        """The user's exact nearest rows by cosine distance."""
-        params: dict[str, Any] = {"u": user_id, "q": vector_literal(vector), "k": OVERSAMPLE * k}
+        """The user's nearest bit vectors by hamming distance (about OVERSAMPLE * k of them)."""
+        params: dict[str, Any] = {
+            "u": user_id,
+            "q": vector_literal(vector),
+            "k": max(MIN_CANDIDATES, OVERSAMPLE * k),
+        }
         if layer is not None:
             params["l"] = layer
         return [int(r[0]) for r in s.execute(_NEAREST[layer is not None], params)]

@@ -173,6 +173,10 @@ class SqliteRecall:
         if ids:
             s.execute(text("DELETE FROM memories_vec WHERE memory_id = :id"), [{"id": i} for i in ids])
 
+    def recenter(self, s: Session) -> bool:
+        """db.memories.recenter: the mean of the first CENTER_SAMPLE vectors; memories_vec rebuilt."""
+        return recenter(s)
+
     def vec_dim(self, s: Session) -> int | None:
         """The table only knows its bit width; a stored float vector tells the exact dimension when it is
         not a multiple of 8."""

@@ -118,6 +118,11 @@ def copy_database(
             if dialect == "postgresql":
                 _reset_sequences(dst, table)
                 dst.commit()
+            if table.name == "memories" and report.vectors_copied:
+                with Session(bind=dst) as t:
+                    recall_backend(t).recenter(t)  # the center of the copied vectors, every row re-quantized
+                    t.flush()
+                dst.commit()
             done.target_rows = _count(dst, table)
             report.tables.append(done)
             say(

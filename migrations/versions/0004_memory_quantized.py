@@ -10,7 +10,7 @@ vector into memories.embedding and rebuilds memories_vec from it; downgrade rebu
 of 0002.
 
 On PostgreSQL `memories.embedding` is a pgvector `vector(384)` (the dimension of 0002's table; the app
-retypes it when the embedder's differs) searched directly, so there is no bit table and no center.
+retypes it when the embedder's differs) and `memories.embedding_bits` its quantized copy (see PG_UPGRADE).
 """
 
 from __future__ import annotations
@@ -78,16 +78,42 @@ def _fill_bits(bits: int, dim: int) -> None:
     )
 
 
-# PostgreSQL: a covering index, so that the exact search of one user's vectors reads that user's index
-# entries in a row (an index-only scan) instead of their rows scattered over the table (bench/bench_pg.py:
-# 10k memories a user, 22 -> 5 ms); db/recall_postgres.py rebuilds it when the dimension changes.
-PG_VECTOR_INDEX = "CREATE INDEX ix_memories_user_vectors ON memories (user_id, layer) INCLUDE (id, embedding)"
+# PostgreSQL: the same two stages as on SQLite. `embedding_bits` holds the signs of (embedding - center),
+# set by a trigger from the full vector; the covering index (user_id, layer) INCLUDE (id, embedding_bits)
+# holds one user's bit vectors together, so the hamming search is an index-only scan of a few MB, where the
+# full vectors of a user lie scattered over the table (bench/bench_pg.py). db/recall_postgres.py keeps the
+# center (zero until CENTER_SAMPLE vectors exist) and retypes both columns when the dimension changes.
+PG_UPGRADE = (
+    "CREATE EXTENSION IF NOT EXISTS vector",
+    "ALTER TABLE memories ADD COLUMN embedding vector(384)",
+    # bit varying, not bit(384): the trigger function would keep the old length after a retype.
+    "ALTER TABLE memories ADD COLUMN embedding_bits bit varying",
+    "CREATE TABLE memories_vec_center (id integer PRIMARY KEY, center vector NOT NULL, "
+    "sample integer NOT NULL DEFAULT 0)",
+    "INSERT INTO memories_vec_center (id, center) VALUES (1, array_fill(0, ARRAY[384])::real[]::vector)",
+    # On every insert and update (a column list would pin the column's type): bits follow a new vector; an
+    # update that keeps the vector keeps the bits it sets (the re-quantizing after a new center).
+    "CREATE FUNCTION memories_quantize() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    "NEW.embedding_bits := CASE WHEN NEW.embedding IS NULL THEN NULL "
+    "WHEN TG_OP = 'UPDATE' AND NEW.embedding IS NOT DISTINCT FROM OLD.embedding THEN NEW.embedding_bits "
+    "ELSE binary_quantize(NEW.embedding - (SELECT center FROM memories_vec_center WHERE id = 1)) END; "
+    "RETURN NEW; END $$",
+    "CREATE TRIGGER memories_quantize BEFORE INSERT OR UPDATE ON memories "
+    "FOR EACH ROW EXECUTE FUNCTION memories_quantize()",
+    "CREATE INDEX ix_memories_user_bits ON memories (user_id, layer) INCLUDE (id, embedding_bits)",
+)
+PG_DOWNGRADE = (
+    "DROP TRIGGER IF EXISTS memories_quantize ON memories",
+    "DROP FUNCTION IF EXISTS memories_quantize()",
+    "DROP TABLE IF EXISTS memories_vec_center",
+    "ALTER TABLE memories DROP COLUMN embedding_bits",  # its index goes with it
+    "ALTER TABLE memories DROP COLUMN embedding",
+)
 
 
 def _postgresql_upgrade() -> None:
-    op.execute("CREATE EXTENSION IF NOT EXISTS vector")
-    op.execute("ALTER TABLE memories ADD COLUMN embedding vector(384)")
-    op.execute(PG_VECTOR_INDEX)
+    for statement in PG_UPGRADE:
+        op.execute(statement)
 
 
 def upgrade() -> None:
@@ -115,7 +141,8 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
-        op.execute("ALTER TABLE memories DROP COLUMN embedding")  # its index goes with it
+        for statement in PG_DOWNGRADE:
+            op.execute(statement)
         return
     m = re.search(r"bit\[(\d+)\]", _vec_sql())
     bits = int(m.group(1)) if m else 384

@@ -518,7 +518,7 @@ def test_migration_0007_adds_origins_and_history_and_back(tmp_path: Path) -> Non
 
 
 class WideEmbedder(TinyEmbedder):
-    """1024 dimensions: too wide for PostgreSQL's covering B-tree index of vectors."""
+    """1024 dimensions (OpenAI-sized vectors are wider than a B-tree entry could hold in full)."""
 
     id = "tiny:letters:1024"
     dim = 1024
@@ -533,23 +533,33 @@ class WideEmbedder(TinyEmbedder):
 
 
 @pytest.mark.postgresql_only
-async def test_postgresql_vector_index_follows_the_dimension(engine: Engine, clock: Clock) -> None:
-    def vector_index() -> str | None:
-        with engine.connect() as conn:
-            found = conn.execute(
-                text("SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_memories_user_vectors'")
-            ).scalar()
-            return None if found is None else str(found)
-
-    store = MemoryStore(make_sessionmaker(engine), TinyEmbedder(), now=clock)
-    assert await store.reembed() == 0  # 384 -> 8 dimensions: the column retyped, the index rebuilt
+async def test_postgresql_bits_follow_the_dimension_and_the_center(engine: Engine, clock: Clock) -> None:
+    sessions = make_sessionmaker(engine)
+    store = MemoryStore(sessions, WideEmbedder(), now=clock)
+    assert await store.reembed() == 0  # 384 -> 1024 dimensions: both columns retyped, the index rebuilt
     await store.store(1, "long", "Our dog is a beagle named Max")
     await store.store(2, "long", "Their beagle is called Rex")
-    index = vector_index()
-    assert index is not None and "INCLUDE (id, embedding)" in index
-    assert await store.reembed(WideEmbedder()) == 2  # too wide for a B-tree entry: no covering index
-    assert vector_index() is None
+    with engine.connect() as conn:
+        index = conn.execute(
+            text("SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_memories_user_bits'")
+        ).scalar()
+        assert index is not None and "INCLUDE (id, embedding_bits)" in index
+        bits = conn.execute(text("SELECT length(embedding_bits) FROM memories")).scalars().all()
+        assert bits == [1024, 1024]
     found = await store.recall(1, "beagle")
     assert [m["content"] for m in found] == ["Our dog is a beagle named Max"]
-    with make_sessionmaker(engine)() as s:
-        assert q.vec_dim(s) == 1024 and vector_rows(s) == 2
+    for i in range(q.CENTER_SAMPLE):  # the CENTER_SAMPLE-th vector sets the center, as on SQLite
+        await store.store(3, "short", f"note {i} " + "abcdefghijklmnop"[: i % 16], dedupe=False)
+    with sessions() as s:
+        assert q.vec_dim(s) == 1024 and vector_rows(s) == q.CENTER_SAMPLE + 2
+        sample, center = s.execute(text("SELECT sample, center::text FROM memories_vec_center")).one()
+        assert sample == q.CENTER_SAMPLE and center != "[" + ",".join(["0"] * 1024) + "]"
+        stale = s.execute(
+            text(
+                "SELECT count(*) FROM memories WHERE embedding_bits IS DISTINCT FROM "
+                "binary_quantize(embedding - (SELECT center FROM memories_vec_center))"
+            )
+        ).scalar()
+        assert stale == 0  # every row re-quantized against the new center
+    found = await store.recall(1, "beagle")
+    assert [m["content"] for m in found][:1] == ["Our dog is a beagle named Max"]

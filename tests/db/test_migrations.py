@@ -74,5 +74,5 @@ def test_postgresql_has_pgvector_and_the_words_index(empty_url: str) -> None:
             )
         }
         assert "gin (user_id, content_tsv)" in indexes["ix_memories_words"]
-        assert "(user_id, layer) INCLUDE (id, embedding)" in indexes["ix_memories_user_vectors"]
+        assert "(user_id, layer) INCLUDE (id, embedding_bits)" in indexes["ix_memories_user_bits"]
     engine.dispose()
