@@ -5,6 +5,10 @@ service that could not take a run before its code started (not reachable, connec
 service said "started", busy, token refused) is set aside for `retry_after_s` and the run goes to the next
 one; a run that started is never sent again, whatever happened to it, because running code twice may do
 its side effects twice. When every service failed, the run fails with each one's reason.
+
+`isolation` and `languages()` are read on the event loop, so they use what the services said last (their
+hellos, asked at start and again by each run) and never wait for a service: a host that drops packets
+would otherwise stall every chat for the connect timeout.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from collections.abc import Sequence
 
 from core_tools.errors import ToolError
 from core_tools.sandbox.model import ExecutionResult, Isolation
-from core_tools.sandbox.service import ServiceExecutor, ServiceNotStarted
+from core_tools.sandbox.service import ServiceExecutor, ServiceInfo, ServiceNotStarted
 
 RETRY_AFTER_S = 5.0
 
@@ -33,13 +37,21 @@ class SandboxPool:
         self._down_until = [0.0] * len(self.members)
         self._turn = itertools.count()
         self._pinned: Isolation | None = None
+        self._last_known = [m.info for m in self.members if m.info is not None]
+
+    def _known(self) -> list[ServiceInfo]:
+        """The hellos of the services that answered last time, else the last ones any answered."""
+        infos = [m.info for m in self.members if m.info is not None]
+        if infos:
+            self._last_known = infos
+        return infos or self._last_known
 
     @property
     def isolation(self) -> Isolation:
         """The weakest isolation among the reachable services (UNAVAILABLE when none is)."""
         if self._pinned is not None:
             return self._pinned
-        levels = {m.isolation for m in self.members} - {Isolation.UNAVAILABLE}
+        levels = {i.isolation for i in self._known()} - {Isolation.UNAVAILABLE}
         for level in (Isolation.UNSANDBOXED, Isolation.BWRAP):
             if level in levels:
                 return level
@@ -52,11 +64,11 @@ class SandboxPool:
 
     def languages(self) -> list[str]:
         """The languages every reachable service runs."""
-        found = [set(m.languages()) for m in self.members if m.isolation is not Isolation.UNAVAILABLE]
+        found = [set(i.languages) for i in self._known() if i.isolation is not Isolation.UNAVAILABLE]
         return sorted(set.intersection(*found)) if found else []
 
     def describe(self) -> str:
-        """One line for the startup report and `doctor`."""
+        """One line for the startup report and `doctor` (these may wait for each service's hello)."""
         up = [m for m in self.members if m.isolation is not Isolation.UNAVAILABLE]
         parts = [
             m.socket_path + ("" if m in up else f" (not reachable: {m.last_error})") for m in self.members

@@ -548,9 +548,9 @@ class ServiceExecutor:
         self.last_error = _reason(exc) if exc is not None else why
 
     @property
-    def reachable(self) -> bool:
-        """Whether the last exchange with the service worked (a hello is cached)."""
-        return self._info is not None
+    def info(self) -> ServiceInfo | None:
+        """The cached hello, without asking the service (None after a failed exchange)."""
+        return self._info
 
     def _info_sync(self) -> ServiceInfo | None:
         """The cached hello, else a blocking one (a local socket: fast, or refused at once)."""

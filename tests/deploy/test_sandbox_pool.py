@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 
 from core_tools.errors import ToolError
 from core_tools.sandbox import Isolation, detect_isolation
+from core_tools.sandbox import service as service_module
 from core_tools.sandbox.pool import SandboxPool
 from core_tools.sandbox.service import ServiceExecutor
 from tests.deploy.test_service import REPO
@@ -207,3 +209,39 @@ async def test_bot_code_turn_through_the_pool(
         assert result["stdout"] == "42\n" and result["isolation"] == "bwrap"
     assert a.hello()["started"] == 1
     assert "code sandbox pool, 1 of 2 services up" in caplog.text and TOKEN not in caplog.text
+
+
+async def test_pool_never_waits_for_a_hanging_service_on_the_event_loop(
+    services: Callable[..., TcpService], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A single client asks a silent service again after _INFO_RETRY_S; the pool must not ask at all.
+    monkeypatch.setattr(service_module, "_INFO_RETRY_S", 0.0)
+    a = services()
+    hanging = socket.socket()  # accepts connections and never answers
+    hanging.bind(("127.0.0.1", 0))
+    hanging.listen(16)
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = hanging.accept()
+            except OSError:
+                return
+            accepted.append(conn)
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        quiet = ServiceExecutor(
+            f"tcp://127.0.0.1:{hanging.getsockname()[1]}", connect_timeout_s=0.5, token=TOKEN
+        )
+        pool = SandboxPool([quiet, ServiceExecutor(a.url, token=TOKEN)])
+        asked = len(accepted)  # the probes at start
+        for _ in range(20):  # what the code tool reads on the event loop
+            assert pool.isolation is Isolation.BWRAP and "python" in pool.languages()
+        assert len(accepted) == asked  # not one connection to the hanging service
+        assert (await pool.run("print('fine')")).stdout == "fine\n"
+    finally:
+        hanging.close()
+        for conn in accepted:
+            conn.close()
