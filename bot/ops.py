@@ -233,8 +233,8 @@ def migrate_database(settings: Settings, target: str, say: Callable[[str], None]
         raise ValueError(
             "--to must be a PostgreSQL URL, e.g. postgresql+psycopg://user:password@host/assistant"
         )
-    if url.get_driver_name() != "psycopg":
-        raise ValueError("use the psycopg 3 driver: postgresql+psycopg://...")
+    if url.drivername not in ("postgresql", "postgresql+psycopg"):
+        raise ValueError("use the psycopg 3 driver: postgresql+psycopg://... (or plain postgresql://)")
     if make_url(settings.database_url) == url:
         raise ValueError("--to is DATABASE_URL itself")
     source, dest = make_engine(settings.database_url), make_engine(target)

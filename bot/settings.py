@@ -25,7 +25,7 @@ HINTS: dict[str, str] = {
     "CODE_SANDBOX_SOCKET": "the sandbox service's unix socket, e.g. /run/sandbox/sandbox.sock",
     "CODE_SANDBOX_URLS": "comma-separated sandbox services, e.g. tcp://sandbox1:8700,tcp://sandbox2:8700",
     "LLM_MODEL": "the model name your endpoint serves, e.g. gpt-4o-mini or llama3.1",
-    "DATABASE_URL": "an SQLAlchemy URL, e.g. sqlite:///data/assistant.db",
+    "DATABASE_URL": "an SQLAlchemy URL, e.g. sqlite:///data/assistant.db or postgresql+psycopg://u:pw@host/db",
     "DEFAULT_TIMEZONE": "an IANA time zone such as Europe/Berlin",
     "SEARCH_PROVIDER": "a comma-separated list of searxng, brave, tavily, duckduckgo (or leave it empty)",
     "SEARXNG_URL": "the base URL of your SearXNG, e.g. http://searxng:8080",

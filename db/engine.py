@@ -45,10 +45,14 @@ def _on_connect(dbapi_conn: Any, _record: Any) -> None:
 
 
 def make_engine(url: str) -> Engine:
-    """Build an engine; for SQLite, every connection gets sqlite-vec, WAL, foreign keys and a busy timeout."""
+    """Build an engine; for SQLite, every connection gets sqlite-vec, WAL, foreign keys and a busy timeout;
+    PostgreSQL goes through psycopg 3."""
     parsed = make_url(url)
+    if parsed.drivername in ("postgresql", "postgres"):
+        # A plain postgresql:// URL (what most tools print) means psycopg 3 here, the driver installed.
+        parsed = parsed.set(drivername="postgresql+psycopg")
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True)
+        return create_engine(parsed, pool_pre_ping=True)
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(url, module=sqlite_module(), connect_args={"check_same_thread": False})

@@ -21,6 +21,8 @@ url = config.attributes.get("database_url") or url_from_environment()
 
 def run_migrations() -> None:
     engine = make_engine(url)
+    if engine.dialect.name == "postgresql":
+        import pgvector.sqlalchemy  # noqa: F401  # registers `vector` for reflection (alembic check)
     with engine.connect() as connection:
         virtual = (
             {

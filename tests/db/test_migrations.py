@@ -76,3 +76,12 @@ def test_postgresql_has_pgvector_and_the_words_index(empty_url: str) -> None:
         assert "gin (user_id, content_tsv)" in indexes["ix_memories_words"]
         assert "(user_id, layer) INCLUDE (id, embedding_bits)" in indexes["ix_memories_user_bits"]
     engine.dispose()
+
+
+@pytest.mark.postgresql_only
+def test_a_plain_postgresql_url_uses_psycopg(empty_url: str) -> None:
+    plain = empty_url.replace("postgresql+psycopg://", "postgresql://")
+    upgrade(plain)
+    engine = make_engine(plain)
+    assert engine.dialect.driver == "psycopg" and current_revision(engine) == head_revision()
+    engine.dispose()
