@@ -682,6 +682,11 @@ def ping(socket_path: str, token: str | None = None) -> int:
     hello: dict[str, Any] = {"op": "hello"} if token is None else {"op": "hello", "token": token}
     try:
         answer = _blocking_exchange(parse_address(socket_path), _encode(hello), 5.0)
+        if answer.get("kind") == "unauthorized":
+            print(
+                f"sandbox service at {socket_path} refused the token: {answer.get('error')}", file=sys.stderr
+            )
+            return 1
         info = ServiceInfo.from_hello(answer)
     except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
         print(f"sandbox service at {socket_path} is not answering: {_reason(exc)}", file=sys.stderr)
