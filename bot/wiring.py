@@ -149,6 +149,7 @@ def build_services(settings: Settings) -> Services:
         rollover_at=settings.session_rollover_time,
         idle=timedelta(minutes=settings.session_idle_minutes),
     )
+    memory.timezone_of = sessions.timezone  # dates in recall queries are the user's ("yesterday")
     registry.register(MemoryTool(memory, sessions.start_for_model).memory, timeout_s=settings.tool_timeout_s)
     budget_chars = settings.memory_prompt_budget_chars
 
