@@ -5,7 +5,7 @@
     uv run python bench/bench_memory.py --latency --sizes 1000,10000
     uv run python bench/bench_memory.py --latency --sizes 100000 --others 10000   # target user 100k, 9 x 10k
     uv run python bench/bench_memory.py --ann 3000    # bit candidates + re-scoring vs exact, real vectors
-    uv run python bench/bench_memory.py --eval --kept  # recall@5/@10 on bench/memory_eval (add --grid to tune)
+    uv run python bench/bench_memory.py --eval --kept  # recall@k on bench/memory_eval; --grid: tune
 
 Prints figures; it is not a test. Databases go to a temporary directory (or --dir).
 """
