@@ -178,6 +178,7 @@ def build_services(settings: Settings) -> Services:
     registry.register(
         MemoryTool(memory, sessions.start_for_model, conversations).memory, timeout_s=settings.tool_timeout_s
     )
+    memory.timezone_of = sessions.timezone  # dates in recall queries are the user's ("yesterday")
     budget_chars = settings.memory_prompt_budget_chars
 
     async def memories_for_prompt(user_id: int, session_id: str, message: str) -> str:
