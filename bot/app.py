@@ -80,19 +80,22 @@ class Handlers:
         if not isinstance(update, Update):
             return
         user, chat = update.effective_user, update.effective_chat
-        if user is None or chat is None:
+        if user is None:
             raise ApplicationHandlerStop
-        kind = str(chat.type)
+        # A button on an inline message has no chat: only the user's own rights count.
+        chat_id, kind = (chat.id, str(chat.type)) if chat is not None else (user.id, "private")
         query = update.callback_query
         msg = update.message or update.edited_message
         if is_group(kind) and query is None and (msg is None or not addressed(msg, context.bot.bot)):
             raise ApplicationHandlerStop  # group talk that is not for the bot
-        if self.access.serves(chat.id, kind, user.id):
+        if self.access.serves(chat_id, kind, user.id):
+            if chat is None and query is None:
+                raise ApplicationHandlerStop
             return
-        log.info("refused user %s in chat %s (%s)", user.id, chat.id, kind)
-        unlisted_group = is_group(kind) and chat.id not in self.access.chats
+        log.info("refused user %s in chat %s (%s)", user.id, chat_id, kind)
+        unlisted_group = is_group(kind) and chat_id not in self.access.chats
         refusal = (
-            GROUP_REFUSAL.format(chat_id=chat.id)
+            GROUP_REFUSAL.format(chat_id=chat_id)
             if unlisted_group and not self.settings.groups_allowed_speakers
             else USER_REFUSAL.format(user_id=user.id)
         )
@@ -170,7 +173,11 @@ class Handlers:
     async def stop_pressed(self, update: Update, context: Ctx) -> None:
         """The Stop button under a streaming answer."""
         query, user, chat = update.callback_query, update.effective_user, update.effective_chat
-        assert query and user and chat and query.data
+        assert query and user
+        if chat is None or not query.data:
+            with contextlib.suppress(TelegramError):
+                await query.answer("That answer is already finished.")
+            return
         raw = query.data.removeprefix("stop:")
         number = int(raw) if raw.isdigit() else -1
         notice = await self.runner.stop(chat.id, user.id, self.access.is_owner(user.id), number)

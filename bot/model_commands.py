@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 
 from telegram import InlineKeyboardButton, InlineKeyboardMarkup, Update
 from telegram.error import TelegramError
@@ -97,7 +98,10 @@ class ModelCommands:
     async def pressed(self, update: Update, context: Ctx) -> None:
         """A model button."""
         query, user, chat = update.callback_query, update.effective_user, update.effective_chat
-        assert query and user and chat and query.data
+        assert query and user
+        if chat is None or not query.data:
+            await self._answer(query.answer("That choice is no longer offered; send /model again."))
+            return
         raw = query.data.removeprefix(PREFIX)
         index = int(raw) if raw.isdigit() else -1
         if not self.may_change(user.id, str(chat.type)):
@@ -120,8 +124,8 @@ class ModelCommands:
             log.info("could not update the /model message: %s", exc)
 
     @staticmethod
-    async def _answer(call: object) -> None:
+    async def _answer(call: Awaitable[object]) -> None:
         try:
-            await call  # type: ignore[misc]
+            await call
         except TelegramError as exc:
             log.debug("answerCallbackQuery failed: %s", exc)
