@@ -151,7 +151,8 @@ class TurnRunner:
         first = True
         while state.queue:
             if first and self.debounce_s > 0 and state.queue[0].rerun_of is None:
-                await self._settle(state)
+                async with typing_indicator(bot, chat_id):  # the user sees the bot is about to answer
+                    await self._settle(state)
             first = False
             batch = self._take(state)
             async with self.locks.hold(chat_id):
@@ -308,7 +309,9 @@ class TurnRunner:
                 "Send /retry when I am done to have the edited text answered."
             )
         session = self.conversations.current_session(item.user_id, item.chat_id, chat_type=item.chat_type)
-        if not found.latest or found.session_id != session.id or self.busy(item.chat_id):
+        if not found.latest or found.session_id != session.id:
             return "Your edit is saved. It is an older message, so I did not answer it again."
+        if self.busy(item.chat_id):
+            return "Your edit is saved. I am answering something else now; send /retry afterwards for it."
         await self.submit(bot, replace(item, rerun_of=found.id, reply_to=item.tg_message_id))
         return None

@@ -131,3 +131,18 @@ async def test_edits_rerun_the_latest_message_and_are_stored_for_older_ones(
         tg.push_edit(unseen, "an edit of a message I never saw")
         await h.final_text(OWNER, "Unseen edit answered.")
         assert said(llm.requests[3])[-1] == ("user", "an edit of a message I never saw")
+
+
+async def test_an_edit_while_its_answer_runs_is_stored_and_said_so(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    llm.script(text("Long answer." + " x" * 80, chunk_delay=0.01))
+    async with running_bot(tmp_path, tg, llm) as h:
+        tg.push_text(OWNER, "frist question")
+        question = tg.incoming[OWNER][-1]
+        await llm.wait_for_requests(1)
+        tg.push_edit(question, "first question")
+        await h.final_text(OWNER, "I am still answering your original message; your edit is saved.")
+        # The edited text is stored; the turn finishes (its final edit comes after the status change).
+        await tg.wait_for(lambda: ("user", "first question", "answered") in rows(h), what="the turn's end")
+        assert len(llm.requests) == 1
