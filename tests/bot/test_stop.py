@@ -77,6 +77,8 @@ async def test_stop_mid_stream_keeps_the_partial_answer_and_frees_the_chat(
         assert history[1] == {"role": "user", "content": "write a long text"}
         assert history[2]["role"] == "assistant" and "[stopped by the user]" in history[2]["content"]
         assert history[3] == {"role": "user", "content": "something else"}
+        usage = await h.command(OWNER, "/usage", "Usage today")
+        assert "LLM calls: 2" in usage and "failed" not in usage  # a stop is not a failure
 
 
 async def test_the_stop_button_stops_and_stop_with_nothing_running_says_so(
