@@ -103,7 +103,8 @@ def build_services(settings: Settings) -> Services:
     llm = LLMClient(
         base_url=str(settings.openai_base_url),
         api_key=settings.openai_api_key.get_secret_value(),
-        model=settings.llm_model,
+        model=settings.models[0],
+        background_model=settings.llm_summary_model,
         timeout_s=settings.llm_timeout_s,
         max_retries=settings.llm_max_retries,
         recorder=usage,

@@ -82,6 +82,15 @@ class TurnResult:
     outcomes: list[ToolOutcome] = field(default_factory=list)
 
 
+@dataclass
+class TurnControl:
+    """Shared between a running turn and its front end: how to stop it, what it stored, what it showed."""
+
+    stop_requested: bool = False
+    message_ids: list[int] = field(default_factory=list)  # the turn's user messages
+    partial: str = ""  # the answer text streamed so far
+
+
 @dataclass(frozen=True)
 class TurnInput:
     """Who is asking, where, and what."""
@@ -93,6 +102,18 @@ class TurnInput:
     username: str | None = None
     # ChatType value; None when unknown, which counts as private only in the user's own chat id.
     chat_type: str | None = None
+    tg_message_id: int | None = None  # Telegram's id of the message, so an edit can find it
+    # Further messages of a burst answered in this same turn: (text, Telegram id), each stored on its own.
+    more: tuple[tuple[str, int | None], ...] = ()
+    # Answer this stored user message again (/retry, an edit) instead of storing `text` as a new one;
+    # its previous answer is kept but superseded (left out of the history).
+    rerun_of: int | None = None
+    model: str | None = None  # the chat's model; None: the LLM client's default
+
+    @property
+    def all_text(self) -> str:
+        """Every message of the turn, in order (for memory recall and tool context)."""
+        return "\n\n".join([self.text, *(t for t, _ in self.more)])
 
     @property
     def kind(self) -> str:
@@ -149,6 +170,8 @@ def _share(sizes: list[int], allowed: int, floor: int) -> int:
 def _units(stored: Sequence[StoredMessage]) -> list[list[StoredMessage]]:
     """Messages grouped so that an assistant tool call and its results are one unit."""
     units: list[list[StoredMessage]] = []
+    # An answer replaced by /retry or an edit stays in the database but is not part of the conversation.
+    stored = [m for m in stored if m.status != "superseded"]
     i = 0
     while i < len(stored):
         m = stored[i]
@@ -277,41 +300,77 @@ class Agent:
         providers = self.context_providers + (self.private_context_providers if turn.private else [])
         for provider in providers:
             try:
-                sections.append(await provider(turn.user_id, session_id, turn.text))
+                sections.append(await provider(turn.user_id, session_id, turn.all_text))
             except Exception:  # context is a bonus: a failing provider must not stop the turn
                 log.exception("context provider failed")
         return ChatMessage("system", system_prompt(self.clock().astimezone(tz), tz_name, sections))
 
-    async def run_turn(self, turn: TurnInput, sink: TurnSink) -> TurnResult:
-        """Answer one user message; raises LLMUnavailable or TimeoutError (the message stays stored).
+    async def run_turn(
+        self, turn: TurnInput, sink: TurnSink, control: TurnControl | None = None
+    ) -> TurnResult:
+        """Answer one user message (or a burst of them); raises LLMUnavailable or TimeoutError (the
+        messages stay stored).
 
         Raises BudgetExceeded, before any LLM request, when the user is over a usage cap; the message is
-        kept as "refused" and is part of the conversation the model sees once the cap resets.
+        kept as "refused" and is part of the conversation the model sees once the cap resets. Cancelled
+        after `control.stop_requested` was set (the user's stop), it keeps the partial answer, stores the
+        turn as "stopped" and returns it with stopped_by="user" instead of raising.
         """
         conv = self.conversations
+        control = control or TurnControl()
         conv.ensure_user(turn.user_id, turn.first_name, turn.username)
         session = conv.current_session(turn.user_id, turn.chat_id, chat_type=turn.kind)
         # Stored before any LLM call: a crash, an LLM failure or a usage cap loses nothing the user wrote.
-        user_msg_id = conv.add_message(
-            session.id, turn.user_id, turn.chat_id, "user", turn.text, status="pending"
-        )
+        if turn.rerun_of is not None:
+            conv.supersede_answer(session.id, turn.rerun_of)
+            conv.set_status(turn.rerun_of, "pending")
+            ids = [turn.rerun_of]
+        else:
+            ids = [
+                conv.add_message(
+                    session.id, turn.user_id, turn.chat_id, "user", text, status="pending", tg_message_id=tg
+                )
+                for text, tg in ((turn.text, turn.tg_message_id), *turn.more)
+            ]
+        control.message_ids = ids
         if self.budget is not None:
             try:
                 self.budget.check(turn.user_id, "chat")
             except BudgetExceeded:
-                conv.set_status(user_msg_id, "refused")
+                conv.set_statuses(ids, "refused")
                 raise
         try:
             async with asyncio.timeout(self.config.turn_timeout_s):
-                result = await self._loop(turn, session.id, user_msg_id, sink)
-        except asyncio.CancelledError:  # shutdown mid-turn: the next start tells the user
-            conv.set_status(user_msg_id, "interrupted")
-            raise
+                result = await self._loop(turn, session.id, ids[0], sink, control)
+        except asyncio.CancelledError:
+            if not control.stop_requested:  # shutdown mid-turn: the next start tells the user
+                conv.set_statuses(ids, "interrupted")
+                raise
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()  # the stop is handled here: the caller gets the partial answer
+            return self._stopped(turn, session.id, ids, control)
         except BaseException:  # LLMUnavailable, TimeoutError, bugs: the bot tells the user
-            conv.set_status(user_msg_id, "failed")
+            conv.set_statuses(ids, "failed")
             raise
-        conv.set_status(user_msg_id, "answered")
+        conv.set_statuses(ids, "answered")
         return result
+
+    def _stopped(self, turn: TurnInput, session_id: str, ids: list[int], control: TurnControl) -> TurnResult:
+        """Store a turn the user stopped: its partial answer (marked) and the status "stopped"."""
+        partial = control.partial.strip()
+        if partial:
+            self.conversations.add_message(
+                session_id,
+                turn.user_id,
+                turn.chat_id,
+                "assistant",
+                f"{partial}\n\n[stopped by the user]",
+                status="stopped",
+            )
+        self.conversations.set_statuses(ids, "stopped")
+        log.info("chat %s: turn stopped by the user", turn.chat_id)
+        return TurnResult(text=partial, stopped_by="user")
 
     def _tool_schemas(self, turn: TurnInput) -> list[dict[str, Any]] | None:
         schemas = self.registry.schemas()
@@ -320,9 +379,16 @@ class Agent:
             schemas = [s for s in schemas if s.get("function", {}).get("name") not in hidden]
         return schemas or None
 
-    async def _loop(self, turn: TurnInput, session_id: str, user_msg_id: int, sink: TurnSink) -> TurnResult:
+    async def _loop(
+        self, turn: TurnInput, session_id: str, user_msg_id: int, sink: TurnSink, control: TurnControl
+    ) -> TurnResult:
         conv = self.conversations
         system = await self._system(turn, session_id)
+
+        async def on_delta(partial: str) -> None:
+            control.partial = partial  # what a stop keeps
+            await sink.text(partial)
+
         result = TurnResult(text="")
         seen: set[str] = set()
         texts: list[str] = []
@@ -343,10 +409,11 @@ class Agent:
             reply: LLMReply = await self.llm.complete(
                 messages,
                 tools=None if final_round else self._tool_schemas(turn),
-                on_delta=sink.text,
+                on_delta=on_delta,
                 purpose="final" if final_round else "chat",
                 user_id=turn.user_id,
                 session_id=session_id,
+                model=turn.model,
             )
             calls = [] if final_round else reply.tool_calls
             conv.add_message(
@@ -361,7 +428,7 @@ class Agent:
                 texts.append(reply.content)
             if not calls:
                 break
-            outcomes = await self._run_calls(turn, session_id, reply, calls, seen, sink)
+            outcomes = await self._run_calls(turn, session_id, user_msg_id, reply, calls, seen, sink)
             result.tool_calls += len(calls)
             result.outcomes.extend(outcomes)
             rounds += 1
@@ -381,6 +448,7 @@ class Agent:
         self,
         turn: TurnInput,
         session_id: str,
+        user_msg_id: int,
         reply: LLMReply,
         calls: list[ToolCallRequest],
         seen: set[str],
@@ -390,10 +458,11 @@ class Agent:
             user_id=turn.user_id,
             chat_id=turn.chat_id,
             session_id=session_id,
-            trigger_message=turn.text,
+            trigger_message=turn.all_text,
             reasoning=reply.content or None,
             progress=sink.status,
             chat_type=turn.kind,
+            turn_id=user_msg_id,
         )
 
         async def one(call: ToolCallRequest) -> ToolOutcome:

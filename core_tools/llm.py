@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -17,6 +18,7 @@ from core_tools.types import ChatMessage, LLMReply, ToolCallRequest, Usage
 log = logging.getLogger(__name__)
 
 DeltaCallback = Callable[[str], Awaitable[None]]
+BACKGROUND_PURPOSES = frozenset({"summary"})  # calls nobody waits on: they use the background model
 
 
 class LLMCallRecorder(Protocol):
@@ -109,6 +111,7 @@ class LLMClient:
         recorder: LLMCallRecorder | None = None,
         budget: BudgetGate | None = None,
         max_completion_tokens: int | None = None,
+        background_model: str | None = None,
     ) -> None:
         # The SDK retries 408/409/429/5xx and connection errors with exponential backoff. Its aiohttp
         # transport (the `openai[aiohttp]` extra) costs about a third less CPU per streamed request than the
@@ -121,6 +124,8 @@ class LLMClient:
             http_client=DefaultAioHttpClient(timeout=timeout_s),
         )
         self.model = model
+        # For background calls (session summaries): LLM_SUMMARY_MODEL, or the default model.
+        self.background_model = background_model or model
         self._recorder = recorder
         self.budget = budget
         # Sent with every request, and reserved against the user's caps before it is sent: the bound that
@@ -154,28 +159,48 @@ class LLMClient:
         purpose: str = "chat",
         user_id: int | None = None,
         session_id: str | None = None,
+        model: str | None = None,
     ) -> LLMReply:
         """Send one streamed request; raise LLMUnavailable (with a user-readable reason) when it fails.
+
+        `model` is the chat's choice; without it a background purpose (a summary) uses the background
+        model (LLM_SUMMARY_MODEL) and everything else the default model.
 
         Raises BudgetExceeded, before anything is sent, when the user's caps (counting requests in flight)
         are reached; otherwise the request's estimate is reserved until its real usage is recorded.
         """
+        model = model or (self.background_model if purpose in BACKGROUND_PURPOSES else self.model)
         payload = [m.to_openai() for m in messages]
         prompt_text: str | None = None
         hold: BudgetHold | None = None
         if self.budget is not None:
             prompt_text = json.dumps(payload, ensure_ascii=False) + json.dumps(tools or [])
             hold = self.budget.reserve(
-                user_id, purpose, self.model, estimate_tokens(prompt_text), self.max_completion_tokens or 0
+                user_id, purpose, model, estimate_tokens(prompt_text), self.max_completion_tokens or 0
             )
         started = time.monotonic()
+        streamed: list[str] = []
+
+        async def on_text(partial: str) -> None:
+            streamed[:] = [partial]
+            if on_delta is not None:
+                await on_delta(partial)
+
         try:
             try:
-                reply = await self._stream(payload, tools, on_delta)
+                reply = await self._stream(payload, tools, on_text, model)
+            except asyncio.CancelledError:  # stopped: the stream is closed; what was sent is counted
+                if prompt_text is None:
+                    prompt_text = json.dumps(payload, ensure_ascii=False) + json.dumps(tools or [])
+                usage = Usage(
+                    estimate_tokens(prompt_text), estimate_tokens("".join(streamed)), 0, estimated=True
+                )
+                self._record(user_id, session_id, purpose, usage, started, "stopped", model)
+                raise
             except Exception as exc:
                 reason = _explain(exc)
                 log.warning("LLM request failed (%s): %s", purpose, reason)
-                self._record(user_id, session_id, purpose, Usage(), started, reason)
+                self._record(user_id, session_id, purpose, Usage(), started, reason, model)
                 raise LLMUnavailable(reason) from exc
             if reply.usage.prompt_tokens == 0 and reply.usage.completion_tokens == 0:
                 if prompt_text is None:
@@ -184,7 +209,7 @@ class LLMClient:
                 reply.usage = Usage(
                     estimate_tokens(prompt_text), estimate_tokens(out_text), 0, estimated=True
                 )
-            self._record(user_id, session_id, purpose, reply.usage, started, None)
+            self._record(user_id, session_id, purpose, reply.usage, started, None, model)
         finally:
             # Recorded first, released second, with no await in between: the spend is never counted twice
             # or not at all by a parallel request's check.
@@ -200,6 +225,7 @@ class LLMClient:
         usage: Usage,
         started: float,
         error: str | None,
+        model: str,
     ) -> None:
         if self._recorder is None:
             return
@@ -208,7 +234,7 @@ class LLMClient:
                 user_id=user_id,
                 session_id=session_id,
                 purpose=purpose,
-                model=self.model,
+                model=model,
                 prompt_tokens=usage.prompt_tokens,
                 completion_tokens=usage.completion_tokens,
                 cached_tokens=usage.cached_tokens,
@@ -224,6 +250,7 @@ class LLMClient:
         payload: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None,
         on_delta: DeltaCallback | None,
+        model: str,
     ) -> LLMReply:
         # The body is already plain JSON-ready dicts, so it goes in through `extra_body`: the SDK's own
         # parameter transform walks every message against its TypedDicts, which measured 39 ms per request
@@ -234,8 +261,16 @@ class LLMClient:
         if tools:
             body["tools"] = tools
         stream = await self._client.chat.completions.create(
-            model=self.model, messages=[], stream=True, extra_body=body
+            model=model, messages=[], stream=True, extra_body=body
         )
+        try:
+            return await self._read(stream, on_delta, model)
+        finally:
+            # Closed at once when the turn is stopped (cancelled) too: the server sees the connection go.
+            await stream.close()
+
+    @staticmethod
+    async def _read(stream: Any, on_delta: DeltaCallback | None, model: str) -> LLMReply:
         content: list[str] = []
         calls: dict[int, dict[str, Any]] = {}
         usage = Usage()
@@ -270,4 +305,4 @@ class LLMClient:
             ToolCallRequest(c["id"] or f"call_{i}", c["name"], c["arguments"])
             for i, c in sorted(calls.items())
         ]
-        return LLMReply("".join(content), tool_calls, usage, finish, self.model)
+        return LLMReply("".join(content), tool_calls, usage, finish, model)

@@ -55,6 +55,8 @@ class ToolContext:
     progress: Callable[[str], Awaitable[None]] = _no_progress
     # "private" | "group" | "supergroup" | "channel" (ChatType); private data stays out of shared chats.
     chat_type: str = ChatType.PRIVATE.value
+    # The turn's first user message id: background work started by the turn is cancelled with it (/stop).
+    turn_id: int | None = None
 
 
 @dataclass(frozen=True)

@@ -285,6 +285,7 @@ class UsageReport:
     purposes: list[PurposeLine]
     activity: ActivityCounts
     caps: list[CapStatus] = field(default_factory=list)
+    models: list[PurposeLine] = field(default_factory=list)  # the same figures per model (`purpose`)
 
 
 def usd(value: float) -> str:
@@ -562,15 +563,19 @@ class UsageService:
         w = window(period, self.clock(), self.timezone(user_id))
         rows = self.queries.model_usage(user_id, w.start, w.end)
         purposes: dict[str, PurposeLine] = {}
+        models: dict[str, PurposeLine] = {}
         for r in rows:
-            line = purposes.setdefault(r.purpose, PurposeLine(r.purpose))
-            line.calls += r.calls
-            line.tokens += r.prompt_tokens + r.completion_tokens
             c = self.prices.cost(r.model, r.prompt_tokens, r.completion_tokens, r.cached_tokens)
-            if c is None:
-                line.cost_unknown = line.cost_unknown or bool(r.prompt_tokens or r.completion_tokens)
-            else:
-                line.cost += c
+            for line in (
+                purposes.setdefault(r.purpose, PurposeLine(r.purpose)),
+                models.setdefault(r.model, PurposeLine(r.model)),
+            ):
+                line.calls += r.calls
+                line.tokens += r.prompt_tokens + r.completion_tokens
+                if c is None:
+                    line.cost_unknown = line.cost_unknown or bool(r.prompt_tokens or r.completion_tokens)
+                else:
+                    line.cost += c
         return UsageReport(
             user_id=user_id,
             window=w,
@@ -581,6 +586,7 @@ class UsageService:
             llm_calls=sum(r.calls for r in rows),
             llm_errors=sum(r.errors for r in rows),
             purposes=sorted(purposes.values(), key=lambda p: (-p.tokens, p.purpose)),
+            models=sorted(models.values(), key=lambda p: (-p.tokens, p.purpose)),
             activity=self.queries.activity(user_id, w.start, w.end),
             caps=self.cap_status(user_id),
         )
@@ -613,9 +619,11 @@ class UsageService:
             if a.events:
                 stops = ", ".join(f"{STOP_LABELS.get(k, k)} {n}" for k, n in sorted(a.events.items()))
                 lines.append(f"Stopped: {stops}")
-            if rep.purposes:
-                lines.append("By purpose:")
-                for p in rep.purposes:
+            for title, group in (("By purpose:", rep.purposes), ("By model:", rep.models)):
+                if not group:
+                    continue
+                lines.append(title)
+                for p in group:
                     cost = "cost unknown" if p.cost_unknown and not p.cost else usd(p.cost)
                     if p.cost_unknown and p.cost:
                         cost += " + unknown"

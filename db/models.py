@@ -101,6 +101,7 @@ class Message(Base):
     __table_args__ = (
         Index("ix_messages_session", "session_id", "id"),
         Index("ix_messages_status", "status"),
+        Index("ix_messages_chat_tg", "chat_id", "tg_message_id"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -113,9 +114,24 @@ class Message(Base):
     tool_calls: Mapped[list[Any] | None] = mapped_column(JSON)
     tool_call_id: Mapped[str | None] = mapped_column(String(128))
     tool_name: Mapped[str | None] = mapped_column(String(64))
-    # user messages: pending -> answered | failed | interrupted; others: done
+    # user messages: pending -> answered | failed | interrupted | refused | stopped; others: done, or
+    # stopped (a partial answer) and superseded (replaced by /retry or an edit: kept, not in the history)
     status: Mapped[str] = mapped_column(String(16), default="done")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # The Telegram id of a user message (to find it when it is edited or replied to); migration 0009.
+    tg_message_id: Mapped[int | None] = mapped_column(BigInteger)
+    edited_at: Mapped[datetime | None] = mapped_column()
+
+
+class ChatSettings(Base):
+    """What one chat chose (migration 0009): its model; NULL means the operator's default."""
+
+    __tablename__ = "chat_settings"
+
+    chat_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    model: Mapped[str | None] = mapped_column(String(128))
+    updated_by: Mapped[int | None] = mapped_column(BigInteger)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class LLMCall(Base):

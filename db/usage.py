@@ -163,7 +163,10 @@ class UsageQueries:
                 func.coalesce(func.sum(LLMCall.completion_tokens), 0),
                 func.coalesce(func.sum(LLMCall.cached_tokens), 0),
                 func.coalesce(func.sum(case((LLMCall.tokens_estimated, 1), else_=0)), 0),
-                func.coalesce(func.sum(case((LLMCall.error.is_not(None), 1), else_=0)), 0),
+                # A request the user stopped (/stop) is not a failure.
+                func.coalesce(
+                    func.sum(case((LLMCall.error.is_not(None) & (LLMCall.error != "stopped"), 1), else_=0)), 0
+                ),
                 func.coalesce(func.sum(LLMCall.duration_ms), 0),
             )
             .where(LLMCall.created_at >= since, LLMCall.created_at < until)

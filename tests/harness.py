@@ -33,6 +33,8 @@ def make_settings(tmp_path: Path, tg: FakeTelegram | None, llm: FakeLLM, **overr
         "llm_timeout_s": 10,
         "database_url": f"sqlite:///{tmp_path / 'data' / 'assistant.db'}",
         "stream_edit_interval_s": 0.2,
+        # Tests answer at once; the burst tests set a debounce of their own.
+        "message_debounce_ms": 0,
     }
     values.update(overrides)
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]

@@ -40,6 +40,7 @@ import socket
 import stat
 import sys
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -197,10 +198,10 @@ class SandboxService:
         if op == "hello":
             return self.hello()
         if op == "run":
-            return await self._run(request)
+            return await self._run(request, reader)
         return _failure("bad_request", f"unknown op {op!r}; expected hello or run")
 
-    async def _run(self, request: dict[str, Any]) -> dict[str, Any]:
+    async def _run(self, request: dict[str, Any], reader: asyncio.StreamReader) -> dict[str, Any]:
         """Validate a run request, wait for a slot, run it."""
         code = request.get("code")
         language = request.get("language", "python")
@@ -226,7 +227,12 @@ class SandboxService:
             self._waiting -= 1
         self._running += 1
         try:
-            result = await self.executor.run(code, language, None if timeout_s is None else float(timeout_s))
+            result = await _unless_client_leaves(
+                self.executor.run(code, language, None if timeout_s is None else float(timeout_s)), reader
+            )
+        except _ClientGone:
+            log.info("the client closed the connection mid-run (a stopped turn): the run was killed")
+            return _failure("internal", "the client closed the connection; the run was killed")
         except ToolError as exc:
             return _failure("tool_error", str(exc))
         except Exception as exc:  # the service must keep serving whatever one run does
@@ -293,6 +299,33 @@ class ServiceInfo:
             queue_timeout_s=float(answer["queue_timeout_s"]),
             max_request_bytes=int(answer["max_request_bytes"]),
         )
+
+
+class _ClientGone(Exception):
+    """The client closed its connection while its run was going."""
+
+
+async def _unless_client_leaves(
+    run: Coroutine[Any, Any, ExecutionResult], reader: asyncio.StreamReader
+) -> ExecutionResult:
+    """Await a run, cancelling it (LocalExecutor then kills its process tree) when the client's connection
+    closes first: a stopped turn must not leave its code running here."""
+    task = asyncio.ensure_future(run)
+    gone = asyncio.ensure_future(reader.read(1))  # the client sends nothing more: b"" means it left
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+        if not task.done():
+            if gone.exception() is None and gone.result() != b"":
+                return await task  # the client sent more bytes: odd, but it is still there
+            task.cancel()
+            await asyncio.wait({task})
+            raise _ClientGone
+        return task.result()
+    finally:
+        gone.cancel()
+        if not task.done():  # this handler itself was cancelled (shutdown)
+            task.cancel()
+            await asyncio.wait({task})
 
 
 class ServiceExecutor:

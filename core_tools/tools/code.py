@@ -54,10 +54,11 @@ class Job:
     user_id: int
     chat_id: int
     task: str
-    status: str = "running"  # running | done | failed
+    status: str = "running"  # running | done | failed | cancelled
     result: dict[str, Any] | None = None
     handle: asyncio.Task[dict[str, Any]] | None = field(default=None, repr=False)
     finished_at: float | None = None  # the tool's clock; finished jobs are dropped after a while
+    turn_id: int | None = None  # the turn that started it: stopping that turn cancels the job
 
 
 @dataclass(frozen=True)
@@ -298,10 +299,15 @@ class CodeTool:
         handle = asyncio.create_task(self._generate(ctx, task, context, language))
         # The slot is held until the generation ends, foreground or background.
         handle.add_done_callback(lambda _: self.generations.give_back(ctx.user_id))
-        done, _ = await asyncio.wait({handle}, timeout=self.generate_wait_s)
+        try:
+            done, _ = await asyncio.wait({handle}, timeout=self.generate_wait_s)
+        except asyncio.CancelledError:  # the turn was stopped: its generation (and sandbox run) stops too
+            handle.cancel()
+            await asyncio.wait({handle})
+            raise
         if done:
             return handle.result()
-        job = Job(uuid.uuid4().hex[:12], ctx.user_id, ctx.chat_id, task, handle=handle)
+        job = Job(uuid.uuid4().hex[:12], ctx.user_id, ctx.chat_id, task, handle=handle, turn_id=ctx.turn_id)
         self.jobs[job.id] = job
         handle.add_done_callback(lambda t: asyncio.create_task(self._finish_job(job, t)))
         return {
@@ -311,9 +317,25 @@ class CodeTool:
             "done. Tell the user so; use action=status with this job_id to check.",
         }
 
+    async def cancel_turn(self, turn_id: int) -> int:
+        """Cancel the background jobs a turn started (the user stopped it); returns how many; waits for
+        them (and their sandbox runs) to end."""
+        jobs = [j for j in self.jobs.values() if j.turn_id == turn_id and j.handle is not None]
+        handles = [j.handle for j in jobs if j.handle is not None]
+        for handle in handles:
+            handle.cancel()
+        if handles:
+            await asyncio.wait(handles)
+        for job in jobs:
+            job.status, job.result = "cancelled", {"error": "cancelled: the user stopped the turn"}
+        return len(jobs)
+
     async def _finish_job(self, job: Job, task: asyncio.Task[dict[str, Any]]) -> None:
-        if task.cancelled():
-            job.status, job.result = "failed", {"error": "cancelled"}
+        if task.cancelled():  # stopped by the user, who already saw the turn end: no message
+            job.status, job.result = "cancelled", {"error": "cancelled"}
+            job.finished_at = self.clock()
+            job.handle = None
+            return
         elif task.exception() is not None:
             job.status, job.result = "failed", {"error": str(task.exception())}
         else:

@@ -219,6 +219,7 @@ class FakeLLM:
         self.embedding_requests: list[JsonDict] = []
         self.active = 0
         self.max_active = 0
+        self.disconnects = 0  # streams the client closed before their end
         self._script: list[ScriptItem] = []
         self._ids = itertools.count(1)
         self._call_ids = itertools.count(1)
@@ -449,49 +450,63 @@ class FakeLLM:
             for i in range(0, len(content), size):
                 await send(chunk({key: content[i : i + size]}), pause)
 
-        with contextlib.suppress(ConnectionResetError, ConnectionError):
-            await send(chunk({"role": "assistant", "content": "", "refusal": None}))
-            if isinstance(step, HangStep):
-                await send_text(step.partial or "", 5, 0.0)
-                await self._sleep(step.seconds)
-                return self._drop(request)
-            if isinstance(step, StreamErrorStep):
-                await send_text(step.partial, 5, 0.0)
-                await send(
-                    {"error": {"message": step.message, "type": "server_error", "param": None, "code": None}}
-                )
-                await resp.write_eof()
-                return resp
-            assert isinstance(step, TextStep | ToolCallsStep)
-            if isinstance(step, TextStep):
-                if step.reasoning:
-                    await send_text(
-                        step.reasoning, step.chunk_size, step.chunk_delay, key="reasoning_content"
-                    )
-                await send_text(step.content, step.chunk_size, step.chunk_delay)
-                finish = step.finish_reason
-                output: Any = step.content
-            else:
-                if step.content:
-                    await send_text(step.content, 5, step.chunk_delay)
-                for index, tc in enumerate(step.calls):
-                    header = {
-                        "index": index,
-                        "id": self._call_id(tc),
-                        "type": "function",
-                        "function": {"name": tc.name, "arguments": ""},
-                    }
-                    await send(chunk({"tool_calls": [header]}), step.chunk_delay)
-                    size = max(1, math.ceil(len(tc.arguments) / max(step.fragments, 1)))
-                    for i in range(0, len(tc.arguments), size):
-                        frag = {"index": index, "function": {"arguments": tc.arguments[i : i + size]}}
-                        await send(chunk({"tool_calls": [frag]}), step.chunk_delay)
-                finish = "tool_calls"
-                output = [step.content or "", *[(tc.name, tc.arguments) for tc in step.calls]]
-            await send(chunk({}, finish))
-            options = body.get("stream_options") or {}
-            if step.usage and options.get("include_usage"):
-                await send(chunk(None, usage=self._usage(body, output)))
-            await send("[DONE]")
+        try:
+            return await self._stream_steps(resp, request, body, step, chunk, send, send_text)
+        except (ConnectionResetError, ConnectionError):
+            self.disconnects += 1  # the client closed the stream before its end (a stopped turn)
+            self._notify()
+        return resp
+
+    async def _stream_steps(
+        self,
+        resp: web.StreamResponse,
+        request: web.Request,
+        body: JsonDict,
+        step: Step,
+        chunk: Callable[..., JsonDict],
+        send: Callable[..., Awaitable[None]],
+        send_text: Callable[..., Awaitable[None]],
+    ) -> web.StreamResponse:
+        await send(chunk({"role": "assistant", "content": "", "refusal": None}))
+        if isinstance(step, HangStep):
+            await send_text(step.partial or "", 5, 0.0)
+            await self._sleep(step.seconds)
+            return self._drop(request)
+        if isinstance(step, StreamErrorStep):
+            await send_text(step.partial, 5, 0.0)
+            await send(
+                {"error": {"message": step.message, "type": "server_error", "param": None, "code": None}}
+            )
             await resp.write_eof()
+            return resp
+        assert isinstance(step, TextStep | ToolCallsStep)
+        if isinstance(step, TextStep):
+            if step.reasoning:
+                await send_text(step.reasoning, step.chunk_size, step.chunk_delay, key="reasoning_content")
+            await send_text(step.content, step.chunk_size, step.chunk_delay)
+            finish = step.finish_reason
+            output: Any = step.content
+        else:
+            if step.content:
+                await send_text(step.content, 5, step.chunk_delay)
+            for index, tc in enumerate(step.calls):
+                header = {
+                    "index": index,
+                    "id": self._call_id(tc),
+                    "type": "function",
+                    "function": {"name": tc.name, "arguments": ""},
+                }
+                await send(chunk({"tool_calls": [header]}), step.chunk_delay)
+                size = max(1, math.ceil(len(tc.arguments) / max(step.fragments, 1)))
+                for i in range(0, len(tc.arguments), size):
+                    frag = {"index": index, "function": {"arguments": tc.arguments[i : i + size]}}
+                    await send(chunk({"tool_calls": [frag]}), step.chunk_delay)
+            finish = "tool_calls"
+            output = [step.content or "", *[(tc.name, tc.arguments) for tc in step.calls]]
+        await send(chunk({}, finish))
+        options = body.get("stream_options") or {}
+        if step.usage and options.get("include_usage"):
+            await send(chunk(None, usage=self._usage(body, output)))
+        await send("[DONE]")
+        await resp.write_eof()
         return resp

@@ -322,6 +322,19 @@ def _check_markdown_v2(text: str) -> None:
         i += 1
 
 
+def _text_entities(text: str) -> list[JsonDict]:
+    """The entities Telegram itself adds to a text: a leading bot command and @mentions."""
+    out: list[JsonDict] = []
+    if text.startswith("/"):
+        command = text.split(maxsplit=1)[0]
+        out.append({"type": "bot_command", "offset": 0, "length": utf16_len(command)})
+    for m in re.finditer(r"(?<![\w/])@[A-Za-z0-9_]{3,}", text):
+        out.append(
+            {"type": "mention", "offset": utf16_len(text[: m.start()]), "length": utf16_len(m.group())}
+        )
+    return out
+
+
 class FakeTelegram:
     """Loopback Bot API server: records calls, keeps chat state, serves long polling and injects faults."""
 
@@ -350,6 +363,7 @@ class FakeTelegram:
         }
         self.calls: list[Call] = []
         self.messages: dict[int, list[JsonDict]] = {}
+        self.incoming: dict[int, list[JsonDict]] = {}  # users' messages pushed by push_text, per chat
         self.updates: list[JsonDict] = []
         self.commands: dict[str, list[JsonDict]] = {}
         self.webhook_url = ""
@@ -587,14 +601,36 @@ class FakeTelegram:
         chat_id: int | None = None,
         first_name: str = "Ann",
         username: str | None = None,
+        reply_to: JsonDict | None = None,
+        quote: str | None = None,
     ) -> int:
-        """Queue a text message from ``user_id`` (private chat unless ``chat_id``); returns the update_id."""
+        """Queue a text message from ``user_id`` (private chat unless ``chat_id``); returns the update_id.
+
+        ``reply_to``: the message it replies to (e.g. from ``sent``/``incoming``), ``quote`` the part quoted.
+        Commands and @mentions get their entities, as Telegram adds them."""
         msg = self._incoming(user_id, chat_id, first_name, username)
         msg["text"] = text
-        if text.startswith("/"):
-            command = text.split(maxsplit=1)[0]
-            msg["entities"] = [{"type": "bot_command", "offset": 0, "length": utf16_len(command)}]
+        entities = _text_entities(text)
+        if entities:
+            msg["entities"] = entities
+        if reply_to is not None:
+            msg["reply_to_message"] = reply_to
+        if quote is not None:
+            msg["quote"] = {
+                "text": quote,
+                "position": max(0, str(reply_to.get("text", "")).find(quote)) if reply_to else 0,
+            }
+        self.incoming.setdefault(msg["chat"]["id"], []).append(msg)
         return self.push_update({"message": msg})
+
+    def push_edit(self, message: JsonDict, text: str) -> int:
+        """Queue an edited_message update: ``message`` (a dict ``push_text`` made) with new ``text``."""
+        edited = dict(message, text=text, edit_date=int(time.time()))
+        entities = _text_entities(text)
+        edited.pop("entities", None)
+        if entities:
+            edited["entities"] = entities
+        return self.push_update({"edited_message": edited})
 
     def push_sticker(self, user_id: int, chat_id: int | None = None, emoji: str = "👍") -> int:
         """Queue a sticker message from ``user_id``; returns the update_id."""
