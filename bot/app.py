@@ -213,7 +213,8 @@ class Handlers:
 
 
 async def on_startup(app: Application[Any, Any, Any, Any, Any, Any]) -> None:
-    """Publish the command menu and tell users whose message was cut by a restart."""
+    """Publish the command menu, tell users whose message was cut by a restart, and answer the messages
+    that were still waiting for their turn."""
     services: Services = app.bot_data["services"]
     try:
         await app.bot.set_my_commands([BotCommand(c.name, c.description) for c in COMMANDS])
@@ -229,6 +230,47 @@ async def on_startup(app: Application[Any, Any, Any, Any, Any, Any]) -> None:
             )
         except TelegramError as exc:
             log.warning("could not tell chat %s about an interrupted message: %s", pending.chat_id, exc)
+    resume_waiting(app)
+
+
+def resume_waiting(app: Application[Any, Any, Any, Any, Any, Any]) -> None:
+    """Queue the messages a stopped process left in the inbox, in order, and answer them once running.
+
+    They are queued now, before any update is handled, so a new message of the same chat comes after
+    them; the answering runs as a job, which PTB's shutdown waits for like a handler."""
+    services: Services = app.bot_data["services"]
+    h: Handlers = app.bot_data["handlers"]
+    waiting = services.conversations.inbox.waiting()
+    served = [q for q in waiting if h.access.serves(q.chat_id, q.chat_type, q.user_id)]
+    gone = [q.id for q in waiting if q.id not in {s.id for s in served}]
+    if gone:  # the allowlist changed while they waited: refused, as the gate would now
+        log.info("dropped %d waiting message(s) of users or chats no longer allowed", len(gone))
+        services.conversations.inbox.discard(gone)
+    if not served:
+        return
+    log.info("answering %d message(s) left waiting by the previous run", len(served))
+    chats = h.runner.restore(
+        [
+            Incoming(
+                q.user_id,
+                q.chat_id,
+                q.content,
+                q.first_name,
+                q.username,
+                q.chat_type,
+                tg_message_id=q.tg_message_id,
+                inbox_id=q.id,
+            )
+            for q in served
+        ]
+    )
+
+    async def answer(context: Ctx) -> None:
+        await h.runner.resume(context.bot, chats)
+
+    assert app.job_queue is not None
+    # No misfire grace limit: the job is due now but the scheduler only starts once the bot runs.
+    app.job_queue.run_once(answer, 0, name="answer-waiting", job_kwargs={"misfire_grace_time": None})
 
 
 async def on_shutdown(app: Application[Any, Any, Any, Any, Any, Any]) -> None:

@@ -71,6 +71,7 @@ class Incoming:
     tg_message_id: int | None = None
     rerun_of: int | None = None  # a stored user message to answer again (/retry, an edit)
     reply_to: int | None = None  # the Telegram message the answer refers to (an edit)
+    inbox_id: int | None = None  # where it waits in the database (db/inbox.py) until its turn stores it
 
 
 @dataclass
@@ -128,24 +129,53 @@ class TurnRunner:
         return state is not None and (state.running is not None or bool(state.queue))
 
     async def submit(self, bot: Bot, item: Incoming) -> None:
-        """Queue a message; the first caller for an idle chat drives it until its queue is empty."""
+        """Store and queue a message; the first caller for an idle chat drives it until its queue is empty."""
+        if item.rerun_of is None and item.inbox_id is None:
+            # In the database before any wait: a restart during the debounce or another turn loses nothing.
+            item.inbox_id = self.conversations.inbox.put(
+                item.user_id,
+                item.chat_id,
+                item.chat_type,
+                item.text,
+                first_name=item.first_name,
+                username=item.username,
+                tg_message_id=item.tg_message_id,
+            )
         state = self._states.setdefault(item.chat_id, ChatState())
         state.queue.append(item)
         state.arrived.set()
+        await self._drive_if_idle(bot, item.chat_id, state)
+
+    def restore(self, items: list[Incoming]) -> list[int]:
+        """Queue messages a stopped process left in the inbox (in arrival order); returns their chats.
+        Synchronous, so they are queued before any new message of their chats."""
+        for item in items:
+            self._states.setdefault(item.chat_id, ChatState()).queue.append(item)
+        return list(dict.fromkeys(item.chat_id for item in items))
+
+    async def resume(self, bot: Bot, chat_ids: list[int]) -> None:
+        """Answer the restored messages of these chats (those a new message has not already driven)."""
+        states = [(c, s) for c in chat_ids if (s := self._states.get(c)) is not None]
+        results = await asyncio.gather(
+            *(self._drive_if_idle(bot, c, s) for c, s in states), return_exceptions=True
+        )
+        for (chat_id, _), result in zip(states, results, strict=True):
+            if isinstance(result, BaseException):
+                log.error("chat %s: answering restored messages failed", chat_id, exc_info=result)
+
+    async def _drive_if_idle(self, bot: Bot, chat_id: int, state: ChatState) -> None:
         if state.driving:
             return
         state.driving = True
         try:
-            await self._drive(bot, item.chat_id, state)
+            await self._drive(bot, chat_id, state)
         finally:
             state.driving = False
-            if state.queue:  # only after an unexpected error: do not strand what is waiting
-                log.warning(
-                    "chat %s: %d queued message(s) dropped after an error", item.chat_id, len(state.queue)
-                )
+            if state.queue:  # after an unexpected error or at shutdown: the next start answers them
+                log.warning("chat %s: %d queued message(s) left in the inbox", chat_id, len(state.queue))
                 state.queue.clear()
-            if state.running is None and self._states.get(item.chat_id) is state:
-                del self._states[item.chat_id]
+            if state.running is None and self._states.get(chat_id) is state:
+                del self._states[chat_id]
 
     async def _drive(self, bot: Bot, chat_id: int, state: ChatState) -> None:
         first = True
@@ -196,6 +226,7 @@ class TurnRunner:
             more=tuple((b.text, b.tg_message_id) for b in batch[1:]),
             rerun_of=head.rerun_of,
             model=self.model_for(head.chat_id),
+            inbox_ids=tuple(b.inbox_id for b in batch if b.inbox_id is not None),
         )
         self._numbers += 1
         number = self._numbers
@@ -221,6 +252,12 @@ class TurnRunner:
         finally:
             state.running = None
             running.released.set()
+        if task.cancelled() and turn.inbox_ids and not control.message_ids:  # stopped before it began: kept, as a stopped turn is
+            session = self.conversations.current_session(head.user_id, head.chat_id, chat_type=head.chat_type)
+            texts = ((turn.text, turn.tg_message_id), *turn.more)
+            self.conversations.inbox.store_turn(
+                session.id, head.user_id, head.chat_id, texts, turn.inbox_ids, status="stopped"
+            )
         await self._deliver(reply, task)
 
     async def _deliver(self, reply: StreamingReply, task: asyncio.Task[TurnResult]) -> None:
@@ -295,6 +332,8 @@ class TurnRunner:
         for waiting in state.queue if state is not None else []:
             if waiting.tg_message_id == item.tg_message_id and waiting.user_id == item.user_id:
                 waiting.text = item.text  # not started yet: the turn simply uses the new text
+                if waiting.inbox_id is not None:
+                    self.conversations.inbox.edit(waiting.inbox_id, item.text)
                 return None
         found = self.conversations.find_by_telegram_id(item.chat_id, item.tg_message_id)
         if found is None:  # never seen (sent while the bot was down, or not addressed to it): a new message

@@ -109,6 +109,7 @@ class TurnInput:
     # its previous answer is kept but superseded (left out of the history).
     rerun_of: int | None = None
     model: str | None = None  # the chat's model; None: the LLM client's default
+    inbox_ids: tuple[int, ...] = ()  # where the messages waited (db/inbox.py): taken out when stored
 
     @property
     def all_text(self) -> str:
@@ -326,12 +327,9 @@ class Agent:
             conv.set_status(turn.rerun_of, "pending")
             ids = [turn.rerun_of]
         else:
-            ids = [
-                conv.add_message(
-                    session.id, turn.user_id, turn.chat_id, "user", text, status="pending", tg_message_id=tg
-                )
-                for text, tg in ((turn.text, turn.tg_message_id), *turn.more)
-            ]
+            # One transaction: into the history (after the previous turn's rows), out of the inbox.
+            texts = ((turn.text, turn.tg_message_id), *turn.more)
+            ids = conv.inbox.store_turn(session.id, turn.user_id, turn.chat_id, texts, turn.inbox_ids)
         control.message_ids = ids
         if self.budget is not None:
             try:

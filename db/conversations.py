@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import Engine, Table, bindparam, insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from db.inbox import Inbox
 from db.models import ChatSession, ChatSettings, Message, User, utcnow
 
 LAST_SEEN_RESOLUTION = timedelta(minutes=1)
@@ -157,6 +158,7 @@ class Conversations:
     def __init__(self, sessions: sessionmaker[Session]) -> None:
         self._sm = sessions
         self._engine: Engine = sessions.kw["bind"]
+        self.inbox = Inbox(self._engine)  # messages waiting for their turn; a turn stores them from there
         # Small per-process caches of the hot path; the bot is the only writer of these columns.
         self._seen: dict[int, tuple[tuple[str | None, str | None], datetime]] = {}
         self._timezones: dict[int, str | None] = {}

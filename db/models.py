@@ -123,6 +123,26 @@ class Message(Base):
     edited_at: Mapped[datetime | None] = mapped_column()
 
 
+class InboxMessage(Base):
+    """A user message that arrived and waits for its chat's turn (migration 0009).
+
+    Stored the moment it arrives, so a restart during the debounce or while another turn runs loses
+    nothing; kept apart from `messages` so no history query sees it before its turn, when it moves into
+    `messages` (new ids: after the previous turn's rows) in the same transaction that deletes it here."""
+
+    __tablename__ = "inbox"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user_id: Mapped[int] = mapped_column(BigInteger)
+    chat_id: Mapped[int] = mapped_column(BigInteger)
+    chat_type: Mapped[str] = mapped_column(String(16))
+    first_name: Mapped[str | None] = mapped_column(String(255))
+    username: Mapped[str | None] = mapped_column(String(255))
+    content: Mapped[str] = mapped_column(Text)
+    tg_message_id: Mapped[int | None] = mapped_column(BigInteger)
+    received_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class ChatSettings(Base):
     """What one chat chose (migration 0009): its model; NULL means the operator's default."""
 
