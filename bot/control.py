@@ -252,13 +252,17 @@ class TurnRunner:
         finally:
             state.running = None
             running.released.set()
-        if task.cancelled() and turn.inbox_ids and not control.message_ids:  # stopped before it began: kept, as a stopped turn is
-            session = self.conversations.current_session(head.user_id, head.chat_id, chat_type=head.chat_type)
-            texts = ((turn.text, turn.tg_message_id), *turn.more)
-            self.conversations.inbox.store_turn(
-                session.id, head.user_id, head.chat_id, texts, turn.inbox_ids, status="stopped"
-            )
+        if task.cancelled() and turn.inbox_ids and not control.message_ids:
+            self._keep_unstarted(turn, head.chat_type)
         await self._deliver(reply, task)
+
+    def _keep_unstarted(self, turn: TurnInput, chat_type: str) -> None:
+        """A turn stopped before it began stored nothing: keep its messages as a stopped turn's are kept
+        (else they would wait in the inbox and be answered at the next start)."""
+        conv = self.conversations
+        session = conv.current_session(turn.user_id, turn.chat_id, chat_type=chat_type)
+        texts = ((turn.text, turn.tg_message_id), *turn.more)
+        conv.inbox.store_turn(session.id, turn.user_id, turn.chat_id, texts, turn.inbox_ids, status="stopped")
 
     async def _deliver(self, reply: StreamingReply, task: asyncio.Task[TurnResult]) -> None:
         if task.cancelled():  # stopped before the turn began

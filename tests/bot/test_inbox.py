@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import Engine, select
 
+from bot.control import Incoming, TurnRunner
 from core_tools.types import ToolContext
 from db.engine import make_engine
 from db.models import InboxMessage, Message
@@ -162,5 +163,28 @@ async def test_messages_left_waiting_are_answered_at_start_in_order(
         assert tg.sent_texts(STRANGER) == []
         tg.push_text(OWNER, "third part")
         await h.final_text(OWNER, "Third answered.")
-        assert [c for r, c in said(llm.requests[2]) if r == "user"] == ["first part", "second part", "third part"]
+        assert [c for r, c in said(llm.requests[2]) if r == "user"] == [
+            "first part",
+            "second part",
+            "third part",
+        ]
         assert waiting(h.services.engine) == []
+
+
+async def test_a_turn_stopped_before_it_began_keeps_its_message_as_stopped(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    async with running_bot(tmp_path, tg, llm) as h:
+        s = h.services
+        runner = TurnRunner(s.agent, s.conversations, s.code, debounce_s=0)
+        item = Incoming(OWNER, OWNER, "never mind", "Ann", None, "private", tg_message_id=42)
+        submitted = asyncio.create_task(runner.submit(s.notifier.bot, item))
+        # Runs right after the submit's first step, which creates the turn's task but does not start it.
+        stopped = asyncio.create_task(runner.stop(OWNER, OWNER, True))
+        assert await stopped is None  # it stopped a turn
+        await submitted
+        assert tg.sent_texts(OWNER) == ["(stopped)"] and llm.requests == []
+        assert waiting(s.engine) == []  # not answered again at the next start
+        with s.engine.connect() as conn:
+            stored = conn.execute(select(Message.content, Message.status, Message.tg_message_id)).all()
+        assert [tuple(r) for r in stored] == [("never mind", "stopped", 42)]
