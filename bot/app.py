@@ -24,6 +24,7 @@ from telegram.ext import (
 from bot.code_commands import CodeCommands
 from bot.commands import COMMANDS, help_text
 from bot.memory_commands import MemoryCommands, schedule_jobs
+from bot.schedule_commands import register_schedule_handlers
 from bot.streaming import StreamingReply, typing_indicator
 from bot.usage_commands import register_usage_handlers
 from bot.wiring import Services
@@ -220,6 +221,7 @@ def build_application(services: Services) -> Application[Any, Any, Any, Any, Any
     app.add_handler(CommandHandler("timezone", memory_commands.timezone))
     register_usage_handlers(app, services.usage_service)
     schedule_jobs(app)
+    register_schedule_handlers(app, services)
     app.add_handler(MessageHandler(filters.TEXT & ~filters.COMMAND, h.text))
     app.add_handler(MessageHandler(filters.COMMAND, h.help))  # an unknown command: show what exists
     app.add_handler(MessageHandler(~filters.TEXT & ~filters.StatusUpdate.ALL, h.unsupported))

@@ -20,6 +20,7 @@ COMMANDS: list[Command] = [
     Command("newsession", "[name]", "start a new conversation session"),
     Command("memory", "[search TEXT | forget ID]", "what I remember about you"),
     Command("timezone", "[Area/City]", "your time zone, for dates and the daily session rollover"),
+    Command("reminders", "", "your reminders and scheduled tasks, with cancel buttons"),
     Command("usage", "[today|week|month]", "your tokens, estimated cost and tool use"),
     Command("budget", "USER_ID daily|monthly AMOUNT", "owner: set a user's usage cap"),
     Command("codestats", "[days]", "statistics of your code runs (default: last 7 days)"),

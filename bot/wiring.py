@@ -18,6 +18,8 @@ from core_tools.llm import LLMClient
 from core_tools.registry import ToolRegistry
 from core_tools.sandbox import Executor, LocalExecutor, SandboxLimits, describe
 from core_tools.sandbox.service import ServiceExecutor
+from core_tools.schedule.service import Limits, ScheduleService
+from core_tools.schedule.tool import ScheduleTool
 from core_tools.sessions import SessionManager
 from core_tools.tools.code import CodeLimits, CodeTool
 from core_tools.tools.memory import MemoryStore, MemoryTool
@@ -27,6 +29,7 @@ from db.conversations import Conversations
 from db.engine import make_engine, make_sessionmaker
 from db.executions import Executions
 from db.migrate import upgrade
+from db.schedules import Schedules
 from db.usage import UsageLog, UsageQueries
 
 log = logging.getLogger(__name__)
@@ -49,6 +52,7 @@ class Services:
     notifier: TelegramNotifier
     memory: MemoryStore
     usage_service: UsageService
+    schedules: ScheduleTool
 
     async def aclose(self) -> None:
         """Deliver pending notices, then release connections."""
@@ -165,6 +169,19 @@ def build_services(settings: Settings) -> Services:
         idle=timedelta(minutes=settings.session_idle_minutes),
     )
     registry.register(MemoryTool(memory, sessions.start_for_model).memory, timeout_s=settings.tool_timeout_s)
+    schedules = ScheduleTool(
+        ScheduleService(
+            Schedules(sm),
+            conversations.user_timezone,
+            default_timezone=settings.default_timezone,
+            limits=Limits(
+                max_active=settings.schedule_max_active,
+                min_task_interval=timedelta(minutes=settings.schedule_min_task_interval_min),
+                min_message_interval=timedelta(minutes=settings.schedule_min_message_interval_min),
+            ),
+        )
+    )
+    registry.register(schedules.schedule, timeout_s=settings.tool_timeout_s)
     budget_chars = settings.memory_prompt_budget_chars
 
     async def memories_for_prompt(user_id: int, session_id: str, message: str) -> str:
@@ -212,6 +229,7 @@ def build_services(settings: Settings) -> Services:
         notifier=notifier,
         memory=memory,
         usage_service=usage_service,
+        schedules=schedules,
     )
 
 

@@ -93,6 +93,8 @@ class TurnInput:
     username: str | None = None
     # ChatType value; None when unknown, which counts as private only in the user's own chat id.
     chat_type: str | None = None
+    # What the turn's LLM requests are accounted as ("scheduled" for a scheduled task's turn).
+    purpose: str = "chat"
 
     @property
     def kind(self) -> str:
@@ -297,7 +299,7 @@ class Agent:
         )
         if self.budget is not None:
             try:
-                self.budget.check(turn.user_id, "chat")
+                self.budget.check(turn.user_id, turn.purpose)
             except BudgetExceeded:
                 conv.set_status(user_msg_id, "refused")
                 raise
@@ -344,7 +346,7 @@ class Agent:
                 messages,
                 tools=None if final_round else self._tool_schemas(turn),
                 on_delta=sink.text,
-                purpose="final" if final_round else "chat",
+                purpose="final" if final_round else turn.purpose,
                 user_id=turn.user_id,
                 session_id=session_id,
             )
