@@ -74,7 +74,7 @@ class ScheduleRunner:
         self.in_flight: set[int] = set()
         self._lock = asyncio.Lock()
         self._job: Job[Any] | None = None
-        self._armed_for: datetime | None = None
+        self._armed_for: float | None = None  # the loop time the armed job runs at
         self._tasks: set[asyncio.Task[None]] = set()
         self._send_slots = asyncio.Semaphore(SEND_CONCURRENCY)
 
@@ -111,17 +111,17 @@ class ScheduleRunner:
         jq = self.app.job_queue
         if jq is None or when is None:
             return
-        now = self.service.clock()
-        when = min(max(when, now), now + timedelta(seconds=MAX_WAIT_S))
-        if self._job is not None and self._armed_for is not None and self._armed_for <= when:
+        # Compared on the event loop's monotonic clock: a jump of the wall clock cannot strand the job.
+        delay = min(max(0.0, (when - self.service.clock()).total_seconds()), MAX_WAIT_S)
+        target = asyncio.get_running_loop().time() + delay
+        if self._job is not None and self._armed_for is not None and self._armed_for <= target:
             return
         if self._job is not None:
             self._job.schedule_removal()
-        delay = max(0.0, (when - now).total_seconds())
         self._job = jq.run_once(
             self._tick_job, when=delay, name="schedule-tick", job_kwargs={"misfire_grace_time": None}
         )
-        self._armed_for = when
+        self._armed_for = target
 
     async def _startup_job(self, context: Ctx) -> None:
         await self.startup()

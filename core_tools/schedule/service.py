@@ -484,7 +484,7 @@ class ScheduleService:
                 resend.append(f)
             else:
                 failed.append(f)
-        self.store.set_firings([f.id for f in resend], status="due", resend=True)
+        self.store.set_firings([f.id for f in resend], status="due", resend=True, not_before=self.clock())
         self.store.set_firings([f.id for f in failed], status="failed", error="interrupted by a restart")
         for f in failed:
             self.task_failed(f.schedule_id)
