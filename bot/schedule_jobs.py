@@ -153,6 +153,13 @@ class ScheduleRunner:
             repaired,
             moved,
         )
+        for f in failed:
+            await self._tell(
+                f.chat_id,
+                f"I was restarted while running your scheduled task #{f.schedule_id} "
+                f"(\u201c{f.text[:80]}\u201d); it did not finish, and I did not run it again so that it does "
+                "not cost twice.",
+            )
         await self.tick()
         return {"resend": len(resend), "failed": len(failed), "repaired": repaired, "moved": moved}
 

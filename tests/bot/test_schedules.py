@@ -12,7 +12,7 @@ from sqlalchemy import text as sql
 
 from bot.wiring import Services
 from core_tools.schedule.service import ScheduleService
-from tests.fakes.openai_api import FakeLLM, call, text, tool_calls
+from tests.fakes.openai_api import FakeLLM, call, error, text, tool_calls
 from tests.fakes.telegram_api import FakeTelegram
 from tests.harness import FRIEND, OWNER, STRANGER, Harness, running_bot
 
@@ -289,3 +289,46 @@ async def test_a_firing_cut_while_sending_is_resent_marked_as_a_possible_copy(
         assert "I was restarted while sending this" in resent
         (firing,) = await wait_sent(h, sid)
         assert firing.status == "sent" and firing.resend
+
+
+async def test_a_task_failing_three_times_in_a_row_is_paused_and_the_user_told(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    async with running_bot(tmp_path, tg, llm) as h:
+        llm.script(error(500), error(500), error(500))
+        sid = add(h, text="Check the server", kind="task", at=local_at(1), repeat="FREQ=MINUTELY;INTERVAL=15")
+        first = await h.final_text(OWNER, "could not run")
+        assert "It will run again at its next time." in first
+        real = svc(h).clock
+        for k in (1, 2):  # the service's clock moves on to the next two occurrences
+            svc(h).clock = lambda k=k: real() + timedelta(minutes=15 * k, seconds=1)  # type: ignore[misc]
+            h.services.schedules.wake()
+            await wait_sent(h, sid, n=k + 1)
+        told = await h.final_text(OWNER, "so I paused it")
+        assert "failed 3 times in a row" in told and len(llm.requests) == 3
+        assert svc(h).store.get(sid).status == "paused"  # type: ignore[union-attr]
+        listing = await h.command(OWNER, "/reminders", "Check the server")
+        assert "paused (it failed 3 times in a row)" in listing
+        buttons = [
+            b["callback_data"]
+            for row in tg.last_message(OWNER)["reply_markup"]["inline_keyboard"]
+            for b in row
+        ]
+        assert f"sch:resume:{sid}" in buttons
+
+
+async def test_timezone_command_moves_future_firings_of_local_schedules(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    async with running_bot(tmp_path, tg, llm) as h:
+        at = local_at(10 * 3600)  # in Tokyo this wall time is an hour from now
+        sid = add(h, at=at, text="Weekly review", repeat="FREQ=WEEKLY")
+        before = svc(h).store.get(sid)
+        await h.command(OWNER, "/timezone Asia/Tokyo", "Time zone set")
+        after = svc(h).store.get(sid)
+        assert before and after and after.next_fire_at and before.next_fire_at
+        # The same wall-clock time, now in Tokyo (UTC+9): nine hours earlier in absolute time.
+        assert before.next_fire_at - after.next_fire_at == timedelta(hours=9)
+        listing = await h.command(OWNER, "/reminders", "Weekly review")
+        wall = datetime.fromisoformat(at)
+        assert f"next: {wall:%a %d %b %Y %H:%M} (Asia/Tokyo)" in listing
