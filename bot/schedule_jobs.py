@@ -202,11 +202,14 @@ class ScheduleRunner:
     async def _send_batch(self, firings: list[FiringRow]) -> None:
         if not firings:
             return
-        # `sending` is committed before any request leaves: a crash mid-send is seen at the next start.
-        self.service.mark_sending([f.id for f in firings])
         try:
-            results = await asyncio.gather(*(self._deliver(f) for f in firings))
-            self.service.record([r for r in results if r is not None])
+            for i in range(0, len(firings), SEND_CONCURRENCY):
+                chunk = firings[i : i + SEND_CONCURRENCY]
+                # `sending` is committed before these requests leave, and only for the ones about to leave:
+                # a crash mid-send leaves at most one chunk whose delivery is unknown at the next start.
+                self.service.mark_sending([f.id for f in chunk])
+                results = await asyncio.gather(*(self._deliver(f) for f in chunk))
+                self.service.record([r for r in results if r is not None])
         finally:
             for f in firings:
                 self.in_flight.discard(f.id)

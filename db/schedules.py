@@ -168,12 +168,15 @@ class Schedules:
             )
             return [_row(r) for r in s.scalars(q)]
 
-    def fire(self, changes: Iterable[tuple[ScheduleRow, int, datetime | None]], now: datetime) -> list[int]:
-        """For each (schedule, occurrences consumed, next fire time): insert its firing and advance it, in
-        one transaction, so an occurrence is never lost nor fired twice. Returns the new firing ids."""
+    def fire(
+        self, changes: Iterable[tuple[ScheduleRow, int, datetime | None, str | None]], now: datetime
+    ) -> list[int]:
+        """For each (schedule, occurrences consumed, next fire time, new start or None): insert its firing
+        and advance it, in one transaction, so an occurrence is never lost nor fired twice. Returns the new
+        firing ids."""
         added: list[ScheduleFiring] = []
         with self._sessions.begin() as s:
-            for row, consumed, nxt in changes:
+            for row, consumed, nxt, start in changes:
                 assert row.next_fire_at is not None
                 firing = ScheduleFiring(
                     schedule_id=row.id,
@@ -197,6 +200,7 @@ class Schedules:
                         next_fire_at=nxt,
                         fired_count=Schedule.fired_count + consumed,
                         status=ACTIVE if nxt is not None else "done",
+                        start_local=start if start is not None else row.start_local,
                         updated_at=now,
                     )
                 )

@@ -217,24 +217,44 @@ def advance(
 ) -> tuple[int, datetime | None]:
     """After the occurrence `due` fired at `now`: how many occurrences it consumed (itself and the ones
     missed while the bot was down, which fold into it) and the next fire time after `now` (None: ended)."""
-    consumed = 1
     if spec.repeat is None:
-        return consumed, None
-    cursor = due
-    while True:
-        found = occurrences_after(spec, zone, cursor, 256)
-        nxt = None
-        for t in found:
-            if t > now:
-                nxt = t
-                break
-            consumed += 1
-        if nxt is not None or len(found) < 256 or consumed > CATCH_UP_LIMIT:
+        return 1, None
+    consumed, last, nxt = 1, due, None
+    # One pass over the occurrences: a long downtime of a frequent repeat costs one iteration each.
+    for local in _wall_times(spec, zone, wall(due, zone) - ZONE_SLACK):
+        instant = localize(local, zone)
+        if instant <= last:
+            continue
+        if spec.until is not None and instant > spec.until:
             break
-        cursor = found[-1]
+        if instant > now:
+            nxt = instant
+            break
+        consumed += 1
+        last = instant
+        if consumed > CATCH_UP_LIMIT:  # stop counting; the next one after now is all that matters
+            found = occurrences_after(spec, zone, now, 1)
+            nxt = found[0] if found else None
+            break
     if nxt is not None and spec.count is not None and fired + consumed >= spec.count:
         return consumed, None
     return consumed, nxt
+
+
+def rebased_start(spec: Spec, zone: ZoneInfo, nxt: datetime) -> datetime | None:
+    """A later start for an hourly or more frequent RRULE: its next occurrence's wall time.
+
+    dateutil iterates an RRULE from its start, so a minutely reminder a year old would walk half a million
+    occurrences at each firing. Starting from one of its own occurrences gives the same later occurrences
+    for these frequencies (the phase of INTERVAL and the defaults taken from the start are kept).
+    None when the rule is not such a rule or `nxt` was moved by a DST gap.
+    """
+    if spec.repeat is None or spec.repeat.kind != "rrule":
+        return None
+    if not any(f"FREQ={f}" in spec.repeat.text for f in ("HOURLY", "MINUTELY", "SECONDLY")):
+        return None
+    local = wall(nxt, zone)
+    return local if localize(local, zone) == nxt else None
 
 
 def shortest_interval(spec: Spec, zone: ZoneInfo) -> timedelta | None:

@@ -24,6 +24,7 @@ from core_tools.schedule.rules import (
     occurrences_after,
     parse_datetime,
     parse_repeat,
+    rebased_start,
     shortest_interval,
     wall,
 )
@@ -392,16 +393,19 @@ class ScheduleService:
             rows = self.store.due_schedules(now, limit)
             if not rows:
                 return fired
-            changes: list[tuple[ScheduleRow, int, datetime | None]] = []
+            changes: list[tuple[ScheduleRow, int, datetime | None, str | None]] = []
             for row in rows:
                 assert row.next_fire_at is not None
+                start: datetime | None = None
                 try:
                     zone = ZoneInfo(self.zone_of(row))
-                    consumed, nxt = advance(self.spec_of(row), zone, row.next_fire_at, now, row.fired_count)
+                    spec = self.spec_of(row)
+                    consumed, nxt = advance(spec, zone, row.next_fire_at, now, row.fired_count)
+                    start = rebased_start(spec, zone, nxt) if nxt is not None else None
                 except Exception:  # one broken row must not stop every other reminder
                     log.exception("schedule %s: could not compute its next time; it fires once more", row.id)
                     consumed, nxt = 1, None
-                changes.append((row, consumed, nxt))
+                changes.append((row, consumed, nxt, start.isoformat() if start else None))
             fired.extend(self.store.fire(changes, now))
             if len(rows) < limit:
                 return fired

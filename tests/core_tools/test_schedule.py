@@ -218,3 +218,39 @@ async def test_the_tool_returns_errors_to_the_model_and_ids_on_success(svc: Sche
     cancel = json.dumps({"action": "cancel", "id": body["id"]})
     refused = await registry.call(ToolCallRequest("4", "schedule", cancel), other)
     assert not refused.ok and "no schedule with id" in (refused.error or "")
+
+
+def test_a_frequent_repeat_missed_for_a_month_fires_once_and_starts_afresh(
+    svc: ScheduleService, clock: Clock
+) -> None:
+    made = create(svc, at="2026-03-27T11:01", repeat="FREQ=MINUTELY;INTERVAL=2")
+    clock.now = datetime(2026, 4, 27, 10, 0, 30, tzinfo=UTC)  # a month later
+    (fid,) = svc.fire_due()
+    firing = svc.store.firing(fid)
+    # Every 2 minutes for 31 days (22,320), plus 03:00 on 29 March: the skipped hour's times move there.
+    assert firing is not None and firing.missed == 22_320
+    row = svc.store.get(int(made["id"]))  # type: ignore[call-overload]
+    assert row is not None and row.next_fire_at == datetime(2026, 4, 27, 10, 1, tzinfo=UTC)
+    # The rule now iterates from its next occurrence, not from a month ago; the phase is kept.
+    assert row.start_local == "2026-04-27T12:01:00"
+    assert svc.list_for(ANN)[0]["next"] == [
+        "Mon 27 Apr 2026 12:01",
+        "Mon 27 Apr 2026 12:03",
+        "Mon 27 Apr 2026 12:05",
+    ]
+
+
+def test_update_changes_time_text_and_repeat(svc: ScheduleService, clock: Clock) -> None:
+    made = create(svc, at="2026-03-28T09:00")
+    sid = int(made["id"])  # type: ignore[call-overload]
+    moved = svc.update(ANN, sid, at="2026-03-28T18:30", text="call mum")
+    assert moved["next"] == ["Sat 28 Mar 2026 18:30"] and moved["text"] == "call mum"
+    weekly = svc.update(ANN, sid, repeat="FREQ=WEEKLY")
+    assert weekly["next"][:2] == ["Sat 28 Mar 2026 18:30", "Sat 04 Apr 2026 18:30"]
+    once = svc.update(ANN, sid, repeat="none")
+    assert once["next"] == ["Sat 28 Mar 2026 18:30"] and "repeat" not in once
+    with pytest.raises(ScheduleInputError, match="in the past"):
+        svc.update(ANN, sid, at="2026-03-01T09:00")
+    with pytest.raises(ScheduleInputError, match="no schedule with id"):
+        svc.update(BOB, sid, text="mine now")
+    assert svc.list_for(ANN)[0]["text"] == "call mum"
