@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -32,7 +33,10 @@ Ctx = ContextTypes.DEFAULT_TYPE
 SAFETY_INTERVAL_S = 30.0
 MAX_WAIT_S = 300.0  # re-look at least this often even when nothing is due (clock jumps, missed wake-ups)
 BATCH = 500
-SEND_CONCURRENCY = 20  # Telegram allows about 30 messages a second across chats
+SEND_CONCURRENCY = 16  # requests in flight at once
+# Firings marked `sending` together (one transaction) just before they are sent: after a crash at most
+# this many are of unknown delivery (sent again at start, marked as a possible copy).
+MARK_CHUNK = 100
 LATE_NOTE_AFTER = timedelta(minutes=1)
 
 
@@ -167,7 +171,12 @@ class ScheduleRunner:
         """Fire what is due, send the due firings, re-arm for the next time."""
         async with self._lock:
             try:
-                self.service.fire_due()
+                started = time.monotonic()
+                fired = self.service.fire_due()
+                if fired:
+                    log.info(
+                        "fired %d schedule(s) in %.0f ms", len(fired), (time.monotonic() - started) * 1000
+                    )
                 while True:
                     firings = self.service.due_firings(BATCH, exclude=list(self.in_flight))
                     if not firings:
@@ -178,7 +187,12 @@ class ScheduleRunner:
                         self.in_flight.add(f.id)
                         if f.id not in sendable:
                             self._spawn(self._task_firing(f))
+                    started = time.monotonic()
                     await self._send_batch(messages)
+                    if messages:
+                        log.info(
+                            "sent %d firing(s) in %.0f ms", len(messages), (time.monotonic() - started) * 1000
+                        )
                     if len(firings) < BATCH:
                         break
             except Exception:
@@ -203,10 +217,10 @@ class ScheduleRunner:
         if not firings:
             return
         try:
-            for i in range(0, len(firings), SEND_CONCURRENCY):
-                chunk = firings[i : i + SEND_CONCURRENCY]
-                # `sending` is committed before these requests leave, and only for the ones about to leave:
-                # a crash mid-send leaves at most one chunk whose delivery is unknown at the next start.
+            for i in range(0, len(firings), MARK_CHUNK):
+                chunk = firings[i : i + MARK_CHUNK]
+                # `sending` is committed before these requests leave: a crash mid-send leaves at most one
+                # chunk whose delivery is unknown at the next start.
                 self.service.mark_sending([f.id for f in chunk])
                 results = await asyncio.gather(*(self._deliver(f) for f in chunk))
                 self.service.record([r for r in results if r is not None])

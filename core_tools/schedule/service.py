@@ -389,6 +389,7 @@ class ScheduleService:
         """
         now = self.clock()
         fired: list[int] = []
+        zones: dict[int, str] = {}  # one look-up per user, not per schedule: 500 may fall due at 09:00
         while True:
             rows = self.store.due_schedules(now, limit)
             if not rows:
@@ -398,7 +399,9 @@ class ScheduleService:
                 assert row.next_fire_at is not None
                 start: datetime | None = None
                 try:
-                    zone = ZoneInfo(self.zone_of(row))
+                    if row.timezone is None and row.user_id not in zones:
+                        zones[row.user_id] = self.zone_of_user(row.user_id)
+                    zone = ZoneInfo(row.timezone or zones[row.user_id])
                     spec = self.spec_of(row)
                     consumed, nxt = advance(spec, zone, row.next_fire_at, now, row.fired_count)
                     start = rebased_start(spec, zone, nxt) if nxt is not None else None
