@@ -24,7 +24,8 @@ from bot.render import render
 from bot.wiring import Services
 from core_tools.agent import TurnInput
 from core_tools.errors import BudgetExceeded
-from core_tools.schedule.service import FAILURES_BEFORE_PAUSE, ScheduleService, human_delta
+from core_tools.schedule.service import FAILURES_BEFORE_PAUSE, ScheduleService
+from core_tools.schedule.validate import human_delta
 from db.schedules import FiringRow
 
 log = logging.getLogger(__name__)

@@ -18,8 +18,9 @@ from core_tools.llm import LLMClient
 from core_tools.registry import ToolRegistry
 from core_tools.sandbox import Executor, LocalExecutor, SandboxLimits, describe
 from core_tools.sandbox.service import ServiceExecutor
-from core_tools.schedule.service import Limits, ScheduleService
+from core_tools.schedule.service import ScheduleService
 from core_tools.schedule.tool import ScheduleTool
+from core_tools.schedule.validate import Limits
 from core_tools.sessions import SessionManager
 from core_tools.tools.code import CodeLimits, CodeTool
 from core_tools.tools.memory import MemoryStore, MemoryTool

@@ -11,8 +11,9 @@ from sqlalchemy import Engine
 
 from core_tools.registry import ToolRegistry
 from core_tools.schedule.rules import ScheduleInputError, Spec, localize, occurrences_after, parse_repeat
-from core_tools.schedule.service import Limits, ScheduleService
+from core_tools.schedule.service import ScheduleService
 from core_tools.schedule.tool import ScheduleTool
+from core_tools.schedule.validate import Limits
 from core_tools.types import ToolCallRequest, ToolContext
 from db.conversations import Conversations
 from db.engine import make_sessionmaker
