@@ -332,3 +332,21 @@ async def test_timezone_command_moves_future_firings_of_local_schedules(
         listing = await h.command(OWNER, "/reminders", "Weekly review")
         wall = datetime.fromisoformat(at)
         assert f"next: {wall:%a %d %b %Y %H:%M} (Asia/Tokyo)" in listing
+
+
+async def test_a_task_cut_by_a_restart_is_not_run_again_and_the_user_is_told(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    async with running_bot(tmp_path, tg, llm) as h:
+        sid = add(h, at=local_at(3600), text="Summarise the news", kind="task")
+        service = svc(h)
+        real = service.clock
+        service.clock = lambda: real() + timedelta(hours=2)
+        (fid,) = service.fire_due()
+        service.mark_sending([fid])  # the bot stops while the task's turn runs
+        service.clock = real
+    async with running_bot(tmp_path, tg, llm) as h:
+        told = await h.final_text(OWNER, "I was restarted while running your scheduled task")
+        assert f"#{sid}" in told and "did not run it again" in told
+        (firing,) = svc(h).store.firings_of(sid)
+        assert firing.status == "failed" and llm.requests == []
