@@ -25,6 +25,7 @@ from bot.control import ChatLocks, Incoming, TurnRunner
 from bot.groups import Access, addressed, is_group, turn_text
 from bot.memory_commands import MemoryCommands, schedule_jobs
 from bot.model_commands import ModelChoice, ModelCommands
+from bot.schedule_commands import register_schedule_handlers
 from bot.usage_commands import register_usage_handlers
 from bot.wiring import Services
 
@@ -315,6 +316,7 @@ def build_application(services: Services) -> Application[Any, Any, Any, Any, Any
     app.add_handler(CommandHandler("timezone", memory_commands.timezone))
     register_usage_handlers(app, services.usage_service)
     schedule_jobs(app)
+    register_schedule_handlers(app, services, h.locks)
     new = filters.UpdateType.MESSAGE
     app.add_handler(
         MessageHandler(filters.UpdateType.EDITED_MESSAGE & filters.TEXT & ~filters.COMMAND, h.edited)

@@ -23,6 +23,7 @@ COMMANDS: list[Command] = [
     Command("model", "", "choose the language model of this chat"),
     Command("memory", "[search TEXT | recent | forget ID | history ID | undo]", "what I remember about you"),
     Command("timezone", "[Area/City]", "your time zone, for dates and the daily session rollover"),
+    Command("reminders", "", "your reminders and scheduled tasks, with cancel buttons"),
     Command("usage", "[today|week|month]", "your tokens, estimated cost and tool use"),
     Command("budget", "USER_ID daily|monthly AMOUNT", "owner: set a user's usage cap"),
     Command("codestats", "[days]", "statistics of your code runs (default: last 7 days)"),

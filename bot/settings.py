@@ -136,6 +136,10 @@ class Settings(BaseSettings):
     budget_daily_tokens: int | None = Field(default=None, ge=0)
     budget_monthly_tokens: int | None = Field(default=None, ge=0)
     llm_prices: str = ""
+    # Reminders and scheduled tasks: per user, active schedules at most, and the shortest repeat interval.
+    schedule_max_active: int = Field(default=50, ge=1)
+    schedule_min_task_interval_min: int = Field(default=15, ge=1)
+    schedule_min_message_interval_min: int = Field(default=1, ge=1)
     # Storage and logs
     database_url: str = "sqlite:///data/assistant.db"
     log_level: str = "INFO"

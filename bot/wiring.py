@@ -21,6 +21,9 @@ from core_tools.prompts import escape_data
 from core_tools.registry import ToolRegistry
 from core_tools.sandbox import Executor, LocalExecutor, SandboxLimits, describe
 from core_tools.sandbox.service import ServiceExecutor
+from core_tools.schedule.service import ScheduleService
+from core_tools.schedule.tool import ScheduleTool
+from core_tools.schedule.validate import Limits
 from core_tools.sessions import SessionManager
 from core_tools.tools.code import CodeLimits, CodeTool
 from core_tools.tools.memory import MemoryStore
@@ -31,6 +34,7 @@ from db.conversations import Conversations
 from db.engine import make_engine, make_sessionmaker
 from db.executions import Executions
 from db.migrate import upgrade
+from db.schedules import Schedules
 from db.usage import UsageLog, UsageQueries
 
 log = logging.getLogger(__name__)
@@ -54,6 +58,7 @@ class Services:
     memory: MemoryStore
     usage_service: UsageService
     extractor: MemoryExtractor
+    schedules: ScheduleTool
 
     async def aclose(self) -> None:
         """Deliver pending notices, then release connections."""
@@ -180,6 +185,19 @@ def build_services(settings: Settings) -> Services:
         MemoryTool(memory, sessions.start_for_model, conversations).memory, timeout_s=settings.tool_timeout_s
     )
     memory.timezone_of = sessions.timezone  # dates in recall queries are the user's ("yesterday")
+    schedules = ScheduleTool(
+        ScheduleService(
+            Schedules(sm),
+            conversations.user_timezone,
+            default_timezone=settings.default_timezone,
+            limits=Limits(
+                max_active=settings.schedule_max_active,
+                min_task_interval=timedelta(minutes=settings.schedule_min_task_interval_min),
+                min_message_interval=timedelta(minutes=settings.schedule_min_message_interval_min),
+            ),
+        )
+    )
+    registry.register(schedules.schedule, timeout_s=settings.tool_timeout_s)
     budget_chars = settings.memory_prompt_budget_chars
 
     async def memories_for_prompt(user_id: int, session_id: str, message: str) -> str:
@@ -234,6 +252,7 @@ def build_services(settings: Settings) -> Services:
         memory=memory,
         usage_service=usage_service,
         extractor=extractor,
+        schedules=schedules,
     )
 
 

@@ -116,6 +116,9 @@ class TurnInput:
         """Every message of the turn, in order (for memory recall and tool context)."""
         return "\n\n".join([self.text, *(t for t, _ in self.more)])
 
+    # What the turn's LLM requests are accounted as ("scheduled" for a scheduled task's turn).
+    purpose: str = "chat"
+
     @property
     def kind(self) -> str:
         """The chat type, resolved (see chat_type_of)."""
@@ -333,7 +336,7 @@ class Agent:
         control.message_ids = ids
         if self.budget is not None:
             try:
-                self.budget.check(turn.user_id, "chat")
+                self.budget.check(turn.user_id, turn.purpose)
             except BudgetExceeded:
                 conv.set_statuses(ids, "refused")
                 raise
@@ -408,7 +411,7 @@ class Agent:
                 messages,
                 tools=None if final_round else self._tool_schemas(turn),
                 on_delta=on_delta,
-                purpose="final" if final_round else "chat",
+                purpose="final" if final_round else turn.purpose,
                 user_id=turn.user_id,
                 session_id=session_id,
                 model=turn.model,
