@@ -21,6 +21,21 @@ log = logging.getLogger(__name__)
 
 ToolFn = Callable[..., Awaitable[Any]]
 
+# The most characters of a tool's description sent to the model: the whole docstring guidance goes in, but a
+# tool must not spend the prompt on prose (a test holds every registered tool to this).
+MAX_DESCRIPTION_CHARS = 1200
+
+
+def describe(doc: str, name: str) -> str:
+    """The model-facing description: every paragraph of the docstring, each on one line."""
+    paragraphs = [" ".join(p.split()) for p in doc.split("\n\n")]
+    return "\n\n".join(p for p in paragraphs if p) or name
+
+
+def bound_description(text: str, limit: int = MAX_DESCRIPTION_CHARS) -> str:
+    """A description cut to `limit` characters (for tools whose text we do not write: MCP servers')."""
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
 
 class ToolCallRecorder(Protocol):
     """Where the registry logs each call (the database in the app)."""
@@ -75,8 +90,12 @@ class Tool:
             fields[pname] = (hints[pname], default)
         tool_name = name or fn.__name__
         model = create_model(f"{tool_name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
-        doc = inspect.getdoc(fn) or ""
-        description = doc.split("\n\n")[0].replace("\n", " ").strip() if doc else tool_name
+        description = describe(inspect.getdoc(fn) or "", tool_name)
+        if len(description) > MAX_DESCRIPTION_CHARS:
+            raise ValueError(
+                f"the description of tool {tool_name!r} has {len(description)} characters, "
+                f"more than {MAX_DESCRIPTION_CHARS}: shorten its docstring"
+            )
         return cls(tool_name, description, fn, model, timeout_s)
 
     @functools.cached_property

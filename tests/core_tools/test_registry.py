@@ -7,6 +7,7 @@ import json
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
+import pytest
 from pydantic import Field
 
 from core_tools.agent import build_history
@@ -25,7 +26,8 @@ async def greet(
 ) -> dict[str, str]:
     """Greet someone.
 
-    Longer text that is not part of the description.
+    Longer guidance that the model
+    also reads, on one line.
     """
     if name == "boom":
         raise RuntimeError("kaboom")
@@ -45,7 +47,7 @@ def registry() -> ToolRegistry:
 def test_schema_comes_from_signature_and_docstring() -> None:
     schema = registry().schemas()[0]["function"]
     assert schema["name"] == "greet"
-    assert schema["description"] == "Greet someone."
+    assert schema["description"] == "Greet someone.\n\nLonger guidance that the model also reads, on one line."
     params = schema["parameters"]
     assert params["required"] == ["name"]
     assert params["properties"]["name"] == {"description": "who to greet", "type": "string"}
@@ -120,3 +122,12 @@ def test_history_drops_a_tool_call_cut_by_a_crash() -> None:
     ]
     out = build_history(msgs, token_budget=1000)
     assert [(m.role, m.content) for m in out] == [("user", "q"), ("user", "are you there?")]
+
+
+def test_a_docstring_over_the_description_bound_is_refused_at_registration() -> None:
+    async def wordy(ctx: ToolContext) -> str:
+        return "x"
+
+    wordy.__doc__ = "Say something.\n\n" + "Guidance words. " * 100
+    with pytest.raises(ValueError, match="more than 1200"):
+        ToolRegistry().register(wordy)
