@@ -25,12 +25,14 @@ from core_tools.sessions import SessionManager
 from core_tools.tools.code import CodeLimits, CodeTool
 from core_tools.tools.memory import MemoryStore
 from core_tools.tools.memory_tool import MemoryTool
+from core_tools.tools.results import ResultsTool
 from core_tools.tools.search import SearchTool, build_search_tool
 from core_tools.usage import Caps, UsageService, parse_prices
 from db.conversations import Conversations
 from db.engine import make_engine, make_sessionmaker
 from db.executions import Executions
 from db.migrate import upgrade
+from db.results import ToolResults
 from db.usage import UsageLog, UsageQueries
 
 log = logging.getLogger(__name__)
@@ -110,7 +112,7 @@ def build_services(settings: Settings) -> Services:
         budget=usage_service,
         max_completion_tokens=settings.llm_max_completion_tokens,
     )
-    registry = ToolRegistry(recorder=usage)
+    registry = ToolRegistry(recorder=usage, results=ToolResults(sm))
     for tool in search.tools():
         registry.register(tool, timeout_s=settings.tool_timeout_s)
     log.info("%s", search.describe())
@@ -177,6 +179,10 @@ def build_services(settings: Settings) -> Services:
     )
     registry.register(
         MemoryTool(memory, sessions.start_for_model, conversations).memory, timeout_s=settings.tool_timeout_s
+    )
+    # Its pages are bounded by its own `length`: never stored and paged again.
+    registry.register(
+        ResultsTool(ToolResults(sm)).read_result, timeout_s=settings.tool_timeout_s, paged=False
     )
     budget_chars = settings.memory_prompt_budget_chars
 

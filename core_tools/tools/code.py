@@ -36,7 +36,7 @@ def bounded(text: str, limit: int) -> str:
         return text
     head, tail = int(limit * 0.6), int(limit * 0.4)
     cut = len(text) - head - tail
-    note = f"[... {cut} characters cut; the full output is in the execution log ...]"
+    note = f"[... {cut} characters cut: read the whole output with read_result(handle=<execution_id>) ...]"
     return f"{text[:head]}\n{note}\n{text[-tail:]}"
 
 
@@ -182,7 +182,9 @@ class CodeTool:
         """Write, run or check code in a sandbox without network or access to the bot's files.
 
         Use it for calculations, data processing and anything that should be computed rather than guessed.
-        The program prints its result to stdout.
+        The program prints its result to stdout. Long output is shown cut in the middle; read it whole with
+        read_result and the run's execution_id. A slow generate continues as a background job: check it
+        with action=status and its job_id.
         """
         if action == "execute":
             if not code or not code.strip():

@@ -1,0 +1,73 @@
+"""Stored tool results (read by pages) and the code runs' full output, each readable only by its owner."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from db.models import ChatSession, CodeExecution, StoredResult
+
+
+@dataclass(frozen=True)
+class ResultText:
+    """A stored text and where it came from."""
+
+    handle: str
+    tool: str
+    text: str
+    untrusted: bool
+
+
+class ToolResults:
+    """Writes and reads `tool_results`; results of ended sessions are gone."""
+
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self._sm = sessions
+
+    def store(
+        self, *, user_id: int, session_id: str, tool: str, call_id: str, text: str, untrusted: bool
+    ) -> str:
+        """Keep `text`; returns its handle. Results of sessions that have ended are dropped on the way."""
+        handle = "r-" + uuid.uuid4().hex[:16]
+        with self._sm.begin() as s:
+            ended = select(ChatSession.id).where(ChatSession.ended_at.is_not(None))
+            s.execute(delete(StoredResult).where(StoredResult.session_id.in_(ended)))
+            s.add(
+                StoredResult(
+                    id=handle,
+                    user_id=user_id,
+                    session_id=session_id,
+                    tool=tool,
+                    call_id=call_id,
+                    content=text,
+                    chars=len(text),
+                    untrusted=untrusted,
+                )
+            )
+        return handle
+
+    def read(self, handle: str, user_id: int) -> ResultText | None:
+        """The user's stored result, or None (unknown, another user's, or its session ended)."""
+        with self._sm() as s:
+            row = s.execute(
+                select(StoredResult.tool, StoredResult.content, StoredResult.untrusted)
+                .join(ChatSession, ChatSession.id == StoredResult.session_id, isouter=True)
+                .where(
+                    StoredResult.id == handle,
+                    StoredResult.user_id == user_id,
+                    ChatSession.ended_at.is_(None),
+                )
+            ).first()
+        return None if row is None else ResultText(handle, row.tool, row.content, bool(row.untrusted))
+
+    def execution_output(self, execution_id: str, user_id: int, stream: str) -> ResultText | None:
+        """stdout or stderr of one of the user's code runs, as the execution log keeps it."""
+        column = CodeExecution.stderr if stream == "stderr" else CodeExecution.stdout
+        with self._sm() as s:
+            row = s.execute(
+                select(column).where(CodeExecution.id == execution_id, CodeExecution.user_id == user_id)
+            ).first()
+        return None if row is None else ResultText(execution_id, "code", row[0] or "", False)
