@@ -47,7 +47,9 @@ def registry() -> ToolRegistry:
 def test_schema_comes_from_signature_and_docstring() -> None:
     schema = registry().schemas()[0]["function"]
     assert schema["name"] == "greet"
-    assert schema["description"] == "Greet someone.\n\nLonger guidance that the model also reads, on one line."
+    assert (
+        schema["description"] == "Greet someone.\n\nLonger guidance that the model also reads, on one line."
+    )
     params = schema["parameters"]
     assert params["required"] == ["name"]
     assert params["properties"]["name"] == {"description": "who to greet", "type": "string"}
