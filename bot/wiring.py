@@ -33,6 +33,7 @@ from core_tools.usage import Caps, UsageService, parse_prices
 from db.conversations import Conversations
 from db.engine import make_engine, make_sessionmaker
 from db.executions import Executions
+from db.jobs import Jobs
 from db.migrate import upgrade
 from db.results import ToolResults
 from db.usage import UsageLog, UsageQueries
@@ -61,7 +62,8 @@ class Services:
     mcp: McpServers | None = None
 
     async def start(self) -> None:
-        """Connect the MCP servers (their tools registered; a failing one is retried in the background)."""
+        """Report code jobs a restart interrupted; connect the MCP servers (a failing one is retried)."""
+        await self.code.recover()
         if self.mcp is not None:
             await self.mcp.start()
             for line in self.mcp.lines():
@@ -69,6 +71,7 @@ class Services:
 
     async def aclose(self) -> None:
         """Deliver pending notices, then release connections."""
+        await self.code.aclose()
         if self.mcp is not None:
             await self.mcp.aclose()
         await self.extractor.aclose()
@@ -149,6 +152,7 @@ def build_services(settings: Settings) -> Services:
         Executions(sm),
         llm,
         notifier,
+        jobs_db=Jobs(sm),
         generate_attempts=settings.code_generate_attempts,
         generate_wait_s=settings.code_generate_wait_s,
         limits=CodeLimits(

@@ -20,6 +20,7 @@ class JobRow:
     user_id: int
     chat_id: int
     task: str
+    runner: str
     status: str
     result: dict[str, Any] | None
     created_at: datetime
@@ -27,7 +28,9 @@ class JobRow:
 
 
 def _row(j: CodeJob) -> JobRow:
-    return JobRow(j.id, j.user_id, j.chat_id, j.task, j.status, j.result, j.created_at, j.finished_at)
+    return JobRow(
+        j.id, j.user_id, j.chat_id, j.task, j.runner, j.status, j.result, j.created_at, j.finished_at
+    )
 
 
 class Jobs:
@@ -37,7 +40,15 @@ class Jobs:
         self._sm = sessions
 
     def started(
-        self, job_id: str, *, user_id: int, chat_id: int, session_id: str | None, task: str, language: str
+        self,
+        job_id: str,
+        *,
+        user_id: int,
+        chat_id: int,
+        session_id: str | None,
+        task: str,
+        language: str,
+        runner: str,
     ) -> None:
         """Record a job that went to the background."""
         with self._sm.begin() as s:
@@ -50,6 +61,7 @@ class Jobs:
                     task=task,
                     language=language,
                     status="running",
+                    runner=runner,
                 )
             )
 
@@ -68,12 +80,18 @@ class Jobs:
             row = s.execute(select(CodeJob).where(CodeJob.id == job_id, CodeJob.user_id == user_id)).scalar()
             return None if row is None else _row(row)
 
-    def interrupt_running(self) -> list[JobRow]:
-        """Mark the jobs a previous process left running as interrupted; returns them (at start only)."""
+    def running(self) -> list[JobRow]:
+        """Every job recorded as running, by any process."""
+        with self._sm() as s:
+            return [_row(r) for r in s.execute(select(CodeJob).where(CodeJob.status == "running")).scalars()]
+
+    def interrupt(self, job_ids: list[str], reason: str) -> None:
+        """Mark jobs whose process ended while they ran as interrupted."""
+        if not job_ids:
+            return
         with self._sm.begin() as s:
-            rows = list(s.execute(select(CodeJob).where(CodeJob.status == "running")).scalars())
-            for row in rows:
-                row.status = "interrupted"
-                row.result = {"error": "interrupted: the bot restarted while this job ran"}
-                row.finished_at = utcnow()
-            return [_row(r) for r in rows]
+            s.execute(
+                update(CodeJob)
+                .where(CodeJob.id.in_(job_ids), CodeJob.status == "running")
+                .values(status="interrupted", result={"error": reason}, finished_at=utcnow())
+            )

@@ -346,6 +346,8 @@ class CodeJob(Base):
     language: Mapped[str] = mapped_column(String(32), default="python")
     # running | done | failed | cancelled | interrupted (the process ended while it ran)
     status: Mapped[str] = mapped_column(String(16), default="running")
+    # "host:pid" of the process running it: a restart finds its predecessor's jobs by this.
+    runner: Mapped[str] = mapped_column(String(128), default="")
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column()

@@ -6,8 +6,8 @@ Create Date: 2026-11-23 15:00:00.000000
 
 - tool_results: a tool result longer than one page, read by the model with `read_result` (handle, offset);
   owned by a user, deleted when its session ends.
-- code_jobs: background `generate` jobs; their state survives a restart (running ones are reported as
-  interrupted at the next start).
+- code_jobs: background `generate` jobs; their state survives a restart (those a previous process left
+  running, known by `runner` = host:pid, are reported as interrupted at the next start).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ def upgrade() -> None:
         sa.Column("task", sa.Text(), nullable=False),
         sa.Column("language", sa.String(length=32), nullable=False),
         sa.Column("status", sa.String(length=16), nullable=False),
+        sa.Column("runner", sa.String(length=128), nullable=False),
         sa.Column("result", sa.JSON(), nullable=True),
         sa.Column("created_at", sa.DateTime(), nullable=False),
         sa.Column("finished_at", sa.DateTime(), nullable=True),
