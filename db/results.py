@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from db.models import ChatSession, CodeExecution, StoredResult
@@ -17,8 +17,9 @@ class ResultText:
 
     handle: str
     tool: str
-    text: str
+    text: str  # the whole text, or the slice asked for
     untrusted: bool
+    total: int  # characters of the whole text
 
 
 class ToolResults:
@@ -49,11 +50,15 @@ class ToolResults:
             )
         return handle
 
-    def read(self, handle: str, user_id: int) -> ResultText | None:
-        """The user's stored result, or None (unknown, another user's, or its session ended)."""
+    def read(self, handle: str, user_id: int, start: int = 0, length: int | None = None) -> ResultText | None:
+        """The user's stored result (or `length` characters of it from `start`), or None: unknown, another
+        user's, or its session ended. Slicing happens in SQLite, so a page does not load the whole text."""
+        text = (
+            StoredResult.content if length is None else func.substr(StoredResult.content, start + 1, length)
+        )
         with self._sm() as s:
             row = s.execute(
-                select(StoredResult.tool, StoredResult.content, StoredResult.untrusted)
+                select(StoredResult.tool, text, StoredResult.untrusted, StoredResult.chars)
                 .join(ChatSession, ChatSession.id == StoredResult.session_id, isouter=True)
                 .where(
                     StoredResult.id == handle,
@@ -61,13 +66,18 @@ class ToolResults:
                     ChatSession.ended_at.is_(None),
                 )
             ).first()
-        return None if row is None else ResultText(handle, row.tool, row.content, bool(row.untrusted))
+        return None if row is None else ResultText(handle, row[0], row[1] or "", bool(row[2]), row[3])
 
-    def execution_output(self, execution_id: str, user_id: int, stream: str) -> ResultText | None:
-        """stdout or stderr of one of the user's code runs, as the execution log keeps it."""
+    def execution_output(
+        self, execution_id: str, user_id: int, stream: str, start: int = 0, length: int | None = None
+    ) -> ResultText | None:
+        """stdout or stderr of one of the user's code runs (or a slice), as the execution log keeps it."""
         column = CodeExecution.stderr if stream == "stderr" else CodeExecution.stdout
+        text = column if length is None else func.substr(column, start + 1, length)
         with self._sm() as s:
             row = s.execute(
-                select(column).where(CodeExecution.id == execution_id, CodeExecution.user_id == user_id)
+                select(text, func.length(column)).where(
+                    CodeExecution.id == execution_id, CodeExecution.user_id == user_id
+                )
             ).first()
-        return None if row is None else ResultText(execution_id, "code", row[0] or "", False)
+        return None if row is None else ResultText(execution_id, "code", row[0] or "", False, row[1] or 0)

@@ -50,25 +50,24 @@ class ResultsTool:
         with the handle and offset=next_offset until next_offset is null. Code output cut in a code result
         is read whole with the run's execution_id. Results last until their session ends.
         """
-        found = self._find(ctx.user_id, handle.strip(), stream)
-        text = found.text
-        out: dict[str, Any] = {"handle": found.handle, "tool": found.tool, "total_chars": len(text)}
+        start = page * length if page is not None else offset
+        # A search needs the whole text; a page only its slice.
+        found = self._find(ctx.user_id, handle.strip(), stream, start, None if search is not None else length)
+        out: dict[str, Any] = {"handle": found.handle, "tool": found.tool, "total_chars": found.total}
         if found.untrusted:
             out.update(untrusted_external_content=True, note=UNTRUSTED_NOTE)
         if search is not None:
-            return {**out, **_search(text, search)}
-        start = page * length if page is not None else offset
-        if start > len(text):
-            raise ToolError(f"offset {start} is past the end: the result has {len(text)} characters")
-        chunk = text[start : start + length]
-        end = start + len(chunk)
-        return {**out, "offset": start, "next_offset": end if end < len(text) else None, "text": chunk}
+            return {**out, **_search(found.text, search)}
+        if start > found.total:
+            raise ToolError(f"offset {start} is past the end: the result has {found.total} characters")
+        end = start + len(found.text)
+        return {**out, "offset": start, "next_offset": end if end < found.total else None, "text": found.text}
 
-    def _find(self, user_id: int, handle: str, stream: str) -> ResultText:
+    def _find(self, user_id: int, handle: str, stream: str, start: int, length: int | None) -> ResultText:
         found = (
-            self.results.read(handle, user_id)
+            self.results.read(handle, user_id, start, length)
             if handle.startswith("r-")
-            else self.results.execution_output(handle, user_id, stream)
+            else self.results.execution_output(handle, user_id, stream, start, length)
         )
         if found is None:
             raise ToolError(
