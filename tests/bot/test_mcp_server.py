@@ -5,15 +5,17 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 import httpx2
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
-from sqlalchemy import create_engine, select
+from sqlalchemy import create_engine, insert, select
 
-from db.models import CodeExecution, ToolCallLog
+from db.migrate import upgrade
+from db.models import CodeExecution, LLMCall, ToolCallLog
 from tests.bot.test_ops import full_env
 from tests.fakes.openai_api import FakeLLM
 from tests.fakes.telegram_api import FakeTelegram
@@ -126,3 +128,27 @@ async def test_http_server_requires_the_bearer_token(tmp_path: Path, tg: FakeTel
             ran = await client.call_tool("code", {"action": "execute", "code": "print('over http')"})
             assert json.loads(ran.content[0].text)["stdout"] == "over http\n"  # type: ignore[union-attr]
         assert proc.poll() is None
+
+
+async def test_the_users_caps_hold_over_mcp(tmp_path: Path, tg: FakeTelegram, llm: FakeLLM) -> None:
+    env = full_env(tmp_path, tg, llm, BUDGET_DAILY_TOKENS="1000")
+    url = f"sqlite:///{tmp_path / 'data' / 'assistant.db'}"
+    upgrade(url)
+    engine = create_engine(url)
+    with engine.begin() as conn:  # the user spent their day's tokens in Telegram
+        conn.execute(
+            insert(LLMCall).values(
+                user_id=OWNER, purpose="chat", model="m", prompt_tokens=1500, created_at=datetime.now(UTC)
+            )
+        )
+    engine.dispose()
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "core_tools.mcp", "--user-id", str(OWNER)],
+        env=env,
+        cwd=str(tmp_path),
+    )
+    async with Client(params) as client:
+        refused = await client.call_tool("code", {"action": "execute", "code": "print(1)"})
+    assert refused.is_error and "Usage cap reached" in refused.content[0].text  # type: ignore[union-attr]
+    assert db_rows(tmp_path, CodeExecution) == []

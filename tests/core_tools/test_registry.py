@@ -133,3 +133,22 @@ def test_a_docstring_over_the_description_bound_is_refused_at_registration() -> 
     wordy.__doc__ = "Say something.\n\n" + "Guidance words. " * 100
     with pytest.raises(ValueError, match="more than 1200"):
         ToolRegistry().register(wordy)
+
+
+async def test_an_external_tools_description_is_bounded_and_its_schema_checked() -> None:
+    reg = ToolRegistry()
+
+    async def call(ctx: ToolContext, arguments: dict[str, object]) -> dict[str, object]:
+        return {"got": arguments}
+
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}, "required": ["n"]}
+    reg.register_external("srv__tool", "Long words. " * 500, schema, call, timeout_s=1)
+    (fn,) = [s["function"] for s in reg.schemas()]
+    assert len(fn["description"]) <= 1200 and fn["description"].endswith("…")
+    assert fn["parameters"] == schema
+    ok = await reg.call(ToolCallRequest("c", "srv__tool", '{"n": 2}'), CTX)
+    assert json.loads(ok.content) == {"got": {"n": 2}}
+    bad = await reg.call(ToolCallRequest("c", "srv__tool", '{"n": 0}'), CTX)
+    assert not bad.ok and "n: 0 is less than the minimum of 1" in (bad.error or "")
+    with pytest.raises(ValueError, match="registered twice"):
+        reg.register_external("srv__tool", "again", schema, call, timeout_s=1)
