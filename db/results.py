@@ -50,34 +50,49 @@ class ToolResults:
             )
         return handle
 
-    def read(self, handle: str, user_id: int, start: int = 0, length: int | None = None) -> ResultText | None:
-        """The user's stored result (or `length` characters of it from `start`), or None: unknown, another
-        user's, or its session ended. Slicing happens in SQLite, so a page does not load the whole text."""
+    def read(
+        self, handle: str, user_id: int, chat_id: int, start: int = 0, length: int | None = None
+    ) -> ResultText | None:
+        """The user's stored result from this chat (or `length` characters of it from `start`), or None:
+        unknown, another user's or chat's (a private result never reaches a group), or its session ended.
+        Slicing happens in SQLite, so a page does not load the whole text."""
         text = (
             StoredResult.content if length is None else func.substr(StoredResult.content, start + 1, length)
         )
         with self._sm() as s:
             row = s.execute(
                 select(StoredResult.tool, text, StoredResult.untrusted, StoredResult.chars)
-                .join(ChatSession, ChatSession.id == StoredResult.session_id, isouter=True)
+                .join(ChatSession, ChatSession.id == StoredResult.session_id)
                 .where(
                     StoredResult.id == handle,
                     StoredResult.user_id == user_id,
+                    ChatSession.chat_id == chat_id,
                     ChatSession.ended_at.is_(None),
                 )
             ).first()
         return None if row is None else ResultText(handle, row[0], row[1] or "", bool(row[2]), row[3])
 
     def execution_output(
-        self, execution_id: str, user_id: int, stream: str, start: int = 0, length: int | None = None
+        self,
+        execution_id: str,
+        user_id: int,
+        chat_id: int,
+        stream: str,
+        start: int = 0,
+        length: int | None = None,
     ) -> ResultText | None:
-        """stdout or stderr of one of the user's code runs (or a slice), as the execution log keeps it."""
+        """stdout or stderr of one of the user's code runs in this chat (or a slice), as the execution log
+        keeps it."""
         column = CodeExecution.stderr if stream == "stderr" else CodeExecution.stdout
         text = column if length is None else func.substr(column, start + 1, length)
         with self._sm() as s:
             row = s.execute(
-                select(text, func.length(column)).where(
-                    CodeExecution.id == execution_id, CodeExecution.user_id == user_id
+                select(text, func.length(column))
+                .join(ChatSession, ChatSession.id == CodeExecution.session_id)
+                .where(
+                    CodeExecution.id == execution_id,
+                    CodeExecution.user_id == user_id,
+                    ChatSession.chat_id == chat_id,
                 )
             ).first()
         return None if row is None else ResultText(execution_id, "code", row[0] or "", False, row[1] or 0)

@@ -52,7 +52,7 @@ class ResultsTool:
         """
         start = page * length if page is not None else offset
         # A search needs the whole text; a page only its slice.
-        found = self._find(ctx.user_id, handle.strip(), stream, start, None if search is not None else length)
+        found = self._find(ctx, handle.strip(), stream, start, None if search is not None else length)
         out: dict[str, Any] = {"handle": found.handle, "tool": found.tool, "total_chars": found.total}
         if found.untrusted:
             out.update(untrusted_external_content=True, note=UNTRUSTED_NOTE)
@@ -63,16 +63,16 @@ class ResultsTool:
         end = start + len(found.text)
         return {**out, "offset": start, "next_offset": end if end < found.total else None, "text": found.text}
 
-    def _find(self, user_id: int, handle: str, stream: str, start: int, length: int | None) -> ResultText:
+    def _find(self, ctx: ToolContext, handle: str, stream: str, start: int, length: int | None) -> ResultText:
         found = (
-            self.results.read(handle, user_id, start, length)
+            self.results.read(handle, ctx.user_id, ctx.chat_id, start, length)
             if handle.startswith("r-")
-            else self.results.execution_output(handle, user_id, stream, start, length)
+            else self.results.execution_output(handle, ctx.user_id, ctx.chat_id, stream, start, length)
         )
         if found is None:
             raise ToolError(
-                f"no result {handle!r} for you: a stored result lasts until its session ends, and only the "
-                "user whose call produced it can read it"
+                f"no result {handle!r} for you here: a stored result lasts until its session ends, and only "
+                "the user whose call produced it can read it, in the chat where it was produced"
             )
         return found
 

@@ -71,6 +71,11 @@ async def test_a_long_result_is_paged_and_read_back_whole_only_by_its_owner(engi
 
     stranger = await call(reg, ctx2, "read_result", handle=handle)
     assert stranger["ok"] is False and "no result" in str(stranger["error"])
+    group = ToolContext(
+        user_id=1, chat_id=-100, session_id=conv.current_session(1, -100, chat_type="group").id
+    )
+    in_group = await call(reg, group, "read_result", handle=handle)  # a private result never reaches a group
+    assert in_group["ok"] is False and "in the chat where it was produced" in str(in_group["error"])
 
     conv.end_session(ctx1.session_id)  # results expire with their session
     gone = await call(reg, ctx1, "read_result", handle=handle)
