@@ -217,6 +217,7 @@ async def on_startup(app: Application[Any, Any, Any, Any, Any, Any]) -> None:
     """Publish the command menu, tell users whose message was cut by a restart, and answer the messages
     that were still waiting for their turn."""
     services: Services = app.bot_data["services"]
+    await services.start()
     try:
         await app.bot.set_my_commands([BotCommand(c.name, c.description) for c in COMMANDS])
     except TelegramError as exc:  # non-essential

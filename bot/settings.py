@@ -96,6 +96,12 @@ class Settings(BaseSettings):
     search_timeout_s: float = Field(default=8.0, gt=0, le=60)
     # Let the fetch tool read private/loopback addresses (off: a prompt-injected page could probe your LAN).
     fetch_allow_private: bool = False
+    # MCP: other servers' tools (a JSON file in the {"mcpServers": {...}} shape), registered as NAME__TOOL.
+    mcp_servers_file: str | None = None
+    mcp_tool_timeout_s: float = Field(default=60.0, gt=0, le=3600)
+    mcp_reconnect_max_s: float = Field(default=60.0, ge=1, le=3600)
+    # The bearer token `python -m core_tools.mcp --http` requires (it refuses to start without one).
+    mcp_server_token: SecretStr | None = None
     # The code sandbox (bubblewrap). Without bwrap the code tool refuses to run unless unsandboxed is allowed.
     code_timeout_s: float = Field(default=30.0, gt=0)
     code_max_timeout_s: float = Field(default=120.0, gt=0)

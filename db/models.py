@@ -415,3 +415,44 @@ class ScheduleFiring(Base):
     ack: Mapped[str | None] = mapped_column(String(16))  # done | snoozed
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     sent_at: Mapped[datetime | None] = mapped_column()
+
+
+class StoredResult(Base):
+    """A tool result too long for one page: the model reads it with `read_result` by its handle (0011).
+
+    Owned by the user whose call produced it; gone when its session ends."""
+
+    __tablename__ = "tool_results"
+    __table_args__ = (Index("ix_tool_results_session", "session_id"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    user_id: Mapped[int] = mapped_column(BigInteger)
+    session_id: Mapped[str] = mapped_column(String(36))
+    tool: Mapped[str] = mapped_column(String(128))
+    call_id: Mapped[str] = mapped_column(String(128))
+    content: Mapped[str] = mapped_column(Text)
+    chars: Mapped[int] = mapped_column(Integer)
+    # The result came from outside (web, MCP server): every page read later carries the untrusted mark.
+    untrusted: Mapped[bool] = mapped_column(default=False, server_default=false())
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class CodeJob(Base):
+    """A background `generate` job (0011): its state survives a restart."""
+
+    __tablename__ = "code_jobs"
+    __table_args__ = (Index("ix_code_jobs_user_status", "user_id", "status"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    user_id: Mapped[int] = mapped_column(BigInteger)
+    chat_id: Mapped[int] = mapped_column(BigInteger)
+    session_id: Mapped[str | None] = mapped_column(String(36))
+    task: Mapped[str] = mapped_column(Text)
+    language: Mapped[str] = mapped_column(String(32), default="python")
+    # running | done | failed | cancelled | interrupted (the process ended while it ran)
+    status: Mapped[str] = mapped_column(String(16), default="running")
+    # "host:pid" of the process running it: a restart finds its predecessor's jobs by this.
+    runner: Mapped[str] = mapped_column(String(128), default="")
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column()

@@ -23,6 +23,8 @@ from db.models import (
 
 _LLM_CALLS: Table = LLMCall.__table__  # type: ignore[assignment]
 _INSERT_LLM_CALL = insert(_LLM_CALLS)  # built once: it runs on every LLM call
+_TOOL_CALLS: Table = ToolCallLog.__table__  # type: ignore[assignment]
+_INSERT_TOOL_CALL = insert(_TOOL_CALLS)  # and this on every tool call (an MCP call's overhead is mostly this)
 
 
 class UsageLog:
@@ -80,19 +82,21 @@ class UsageLog:
         duration_ms: int,
     ) -> None:
         """Store one tool call with its full result."""
-        with self._sm.begin() as s:
-            s.add(
-                ToolCallLog(
-                    user_id=user_id,
-                    session_id=session_id,
-                    call_id=call_id,
-                    tool=tool,
-                    arguments=arguments,
-                    ok=ok,
-                    result=result,
-                    error=error,
-                    duration_ms=duration_ms,
-                )
+        with self._engine.begin() as conn:
+            conn.execute(
+                _INSERT_TOOL_CALL,
+                {
+                    "user_id": user_id,
+                    "session_id": session_id,
+                    "call_id": call_id,
+                    "tool": tool,
+                    "arguments": arguments,
+                    "ok": ok,
+                    "result": result,
+                    "error": error,
+                    "duration_ms": duration_ms,
+                    "created_at": utcnow(),
+                },
             )
 
 

@@ -29,7 +29,8 @@ class SandboxLimits:
     file_size_mb: int = 16  # RLIMIT_FSIZE: largest single file the code may write
     open_files: int = 64  # RLIMIT_NOFILE
     scratch_mb: int = 64  # size of each tmpfs: the working dir, the private /tmp and /dev/shm
-    output_cap_bytes: int = 64_000  # kept per stream; the rest is counted and discarded
+    # Kept per stream (and in the execution log, readable whole by read_result); the rest is counted only.
+    output_cap_bytes: int = 1_000_000
     network: bool = False
 
 

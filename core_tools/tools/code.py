@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
+import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -19,6 +21,7 @@ from core_tools.llm import LLMClient
 from core_tools.sandbox import ExecutionResult, Executor
 from core_tools.types import ChatMessage, Notifier, ToolContext
 from db.executions import Executions
+from db.jobs import JobRow, Jobs
 from db.models import CodeExecution
 
 log = logging.getLogger(__name__)
@@ -36,7 +39,7 @@ def bounded(text: str, limit: int) -> str:
         return text
     head, tail = int(limit * 0.6), int(limit * 0.4)
     cut = len(text) - head - tail
-    note = f"[... {cut} characters cut; the full output is in the execution log ...]"
+    note = f"[... {cut} characters cut: read the whole output with read_result(handle=<execution_id>) ...]"
     return f"{text[:head]}\n{note}\n{text[-tail:]}"
 
 
@@ -149,6 +152,7 @@ class CodeTool:
         output_chars: int = 4000,
         limits: CodeLimits | None = None,
         clock: Callable[[], float] = time.monotonic,
+        jobs_db: Jobs | None = None,
     ) -> None:
         self.executor = executor
         self.executions = executions
@@ -160,6 +164,10 @@ class CodeTool:
         self.limits = limits or CodeLimits()
         self.clock = clock
         self.jobs: dict[str, Job] = {}
+        # Background jobs as rows (their state survives a restart), and who runs them: "host:pid".
+        self.jobs_db = jobs_db
+        self.runner = f"{socket.gethostname()}:{os.getpid()}"
+        self._closing = False
         # Parallel tool calls of one reply run concurrently: these bound what they can start at once.
         self.runs = Slots(self.limits.max_runs, self.limits.max_runs_per_user)
         self.generations = Slots(self.limits.max_generations, self.limits.max_generations_per_user)
@@ -183,7 +191,9 @@ class CodeTool:
         """Write, run or check code in a sandbox without network or access to the bot's files.
 
         Use it for calculations, data processing and anything that should be computed rather than guessed.
-        The program prints its result to stdout.
+        The program prints its result to stdout. Long output is shown cut in the middle; read it whole with
+        read_result and the run's execution_id. A slow generate continues as a background job: check it
+        with action=status and its job_id.
         """
         if action == "execute":
             if not code or not code.strip():
@@ -200,12 +210,20 @@ class CodeTool:
             raise ToolError("status needs `job_id`")
         self.prune()
         job = self.jobs.get(job_id)
-        if job is None or job.user_id != ctx.user_id:
+        if job is not None and job.user_id == ctx.user_id:
+            return {"job_id": job.id, "status": job.status, "result": job.result}
+        if self.jobs_db is None:
             minutes = round(self.limits.keep_finished_s / 60)
             raise ToolError(
                 f"no job {job_id!r} (a finished job is kept for {minutes} minutes, and not across restarts)"
             )
-        return {"job_id": job.id, "status": job.status, "result": job.result}
+        row = self.jobs_db.get(job_id, ctx.user_id)
+        if row is None:
+            raise ToolError(f"no job {job_id!r} of yours")
+        out: dict[str, Any] = {"job_id": row.id, "status": row.status, "result": row.result}
+        if row.status == "interrupted":
+            out["note"] = "The bot restarted while this job ran; run generate again if it is still needed."
+        return out
 
     def prune(self) -> int:
         """Drop finished jobs older than `keep_finished_s`, then the oldest beyond `max_finished`."""
@@ -309,6 +327,16 @@ class CodeTool:
             return handle.result()
         job = Job(uuid.uuid4().hex[:12], ctx.user_id, ctx.chat_id, task, handle=handle, turn_id=ctx.turn_id)
         self.jobs[job.id] = job
+        if self.jobs_db is not None:
+            self.jobs_db.started(
+                job.id,
+                user_id=ctx.user_id,
+                chat_id=ctx.chat_id,
+                session_id=ctx.session_id,
+                task=task,
+                language=language,
+                runner=self.runner,
+            )
         handle.add_done_callback(lambda t: asyncio.create_task(self._finish_job(job, t)))
         return {
             "job_id": job.id,
@@ -331,10 +359,14 @@ class CodeTool:
         return len(jobs)
 
     async def _finish_job(self, job: Job, task: asyncio.Task[dict[str, Any]]) -> None:
-        if task.cancelled():  # stopped by the user, who already saw the turn end: no message
-            job.status, job.result = "cancelled", {"error": "cancelled"}
+        if task.cancelled() and self._closing:
+            return  # a shutdown, not a result: the next start reports the job as interrupted
+        if task.cancelled():  # stopped by the user, who already saw the turn end: recorded, no message
+            job.status, job.result = "cancelled", {"error": "cancelled: the user stopped the turn"}
             job.finished_at = self.clock()
             job.handle = None
+            self.prune()
+            self._record_end(job)
             return
         elif task.exception() is not None:
             job.status, job.result = "failed", {"error": str(task.exception())}
@@ -344,6 +376,7 @@ class CodeTool:
         job.finished_at = self.clock()
         job.handle = None
         self.prune()
+        self._record_end(job)
         if self.notifier is None:
             return
         res = job.result or {}
@@ -358,6 +391,59 @@ class CodeTool:
             await self.notifier.send(job.chat_id, "\n\n".join(lines))
         except Exception:
             log.exception("could not deliver background job %s", job.id)
+
+    def _record_end(self, job: Job) -> None:
+        """Write a job's end to its row, so `status` answers after a restart too."""
+        if self.jobs_db is None:
+            return
+        try:
+            self.jobs_db.finished(job.id, job.status, job.result)
+        except Exception:
+            log.exception("could not record the end of job %s", job.id)
+
+    async def aclose(self) -> None:
+        """Stop the running background jobs without recording an end: the next start reports them."""
+        self._closing = True
+        handles = [j.handle for j in self.jobs.values() if j.handle is not None]
+        for handle in handles:
+            handle.cancel()
+        await asyncio.gather(*handles, return_exceptions=True)
+
+    def _stale(self, runner: str) -> bool:
+        """Whether the process that ran a job is gone: this very process at its start (a container's pid
+        repeats), a pid no longer alive here, or another host's (a container recreated)."""
+        host, _, pid = runner.rpartition(":")
+        if host != socket.gethostname() or not pid.isdigit():
+            return True
+        if int(pid) == os.getpid():
+            return True
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+
+    async def recover(self) -> list[JobRow]:
+        """At start: mark jobs whose process ended while they ran as interrupted and tell their chats."""
+        if self.jobs_db is None:
+            return []
+        stale = [j for j in self.jobs_db.running() if self._stale(j.runner)]
+        self.jobs_db.interrupt([j.id for j in stale], "interrupted: the bot restarted while this job ran")
+        for job in stale:
+            log.warning("background code job %s was interrupted by a restart", job.id)
+            if self.notifier is None:
+                continue
+            try:
+                await self.notifier.send(
+                    job.chat_id,
+                    f"Background code job `{job.id}` ({job.task[:80]}) was interrupted: I was restarted "
+                    "while it ran. Ask me again if you still need it.",
+                )
+            except Exception:
+                log.exception("could not report interrupted job %s", job.id)
+        return stale
 
     async def _generate(self, ctx: ToolContext, task: str, context: str, language: str) -> dict[str, Any]:
         assert self.llm is not None
