@@ -89,10 +89,13 @@ class ScheduleCommands:
         await update.effective_message.reply_text(text, reply_markup=markup)
 
     async def gate(self, update: object, context: Ctx) -> None:
-        """A button press by someone not on the allowlist is answered and goes no further."""
+        """A reminder button pressed by someone not on the allowlist is answered and goes no further (other
+        buttons, such as Stop in a group chat, have their own checks)."""
         if not isinstance(update, Update) or update.callback_query is None:
             return
         query = update.callback_query
+        if not (query.data or "").startswith("sch:"):
+            return
         if query.from_user is not None and query.from_user.id in self.allowed:
             return
         try:
