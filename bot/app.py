@@ -23,6 +23,7 @@ from telegram.ext import (
 
 from bot.code_commands import CodeCommands
 from bot.commands import COMMANDS, help_text
+from bot.media import register_media_handlers
 from bot.memory_commands import MemoryCommands, schedule_jobs
 from bot.streaming import StreamingReply, typing_indicator
 from bot.usage_commands import register_usage_handlers
@@ -222,7 +223,8 @@ def build_application(services: Services) -> Application[Any, Any, Any, Any, Any
     schedule_jobs(app)
     app.add_handler(MessageHandler(filters.TEXT & ~filters.COMMAND, h.text))
     app.add_handler(MessageHandler(filters.COMMAND, h.help))  # an unknown command: show what exists
-    app.add_handler(MessageHandler(~filters.TEXT & ~filters.StatusUpdate.ALL, h.unsupported))
+    # Voice, photos, files; and everything else gets a clear "not supported" (bot/media.py).
+    register_media_handlers(app, services, h.locks, STOP_NOTES)
     app.add_error_handler(h.on_error)
     app.bot_data["handlers"] = h
     return app
