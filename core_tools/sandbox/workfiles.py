@@ -47,7 +47,7 @@ def epilogue_argv(shell: str, out_dir: str, fd: int, command: list[str]) -> list
     # bash, not sh: dash's `>&N` takes single-digit descriptors only, and the pipe's number is the bot's
     # (reopening it through /proc is denied: the pipe belongs to the bot's uid, not the sandbox's).
     script = (
-        f'"$@"; rc=$?; if [ -d {out_dir} ]; then tar -C {out_dir} -cf - . >&{fd} 2>/dev/null; fi; exit "$rc"'
+        f'"$@"; rc=$?; if [ -d {out_dir} ]; then tar --sort=name -C {out_dir} -cf - . >&{fd} 2>/dev/null; fi; exit "$rc"'
     )
     return [shell, "-c", script, "sh", *command]
 
