@@ -46,9 +46,8 @@ def epilogue_argv(shell: str, out_dir: str, fd: int, command: list[str]) -> list
     # The tar starts once the program has ended (whatever its exit) and goes to the pipe, not to stdout.
     # bash, not sh: dash's `>&N` takes single-digit descriptors only, and the pipe's number is the bot's
     # (reopening it through /proc is denied: the pipe belongs to the bot's uid, not the sandbox's).
-    script = (
-        f'"$@"; rc=$?; if [ -d {out_dir} ]; then tar --sort=name -C {out_dir} -cf - . >&{fd} 2>/dev/null; fi; exit "$rc"'
-    )
+    archive = f"tar --sort=name -C {out_dir} -cf - . >&{fd} 2>/dev/null"
+    script = f'"$@"; rc=$?; if [ -d {out_dir} ]; then {archive}; fi; exit "$rc"'
     return [shell, "-c", script, "sh", *command]
 
 

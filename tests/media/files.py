@@ -1,4 +1,4 @@
-"""Real files for the media tests: WAV by the standard library, PDF by fpdf2, DOCX by python-docx, PNG by Pillow."""
+"""Real files for the media tests: WAV (standard library), PDF (fpdf2), DOCX (python-docx), PNG (Pillow)."""
 
 from __future__ import annotations
 

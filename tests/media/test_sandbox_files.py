@@ -69,18 +69,19 @@ async def test_csv_analysed_by_the_code_tool_comes_back_as_a_chart(
 async def test_in_is_read_only_out_is_bounded_and_the_bots_env_is_invisible(tmp_path: Path) -> None:
     needs_toolkit()
     executor = LocalExecutor(python_env=TOOLKIT)
-    code = """
-import os, sys, numpy
+    bot_env = str(Path(__file__).resolve().parents[2] / ".venv")
+    code = f"""
+import os, numpy
 try:
     open("in/a.txt", "w").write("changed")
     print("WROTE")
 except OSError as exc:
     print("read-only", type(exc).__name__)
 print(open("in/a.txt").read())
-print("bot env visible:", os.path.exists(%r))
+print("bot env visible:", os.path.exists({bot_env!r}))
 for i in range(5):
-    open(f"out/f{i}.txt", "w").write("x" * (100 * i))
-""" % (str(Path(__file__).resolve().parents[2] / ".venv"),)
+    open(f"out/f{{i}}.txt", "w").write("x" * (100 * i))
+"""
     result = await executor.run(code, files_in={"a.txt": b"original"}, files_out=FileLimits(3, 250))
     assert result.success, result.stderr
     assert "read-only" in result.stdout and "WROTE" not in result.stdout and "original" in result.stdout

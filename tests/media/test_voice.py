@@ -1,4 +1,4 @@
-"""Voice notes, audio files and round videos: transcribed, answered like text, accounted; failures lose nothing."""
+"""Voice notes, audio and round videos: transcribed, answered like text, accounted; failures lose nothing."""
 
 from __future__ import annotations
 
