@@ -7,7 +7,13 @@ set -euo pipefail
 target="${1:-${CODE_PYTHON_ENV:-/opt/assistant-sandbox}}"
 here="$(cd "$(dirname "$0")/.." && pwd)"
 req="$here/sandbox/requirements.txt"
-python="${SANDBOX_SYSTEM_PYTHON:-/usr/bin/python3}"
+# The interpreter the sandbox runs (core_tools/sandbox/isolation.py looks in the same order).
+python="${SANDBOX_SYSTEM_PYTHON:-}"
+if [ -z "$python" ]; then
+  for candidate in /usr/bin/python3 /usr/local/bin/python3; do
+    if [ -x "$candidate" ]; then python="$candidate"; break; fi
+  done
+fi
 stamp="$target/.requirements.sha256"
 want="$(sha256sum "$req" | cut -d' ' -f1)"
 if [ -x "$target/bin/python3" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
