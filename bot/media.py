@@ -8,6 +8,7 @@ also when its file cannot be used, so nothing the user sent is lost.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -166,7 +167,9 @@ class MediaHandlers:
     async def _answer(self, context: Ctx, turn: TurnInput, heard: str | None = None) -> str | None:
         """Run one turn like a text message (the caller holds the chat lock); the answer, or None."""
         reply = StreamingReply(context.bot, turn.chat_id, min_interval=self.settings.stream_edit_interval_s)
-        async with typing_indicator(context.bot, turn.chat_id):
+        # A voice turn is already "typing" since its transcription started.
+        typing = typing_indicator(context.bot, turn.chat_id) if heard is None else contextlib.nullcontext()
+        async with typing:
             try:
                 result = await self.services.agent.run_turn(turn, reply)
             except BudgetExceeded as exc:
@@ -254,13 +257,10 @@ class MediaHandlers:
                 [file_id],
             )
             return
-        async with self.locks.hold(chat.id):
+        async with self.locks.hold(chat.id), typing_indicator(context.bot, chat.id):
             turn = self._turn(update, "", [file_id])
             try:
-                async with typing_indicator(context.bot, chat.id):
-                    heard = await audio.transcribe(
-                        data, name, duration, user_id=turn.user_id, session_id=None
-                    )
+                heard = await audio.transcribe(data, name, duration, user_id=turn.user_id, session_id=None)
             except (MediaError, BudgetExceeded) as exc:
                 self.services.media.rows.set_status(file_id, "failed", str(exc))
                 self.services.agent.record_only(

@@ -347,14 +347,25 @@ class AudioClient:
         self.tts_voice = tts_voice
         self._recorder = recorder
         self.budget = budget
+        # The aiohttp transport, like the chat client's: less CPU per request than the default httpx one.
         self._stt = (
-            AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=max_retries)
+            AsyncOpenAI(
+                base_url=base_url,
+                api_key=api_key,
+                timeout=timeout_s,
+                max_retries=max_retries,
+                http_client=DefaultAioHttpClient(timeout=timeout_s),
+            )
             if base_url
             else None
         )
         self._tts = (
             AsyncOpenAI(
-                base_url=tts_base_url, api_key=tts_api_key, timeout=timeout_s, max_retries=max_retries
+                base_url=tts_base_url,
+                api_key=tts_api_key,
+                timeout=timeout_s,
+                max_retries=max_retries,
+                http_client=DefaultAioHttpClient(timeout=timeout_s),
             )
             if tts_base_url and tts_model
             else None

@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import select, update
+from sqlalchemy import Engine, Table, insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from db.models import MediaFile
+from db.models import MediaFile, utcnow
+
+_TABLE: Table = MediaFile.__table__  # type: ignore[assignment]
+_INSERT = insert(_TABLE)  # built once
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,8 @@ class MediaFiles:
 
     def __init__(self, sessions: sessionmaker[Session]) -> None:
         self._sm = sessions
+        # Core statements for the writes: they run on the event loop in the middle of a voice turn.
+        self._engine: Engine = sessions.kw["bind"]
 
     def add(
         self,
@@ -72,39 +77,42 @@ class MediaFiles:
         detail: str | None = None,
     ) -> int:
         """Store a row (not yet linked to a message); returns its id."""
-        with self._sm.begin() as s:
-            row = MediaFile(
-                user_id=user_id,
-                chat_id=chat_id,
-                kind=kind,
-                file_name=file_name[:255],
-                mime_type=(mime_type or None) and mime_type[:128],
-                size=size,
-                sha256=sha256,
-                status=status,
-                duration_s=duration_s,
-                text_chars=text_chars,
-                detail=detail,
-            )
-            s.add(row)
-            s.flush()
-            return int(row.id)
+        values = {
+            "user_id": user_id,
+            "chat_id": chat_id,
+            "session_id": None,
+            "message_id": None,
+            "kind": kind,
+            "file_name": file_name[:255],
+            "mime_type": (mime_type or None) and mime_type[:128],
+            "size": size,
+            "sha256": sha256,
+            "status": status,
+            "duration_s": duration_s,
+            "text_chars": text_chars,
+            "detail": detail,
+            "created_at": utcnow(),
+        }
+        with self._engine.begin() as conn:
+            key = conn.execute(_INSERT, values).inserted_primary_key
+            assert key is not None
+            return int(key[0])
 
     def link(self, ids: Sequence[int], message_id: int, session_id: str) -> None:
         """Attach rows to the user message (and session) they came with."""
         if not ids:
             return
-        with self._sm.begin() as s:
-            s.execute(
-                update(MediaFile)
-                .where(MediaFile.id.in_(list(ids)))
+        with self._engine.begin() as conn:
+            conn.execute(
+                update(_TABLE)
+                .where(_TABLE.c.id.in_(list(ids)))
                 .values(message_id=message_id, session_id=session_id)
             )
 
     def set_status(self, file_id: int, status: str, detail: str | None = None) -> None:
         """Record what became of a file (transcribed, failed, ...)."""
-        with self._sm.begin() as s:
-            s.execute(update(MediaFile).where(MediaFile.id == file_id).values(status=status, detail=detail))
+        with self._engine.begin() as conn:
+            conn.execute(update(_TABLE).where(_TABLE.c.id == file_id).values(status=status, detail=detail))
 
     def get(self, file_id: int) -> MediaRow | None:
         """One row by id."""
