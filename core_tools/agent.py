@@ -343,8 +343,8 @@ class Agent:
         budget = self.config.history_token_budget
         images: dict[int, tuple[str, ...]] = {}
         if self.media is not None:
-            # Images take at most a quarter of the history budget; the rest keeps their text stand-ins.
-            images = self.media.images_for([m.id for m in stored if m.role == "user"], budget // 4)
+            # Images take at most half of the history budget; older ones keep their text stand-ins.
+            images = self.media.images_for([m.id for m in stored if m.role == "user"], budget // 2)
             budget -= sum(len(v) for v in images.values()) * self.media.config.image_tokens
         return build_history(stored, budget, current_id=user_msg_id, images=images)
 

@@ -12,9 +12,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePath
-from typing import Annotated, Any
-
-from pydantic import Field
+from typing import Any
 
 from core_tools.errors import MediaError, ToolError
 from core_tools.media.extract import extract
@@ -202,9 +200,11 @@ class MediaService:
 
     def images_for(self, message_ids: Sequence[int], budget_tokens: int) -> dict[int, tuple[str, ...]]:
         """Data URLs of the most recent images among these messages, within the count and token budget."""
-        most = min(self.config.history_images, max(0, budget_tokens) // max(1, self.config.image_tokens))
-        if most <= 0:
+        if self.config.history_images <= 0:
             return {}
+        # At least one: the image of the message being answered goes in even under a tight budget.
+        fits = max(0, budget_tokens) // max(1, self.config.image_tokens)
+        most = max(1, min(self.config.history_images, fits))
         rows = [r for r in self.rows.for_messages(message_ids) if r.kind in IMAGE_KINDS and r.sha256]
         chosen = rows[-most:]
         out: dict[int, list[str]] = {}
@@ -244,12 +244,10 @@ class MediaService:
     async def read_file(
         self,
         ctx: ToolContext,
-        file_id: Annotated[int, Field(description="the id given with the user's file, e.g. [file 12: ...]")],
-        offset: Annotated[
-            int, Field(description="character offset to read from (next_offset of a page)")
-        ] = 0,
+        file_id: int,
+        offset: int = 0,
     ) -> dict[str, Any]:
-        """Read a page of the text of a large file the user sent, from a character offset."""
+        """Read a user's large file by pages: file_id as given with the file, offset = next_offset."""
         return self.read_page(ctx.user_id, file_id, offset)
 
 

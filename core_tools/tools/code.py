@@ -194,9 +194,8 @@ class CodeTool:
         """Write, run or check code in a sandbox without network or access to the bot's files.
 
         Use it for calculations, data processing and anything that should be computed rather than guessed.
-        The program prints its result to stdout. Python has numpy, pandas and matplotlib. Files the user sent
-        are readable under in/ (e.g. in/data.csv); files written under out/ (e.g. out/chart.png) are sent
-        to the user after the run, images as photos.
+        The program prints its result to stdout. Python has numpy, pandas, matplotlib. The user's files are
+        in in/; files written to out/ are sent to the user.
         """
         if action == "execute":
             if not code or not code.strip():

@@ -126,3 +126,11 @@ async def test_voice_answer_comes_back_as_a_voice_note_with_tts(
         assert spoken["model"] == "tts-1"
         speech = [c for c in rows(h, LLMCall) if c["purpose"] == "speech"]
         assert [(c["model"], c["prompt_tokens"]) for c in speech] == [("tts-1", len("Spoken answer."))]
+
+
+def test_a_transcription_price_per_minute_can_be_set_in_llm_prices() -> None:
+    from core_tools.usage import parse_prices
+
+    table = PriceTable(parse_prices('{"local-whisper": {"per_minute": 0.01}}'))
+    assert table.cost("local-whisper", 0, 0, 0, audio_seconds=90) == 0.015
+    assert table.cost("whisper-1", 0, 0, 0, audio_seconds=60) == 0.006
