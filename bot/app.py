@@ -21,8 +21,9 @@ from telegram.ext import (
 
 from bot.code_commands import CodeCommands
 from bot.commands import COMMANDS, help_text
-from bot.control import ChatLocks, Incoming, TurnRunner
+from bot.control import STOP_NOTES, ChatLocks, Incoming, TurnRunner
 from bot.groups import Access, addressed, is_group, turn_text
+from bot.media import register_media_handlers
 from bot.memory_commands import MemoryCommands, schedule_jobs
 from bot.model_commands import ModelChoice, ModelCommands
 from bot.schedule_commands import register_schedule_handlers
@@ -324,7 +325,8 @@ def build_application(services: Services) -> Application[Any, Any, Any, Any, Any
     )
     app.add_handler(MessageHandler(new & filters.TEXT & ~filters.COMMAND, h.text))
     app.add_handler(MessageHandler(new & filters.COMMAND, h.help))  # an unknown command: show what exists
-    app.add_handler(MessageHandler(new & ~filters.TEXT & ~filters.StatusUpdate.ALL, h.unsupported))
+    # Voice, photos, files; and everything else gets a clear "not supported" (bot/media.py).
+    register_media_handlers(app, services, h.locks, STOP_NOTES)
     app.add_error_handler(h.on_error)
     app.bot_data["handlers"] = h
     return app

@@ -146,6 +146,29 @@ class Settings(BaseSettings):
     schedule_max_active: int = Field(default=50, ge=1)
     schedule_min_task_interval_min: int = Field(default=15, ge=1)
     schedule_min_message_interval_min: int = Field(default=1, ge=1)
+    # Voice, photos and files (issue 12)
+    # Transcription through an OpenAI-compatible POST /audio/transcriptions; empty model: voice notes off.
+    transcription_model: str = "whisper-1"
+    transcription_base_url: AnyHttpUrl | None = None  # default: OPENAI_BASE_URL
+    transcription_api_key: SecretStr | None = None  # default: OPENAI_API_KEY
+    voice_max_seconds: int = Field(default=600, ge=1, le=36000)
+    # Images to the model: auto (until the endpoint rejects image input once), on, off.
+    llm_vision: Literal["auto", "on", "off"] = "auto"
+    vision_history_images: int = Field(default=3, ge=0, le=20)
+    # A document with at most this much text goes into the turn whole; a larger one is read by pages.
+    file_inline_chars: int = Field(default=12000, ge=500)
+    file_page_chars: int = Field(default=8000, ge=500)
+    media_dir: str = "data/media"
+    # Voice answers to voice notes through an OpenAI-compatible POST /audio/speech; empty: off.
+    tts_model: str | None = None
+    tts_voice: str = "alloy"
+    tts_base_url: AnyHttpUrl | None = None  # default: OPENAI_BASE_URL
+    tts_api_key: SecretStr | None = None  # default: OPENAI_API_KEY
+    # Files a code run writes under out/ go to the chat: at most this many, each at most this big.
+    code_out_max_files: int = Field(default=10, ge=0, le=50)
+    code_out_max_mb: int = Field(default=10, ge=1, le=50)
+    # The sandbox's data toolkit (numpy, pandas, matplotlib): a separate environment, bound read-only.
+    code_python_env: str = "/opt/assistant-sandbox"
     # Storage and logs
     database_url: str = "sqlite:///data/assistant.db"
     log_level: str = "INFO"
@@ -188,6 +211,11 @@ class Settings(BaseSettings):
         "budget_daily_tokens",
         "budget_monthly_tokens",
         "llm_summary_model",
+        "transcription_base_url",
+        "transcription_api_key",
+        "tts_model",
+        "tts_base_url",
+        "tts_api_key",
         mode="before",
     )
     @classmethod

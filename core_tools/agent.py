@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -13,6 +13,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from core_tools.errors import BudgetExceeded
 from core_tools.llm import LLMClient, estimate_tokens
+from core_tools.media import MediaService
 from core_tools.prompts import FINAL_ANSWER_NOTES, system_prompt
 from core_tools.registry import ToolRegistry
 from core_tools.types import (
@@ -80,6 +81,8 @@ class TurnResult:
     stopped_by: str | None = None
     tool_calls: int = 0
     outcomes: list[ToolOutcome] = field(default_factory=list)
+    # Images were left out because the model cannot see them (LLM_VISION=off, or auto after a refusal).
+    images_dropped: bool = False
 
 
 @dataclass
@@ -118,6 +121,8 @@ class TurnInput:
 
     # What the turn's LLM requests are accounted as ("scheduled" for a scheduled task's turn).
     purpose: str = "chat"
+    # Rows of media_files (voice, photos, documents) that came with this message, linked once it is stored.
+    media_ids: tuple[int, ...] = ()
 
     @property
     def kind(self) -> str:
@@ -130,9 +135,10 @@ class TurnInput:
         return is_private(self.kind, self.user_id, self.chat_id)
 
 
-def _to_chat(m: StoredMessage) -> ChatMessage:
+def _to_chat(m: StoredMessage, images: Mapping[int, tuple[str, ...]] | None = None) -> ChatMessage:
     calls = tuple(ToolCallRequest(c["id"], c["name"], c["arguments"]) for c in m.tool_calls or [])
-    return ChatMessage(m.role, m.content, calls, m.tool_call_id, m.tool_name)
+    pictures = images.get(m.id, ()) if images and m.role == "user" else ()
+    return ChatMessage(m.role, m.content, calls, m.tool_call_id, m.tool_name, pictures)
 
 
 # Under a tight budget each tool result keeps at least its head (where a page's title or an error is); fewer
@@ -227,7 +233,10 @@ def _fit_current_turn(units: list[list[StoredMessage]], token_budget: int) -> li
 
 
 def build_history(
-    stored: Sequence[StoredMessage], token_budget: int, current_id: int | None = None
+    stored: Sequence[StoredMessage],
+    token_budget: int,
+    current_id: int | None = None,
+    images: Mapping[int, tuple[str, ...]] | None = None,
 ) -> list[ChatMessage]:
     """The conversation within the budget: the current turn always, then older messages newest first.
 
@@ -252,11 +261,11 @@ def build_history(
             break
         kept.append(unit)
         used += cost
-    older = [_to_chat(m) for unit in reversed(kept) for m in unit]
+    older = [_to_chat(m, images) for unit in reversed(kept) for m in unit]
     # A history must not start with tool results or an assistant tool call cut from its user message.
     while older and older[0].role != "user":
         older.pop(0)
-    return older + [_to_chat(m) for unit in tail for m in unit]
+    return older + [_to_chat(m, images) for unit in tail for m in unit]
 
 
 def _call_key(call: ToolCallRequest) -> str:
@@ -280,7 +289,9 @@ class Agent:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         budget: TurnBudget | None = None,
         private_context_providers: Sequence[ContextProvider] = (),
+        media: MediaService | None = None,
     ) -> None:
+        self.media = media
         self.llm = llm
         self.registry = registry
         self.conversations = conversations
@@ -333,6 +344,8 @@ class Agent:
             # One transaction: into the history (after the previous turn's rows), out of the inbox.
             texts = ((turn.text, turn.tg_message_id), *turn.more)
             ids = conv.inbox.store_turn(session.id, turn.user_id, turn.chat_id, texts, turn.inbox_ids)
+        if self.media is not None and turn.media_ids:
+            self.media.link(turn.media_ids, ids[0], session.id)
         control.message_ids = ids
         if self.budget is not None:
             try:
@@ -373,6 +386,28 @@ class Agent:
         log.info("chat %s: turn stopped by the user", turn.chat_id)
         return TurnResult(text=partial, stopped_by="user")
 
+    def record_only(self, turn: TurnInput, status: str) -> int:
+        """Store a user message that gets no LLM turn (a file that could not be read, a sticker...)."""
+        conv = self.conversations
+        conv.ensure_user(turn.user_id, turn.first_name, turn.username)
+        session = conv.current_session(turn.user_id, turn.chat_id, chat_type=turn.kind)
+        msg_id = conv.add_message(session.id, turn.user_id, turn.chat_id, "user", turn.text, status=status)
+        if self.media is not None and turn.media_ids:
+            self.media.link(turn.media_ids, msg_id, session.id)
+        return msg_id
+
+    def _history(self, session_id: str, user_msg_id: int) -> list[ChatMessage]:
+        stored = self.conversations.messages(
+            session_id, limit=self.config.history_max_messages, since_id=user_msg_id
+        )
+        budget = self.config.history_token_budget
+        images: dict[int, tuple[str, ...]] = {}
+        if self.media is not None:
+            # Images take at most half of the history budget; older ones keep their text stand-ins.
+            images = self.media.images_for([m.id for m in stored if m.role == "user"], budget // 2)
+            budget -= sum(len(v) for v in images.values()) * self.media.config.image_tokens
+        return build_history(stored, budget, current_id=user_msg_id, images=images)
+
     def _tool_schemas(self, turn: TurnInput) -> list[dict[str, Any]] | None:
         schemas = self.registry.schemas()
         if not turn.private:
@@ -398,11 +433,7 @@ class Agent:
             # A cap crossed mid-turn: the tools of the step already paid for ran; now only a final answer.
             if rounds and result.stopped_by is None and self._over_budget(turn.user_id):
                 result.stopped_by = "budget"
-            history = build_history(
-                conv.messages(session_id, limit=self.config.history_max_messages, since_id=user_msg_id),
-                self.config.history_token_budget,
-                current_id=user_msg_id,
-            )
+            history = self._history(session_id, user_msg_id)
             final_round = result.stopped_by is not None
             messages = [system, *history]
             if final_round:
@@ -416,6 +447,7 @@ class Agent:
                 session_id=session_id,
                 model=turn.model,
             )
+            result.images_dropped = result.images_dropped or reply.images_dropped
             calls = [] if final_round else reply.tool_calls
             conv.add_message(
                 session_id,

@@ -7,12 +7,13 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 import openai
 from openai import AsyncOpenAI, DefaultAioHttpClient
 
-from core_tools.errors import LLMUnavailable
+from core_tools.errors import LLMUnavailable, MediaError
 from core_tools.types import ChatMessage, LLMReply, ToolCallRequest, Usage
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,7 @@ class LLMCallRecorder(Protocol):
         tokens_estimated: bool,
         duration_ms: int,
         error: str | None,
+        audio_seconds: int = 0,
     ) -> None: ...
 
 
@@ -53,7 +55,13 @@ class BudgetGate(Protocol):
     def check(self, user_id: int | None, purpose: str = "chat") -> None: ...
 
     def reserve(
-        self, user_id: int | None, purpose: str, model: str, prompt_tokens: int, completion_tokens: int
+        self,
+        user_id: int | None,
+        purpose: str,
+        model: str,
+        prompt_tokens: int,
+        completion_tokens: int,
+        audio_seconds: float = 0,
     ) -> BudgetHold:
         """Refuse (BudgetExceeded) or reserve the request's estimate until it is released."""
         ...
@@ -76,6 +84,10 @@ def _connect_failed(exc: BaseException) -> bool:
             return True
         seen = seen.__cause__
     return False
+
+
+def _without_images(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+    return [replace(m, images=()) if m.images else m for m in messages]
 
 
 def _explain(exc: Exception) -> str:
@@ -112,6 +124,7 @@ class LLMClient:
         budget: BudgetGate | None = None,
         max_completion_tokens: int | None = None,
         background_model: str | None = None,
+        vision: str = "auto",
     ) -> None:
         # The SDK retries 408/409/429/5xx and connection errors with exponential backoff. Its aiohttp
         # transport (the `openai[aiohttp]` extra) costs about a third less CPU per streamed request than the
@@ -132,6 +145,10 @@ class LLMClient:
         # makes "overshoot at most one request" hold for parallel calls. None: not sent, nothing reserved
         # for the completion.
         self.max_completion_tokens = max_completion_tokens
+        # LLM_VISION: "on" always sends images, "off" never does, "auto" sends them until the endpoint
+        # rejects image input once; that answer is remembered for the life of the process.
+        self.vision = vision
+        self.sees_images: bool | None = {"on": True, "off": False}.get(vision)
 
     async def close(self) -> None:
         """Close the HTTP client."""
@@ -170,7 +187,9 @@ class LLMClient:
         are reached; otherwise the request's estimate is reserved until its real usage is recorded.
         """
         model = model or (self.background_model if purpose in BACKGROUND_PURPOSES else self.model)
-        payload = [m.to_openai() for m in messages]
+        has_images = any(m.images for m in messages)
+        dropped = has_images and self.sees_images is False
+        payload = [m.to_openai() for m in (_without_images(messages) if dropped else messages)]
         prompt_text: str | None = None
         hold: BudgetHold | None = None
         if self.budget is not None:
@@ -188,7 +207,19 @@ class LLMClient:
 
         try:
             try:
-                reply = await self._stream(payload, tools, on_text, model)
+                try:
+                    reply = await self._stream(payload, tools, on_text, model)
+                except openai.BadRequestError:
+                    if not has_images or dropped or self.vision != "auto":
+                        raise
+                    # The endpoint refuses image input: remember it and send the text (captions) alone.
+                    log.warning("the LLM endpoint rejected image input; images are left out from now on")
+                    self.sees_images, dropped = False, True
+                    payload = [m.to_openai() for m in _without_images(messages)]
+                    reply = await self._stream(payload, tools, on_text, model)
+                if has_images and not dropped:
+                    self.sees_images = True
+                reply.images_dropped = dropped
             except asyncio.CancelledError:  # stopped: the stream is closed; what was sent is counted
                 if prompt_text is None:
                     prompt_text = json.dumps(payload, ensure_ascii=False) + json.dumps(tools or [])
@@ -199,6 +230,11 @@ class LLMClient:
                 raise
             except Exception as exc:
                 reason = _explain(exc)
+                if has_images and not dropped and isinstance(exc, openai.BadRequestError):
+                    reason = (
+                        "the language model rejected the image (it may not accept image input; "
+                        "set LLM_VISION=auto or off, or use a model that sees images)"
+                    )
                 log.warning("LLM request failed (%s): %s", purpose, reason)
                 self._record(user_id, session_id, purpose, Usage(), started, reason, model)
                 raise LLMUnavailable(reason) from exc
@@ -306,3 +342,170 @@ class LLMClient:
             for i, c in sorted(calls.items())
         ]
         return LLMReply("".join(content), tool_calls, usage, finish, model)
+
+
+def _explain_audio(exc: Exception, what: str, setting: str) -> str:
+    """Why a transcription or speech request failed, naming the setting to check."""
+    if isinstance(exc, openai.AuthenticationError):
+        return f"the {what} endpoint rejected the API key (check {setting}_API_KEY)"
+    if isinstance(exc, openai.NotFoundError):
+        return f"the {what} endpoint or model was not found (check {setting}_BASE_URL and {setting}_MODEL)"
+    if isinstance(exc, openai.APIConnectionError):
+        return f"the {what} endpoint could not be reached (check {setting}_BASE_URL)"
+    if isinstance(exc, openai.APITimeoutError):
+        return f"the {what} endpoint did not answer in time"
+    if isinstance(exc, openai.APIStatusError):
+        return f"the {what} endpoint answered with an error (HTTP {exc.status_code})"
+    return f"the {what} request failed ({type(exc).__name__})"
+
+
+class AudioClient:
+    """Transcription (`/audio/transcriptions`) and speech (`/audio/speech`), recorded and budgeted."""
+
+    def __init__(
+        self,
+        *,
+        base_url: str | None,
+        api_key: str,
+        model: str,
+        tts_base_url: str | None = None,
+        tts_api_key: str = "",
+        tts_model: str | None = None,
+        tts_voice: str = "alloy",
+        timeout_s: float = 120.0,
+        max_retries: int = 2,
+        recorder: LLMCallRecorder | None = None,
+        budget: BudgetGate | None = None,
+    ) -> None:
+        self.model = model
+        self.tts_model = tts_model
+        self.tts_voice = tts_voice
+        self._recorder = recorder
+        self.budget = budget
+        # The aiohttp transport, like the chat client's: less CPU per request than the default httpx one.
+        self._stt = (
+            AsyncOpenAI(
+                base_url=base_url,
+                api_key=api_key,
+                timeout=timeout_s,
+                max_retries=max_retries,
+                http_client=DefaultAioHttpClient(timeout=timeout_s),
+            )
+            if base_url
+            else None
+        )
+        self._tts = (
+            AsyncOpenAI(
+                base_url=tts_base_url,
+                api_key=tts_api_key,
+                timeout=timeout_s,
+                max_retries=max_retries,
+                http_client=DefaultAioHttpClient(timeout=timeout_s),
+            )
+            if tts_base_url and tts_model
+            else None
+        )
+
+    @property
+    def can_transcribe(self) -> bool:
+        """Whether a transcription endpoint is configured."""
+        return self._stt is not None
+
+    @property
+    def can_speak(self) -> bool:
+        """Whether voice answers are configured (TTS_MODEL)."""
+        return self._tts is not None
+
+    async def close(self) -> None:
+        """Close the HTTP clients."""
+        for client in (self._stt, self._tts):
+            if client is not None:
+                await client.close()
+
+    async def transcribe(
+        self,
+        data: bytes,
+        filename: str,
+        duration_s: float,
+        *,
+        user_id: int | None = None,
+        session_id: str | None = None,
+    ) -> str:
+        """The text of an audio file as delivered (OGG/Opus, MP3, MP4...); MediaError with a reason."""
+        if self._stt is None:
+            raise MediaError("no transcription endpoint is configured (set TRANSCRIPTION_BASE_URL)")
+        seconds = max(1, round(duration_s))
+        hold = self.budget.reserve(user_id, "transcribe", self.model, 0, 0, seconds) if self.budget else None
+        started = time.monotonic()
+        try:
+            try:
+                result = await self._stt.audio.transcriptions.create(
+                    model=self.model, file=(filename, data), response_format="json"
+                )
+            except Exception as exc:
+                reason = _explain_audio(exc, "transcription", "TRANSCRIPTION")
+                log.warning("transcription failed: %s", reason)
+                self._record(user_id, session_id, "transcribe", self.model, 0, 0, started, reason, seconds)
+                raise MediaError(reason) from exc
+            text = str(getattr(result, "text", "") or "").strip()
+            self._record(user_id, session_id, "transcribe", self.model, 0, 0, started, None, seconds)
+            return text
+        finally:
+            if hold is not None:
+                hold.release()
+
+    async def speak(self, text: str, *, user_id: int | None = None, session_id: str | None = None) -> bytes:
+        """The text as an OGG/Opus voice note; MediaError with a reason."""
+        if self._tts is None or self.tts_model is None:
+            raise MediaError("voice answers are not configured (set TTS_MODEL)")
+        chars = len(text)
+        # Speech is priced per input character: the count goes where a chat call's prompt tokens go.
+        hold = self.budget.reserve(user_id, "speech", self.tts_model, chars, 0) if self.budget else None
+        started = time.monotonic()
+        try:
+            try:
+                response = await self._tts.audio.speech.create(
+                    model=self.tts_model, voice=self.tts_voice, input=text, response_format="opus"
+                )
+                audio = await response.aread()
+            except Exception as exc:
+                reason = _explain_audio(exc, "speech", "TTS")
+                log.warning("speech failed: %s", reason)
+                self._record(user_id, session_id, "speech", self.tts_model, chars, 0, started, reason, 0)
+                raise MediaError(reason) from exc
+            self._record(user_id, session_id, "speech", self.tts_model, chars, 0, started, None, 0)
+            return audio
+        finally:
+            if hold is not None:
+                hold.release()
+
+    def _record(
+        self,
+        user_id: int | None,
+        session_id: str | None,
+        purpose: str,
+        model: str,
+        prompt: int,
+        completion: int,
+        started: float,
+        error: str | None,
+        audio_seconds: int,
+    ) -> None:
+        if self._recorder is None:
+            return
+        try:
+            self._recorder.record_llm_call(
+                user_id=user_id,
+                session_id=session_id,
+                purpose=purpose,
+                model=model,
+                prompt_tokens=prompt,
+                completion_tokens=completion,
+                cached_tokens=0,
+                tokens_estimated=False,
+                duration_ms=int((time.monotonic() - started) * 1000),
+                error=error,
+                audio_seconds=audio_seconds,
+            )
+        except Exception:
+            log.exception("could not record an audio call")

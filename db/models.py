@@ -173,6 +173,8 @@ class LLMCall(Base):
     duration_ms: Mapped[int] = mapped_column(Integer, default=0)
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # Seconds of audio of a transcription call (priced per minute); 0 for every other call.
+    audio_seconds: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class ToolCallLog(Base):
@@ -221,6 +223,34 @@ class CodeExecution(Base):
     stdout_bytes: Mapped[int] = mapped_column(Integer, default=0)
     stderr_bytes: Mapped[int] = mapped_column(Integer, default=0)
     truncated: Mapped[bool] = mapped_column(default=False)
+    # [{"name", "size"}] of the files the run wrote under out/ (sent to the chat), or None
+    files_out: Mapped[list[Any] | None] = mapped_column(JSON)
+
+
+class MediaFile(Base):
+    """One file a user sent: voice, audio, photo or document; the bytes live hash-named under MEDIA_DIR."""
+
+    __tablename__ = "media_files"
+    __table_args__ = (
+        Index("ix_media_files_session", "session_id", "id"),
+        Index("ix_media_files_message", "message_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user_id: Mapped[int] = mapped_column(BigInteger)
+    chat_id: Mapped[int] = mapped_column(BigInteger)
+    session_id: Mapped[str | None] = mapped_column(String(36))
+    message_id: Mapped[int | None] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(16))  # voice | audio | video_note | photo | image | document
+    file_name: Mapped[str] = mapped_column(String(255))
+    mime_type: Mapped[str | None] = mapped_column(String(128))
+    size: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    sha256: Mapped[str | None] = mapped_column(String(64))  # None when the bytes could not be fetched
+    duration_s: Mapped[int | None] = mapped_column(Integer)
+    text_chars: Mapped[int | None] = mapped_column(Integer)  # extracted text of a document
+    status: Mapped[str] = mapped_column(String(16))
+    detail: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class Memory(Base):

@@ -47,8 +47,9 @@ class UsageLog:
         tokens_estimated: bool,
         duration_ms: int,
         error: str | None,
+        audio_seconds: int = 0,
     ) -> None:
-        """Store one LLM request, successful or not."""
+        """Store one LLM request, successful or not (`audio_seconds` for a transcription)."""
         # A Core insert: this runs on every LLM call, on the event loop.
         with self._engine.begin() as conn:
             conn.execute(
@@ -64,6 +65,7 @@ class UsageLog:
                     "tokens_estimated": tokens_estimated,
                     "duration_ms": duration_ms,
                     "error": error,
+                    "audio_seconds": audio_seconds,
                     "created_at": utcnow(),
                 },
             )
@@ -113,6 +115,7 @@ class ModelUsage:
     estimated_calls: int  # calls whose tokens were estimated (the server reported no usage)
     errors: int
     duration_ms: int
+    audio_seconds: int = 0  # transcription calls: priced per minute
 
 
 @dataclass(frozen=True)
@@ -172,6 +175,7 @@ class UsageQueries:
                     func.sum(case((LLMCall.error.is_not(None) & (LLMCall.error != "stopped"), 1), else_=0)), 0
                 ),
                 func.coalesce(func.sum(LLMCall.duration_ms), 0),
+                func.coalesce(func.sum(LLMCall.audio_seconds), 0),
             )
             .where(LLMCall.created_at >= since, LLMCall.created_at < until)
             .group_by(LLMCall.purpose, LLMCall.model)

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import binascii
 import contextlib
 import dataclasses
 import json
@@ -40,13 +42,14 @@ import socket
 import stat
 import sys
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from core_tools.errors import ToolError
 from core_tools.sandbox.executor import LocalExecutor, describe
-from core_tools.sandbox.model import ExecutionResult, Isolation, SandboxLimits
+from core_tools.sandbox.model import ExecutionResult, FileLimits, Isolation, SandboxLimits
+from core_tools.types import OutputFile
 
 log = logging.getLogger("core_tools.sandbox.service")  # not "__main__" when run with -m
 
@@ -210,6 +213,10 @@ class SandboxService:
             return _failure("bad_request", "run needs `code` and `language` as strings")
         if timeout_s is not None and (isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float)):
             return _failure("bad_request", "`timeout_s` must be a number or null")
+        try:
+            files_in, files_out = _decode_files(request)
+        except (TypeError, ValueError, KeyError, binascii.Error) as exc:
+            return _failure("bad_request", f"bad files_in or files_out: {exc}")
         if self._waiting >= self.max_waiting:
             return _failure(
                 "busy", f"the code sandbox is busy ({self._waiting} runs waiting); try again later"
@@ -228,7 +235,14 @@ class SandboxService:
         self._running += 1
         try:
             result = await _unless_client_leaves(
-                self.executor.run(code, language, None if timeout_s is None else float(timeout_s)), reader
+                self.executor.run(
+                    code,
+                    language,
+                    None if timeout_s is None else float(timeout_s),
+                    files_in=files_in,
+                    files_out=files_out,
+                ),
+                reader,
             )
         except _ClientGone:
             log.info("the client closed the connection mid-run (a stopped turn): the run was killed")
@@ -243,7 +257,29 @@ class SandboxService:
             self._slots.release()
         if result.error_category == "refused":
             result = dataclasses.replace(result, stderr=f"{result.stderr}\nSandbox service: {USERNS_HINT}.")
-        return {"ok": True, "result": dataclasses.asdict(result)}
+        answer = dataclasses.asdict(result)
+        # Bytes do not go into JSON: each file out travels as base64.
+        answer["files_out"] = [
+            {"name": f.name, "data": base64.b64encode(f.data).decode("ascii")} for f in result.files_out
+        ]
+        return {"ok": True, "result": answer}
+
+
+def _decode_files(request: dict[str, Any]) -> tuple[dict[str, bytes] | None, FileLimits | None]:
+    """The run request's files in (name -> base64) and out limits, checked."""
+    raw_in = request.get("files_in")
+    files_in = None
+    if raw_in is not None:
+        if not isinstance(raw_in, dict):
+            raise TypeError("files_in must be an object of name -> base64")
+        files_in = {str(k): base64.b64decode(str(v), validate=True) for k, v in raw_in.items()}
+    raw_out = request.get("files_out")
+    files_out = None
+    if raw_out is not None:
+        if not isinstance(raw_out, dict):
+            raise TypeError("files_out must be an object with max_files and max_bytes")
+        files_out = FileLimits(int(raw_out["max_files"]), int(raw_out["max_bytes"]))
+    return files_in, files_out
 
 
 def _remove_stale_socket(path: str) -> None:
@@ -372,11 +408,22 @@ class ServiceExecutor:
         return f"{info.describe} [service at {self.socket_path}]"
 
     async def run(
-        self, code: str, language: str = "python", timeout_s: float | None = None
+        self,
+        code: str,
+        language: str = "python",
+        timeout_s: float | None = None,
+        *,
+        files_in: Mapping[str, bytes] | None = None,
+        files_out: FileLimits | None = None,
     ) -> ExecutionResult:
         """Run `code` in the service; ToolError when the service cannot be reached or refuses the request."""
         info = self._info or await self._hello()
-        request = _encode({"op": "run", "code": code, "language": language, "timeout_s": timeout_s})
+        body: dict[str, Any] = {"op": "run", "code": code, "language": language, "timeout_s": timeout_s}
+        if files_in:
+            body["files_in"] = {k: base64.b64encode(v).decode("ascii") for k, v in files_in.items()}
+        if files_out is not None:
+            body["files_out"] = {"max_files": files_out.max_files, "max_bytes": files_out.max_bytes}
+        request = _encode(body)
         if len(request) > info.max_request_bytes:
             raise ToolError(
                 f"the program is too large for the code sandbox ({len(request)} bytes with its request; "
@@ -387,8 +434,14 @@ class ServiceExecutor:
         answer = await self._exchange(request, wait_s)
         if answer.get("ok") is True and isinstance(answer.get("result"), dict):
             try:
-                return ExecutionResult(**answer["result"])
-            except TypeError as exc:
+                fields = dict(answer["result"])
+                fields["files_out"] = tuple(
+                    OutputFile(str(f["name"]), base64.b64decode(str(f["data"])))
+                    for f in fields.get("files_out") or []
+                )
+                fields["files_skipped"] = tuple(fields.get("files_skipped") or ())
+                return ExecutionResult(**fields)
+            except (TypeError, KeyError, ValueError, binascii.Error) as exc:
                 raise ToolError(
                     f"the code sandbox service sent a result this bot cannot read: {exc}"
                 ) from None
@@ -526,6 +579,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--socket-mode", default="660", help="octal mode of the socket file (default 660)")
     parser.add_argument("--allow-unsandboxed", action="store_true", help="run without isolation if no bwrap")
     parser.add_argument(
+        "--python-env",
+        default="/opt/assistant-sandbox",
+        help="the data toolkit's environment (numpy, pandas, matplotlib), used when it exists",
+    )
+    parser.add_argument(
         "--ping", action="store_true", help="health check: exit 0 if it answers and can isolate, else 1"
     )
     return parser
@@ -534,7 +592,7 @@ def _parser() -> argparse.ArgumentParser:
 async def serve(args: argparse.Namespace) -> None:
     """Run the service until SIGTERM or SIGINT."""
     limits = SandboxLimits(timeout_s=args.timeout, max_timeout_s=args.max_timeout, memory_mb=args.memory_mb)
-    executor = LocalExecutor(limits, allow_unsandboxed=args.allow_unsandboxed)
+    executor = LocalExecutor(limits, allow_unsandboxed=args.allow_unsandboxed, python_env=args.python_env)
     service = SandboxService(
         executor,
         args.socket,

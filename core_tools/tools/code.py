@@ -9,9 +9,9 @@ import re
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, Literal
 
 from pydantic import Field
@@ -19,7 +19,8 @@ from pydantic import Field
 from core_tools.errors import BudgetExceeded, LLMUnavailable, ToolError
 from core_tools.llm import LLMClient
 from core_tools.sandbox import ExecutionResult, Executor
-from core_tools.types import ChatMessage, Notifier, ToolContext
+from core_tools.sandbox.model import FileLimits
+from core_tools.types import ChatMessage, FileSink, Notifier, ToolContext
 from db.executions import Executions
 from db.jobs import JobRow, Jobs
 from db.models import CodeExecution
@@ -29,8 +30,10 @@ log = logging.getLogger(__name__)
 _FENCE = re.compile(r"```[\w+-]*\n(.*?)```", re.S)
 
 GENERATE_PROMPT = """You write one complete {language} program for the task below. It runs in a sandbox with \
-no network and no third-party packages beyond the standard library, reads nothing from stdin, and prints its \
-result to stdout. Answer with the program only, in one fenced code block."""
+no network and no third-party packages beyond the standard library{toolkit}, reads nothing from stdin, and \
+prints its result to stdout. The user's files are readable under in/; files it writes under out/ (charts as \
+PNG, tables as CSV...) are sent to the user. Answer with the program only, in one fenced code block."""
+TOOLKIT_NOTE = " and numpy, pandas and matplotlib (Python; no display, save figures to out/)"
 
 
 def bounded(text: str, limit: int) -> str:
@@ -153,6 +156,9 @@ class CodeTool:
         limits: CodeLimits | None = None,
         clock: Callable[[], float] = time.monotonic,
         jobs_db: Jobs | None = None,
+        files_in: Callable[[str], Mapping[str, bytes]] | None = None,
+        file_sink: FileSink | None = None,
+        file_limits: FileLimits | None = None,
     ) -> None:
         self.executor = executor
         self.executions = executions
@@ -163,6 +169,12 @@ class CodeTool:
         self.output_chars = output_chars
         self.limits = limits or CodeLimits()
         self.clock = clock
+        # The user's files of the session (in/), and where files written under out/ go (the chat).
+        self.files_in = files_in
+        self.file_sink = file_sink
+        self.file_limits = file_limits or FileLimits()
+        # numpy, pandas and matplotlib importable (a service executor is assumed to have them: its image does)
+        self.toolkit = bool(getattr(executor, "toolkit", True))
         self.jobs: dict[str, Job] = {}
         # Background jobs as rows (their state survives a restart), and who runs them: "host:pid".
         self.jobs_db = jobs_db
@@ -191,9 +203,10 @@ class CodeTool:
         """Write, run or check code in a sandbox without network or access to the bot's files.
 
         Use it for calculations, data processing and anything that should be computed rather than guessed.
-        The program prints its result to stdout. Long output is shown cut in the middle; read it whole with
-        read_result and the run's execution_id. A slow generate continues as a background job: check it
-        with action=status and its job_id.
+        The program prints its result to stdout. Python has numpy, pandas, matplotlib. The user's files are
+        in in/; files written to out/ are sent to the user. Long output is shown cut in the middle; read it
+        whole with read_result and the run's execution_id. A slow generate continues as a background job:
+        check it with action=status and its job_id.
         """
         if action == "execute":
             if not code or not code.strip():
@@ -253,8 +266,19 @@ class CodeTool:
         self, ctx: ToolContext, code: str, language: str, timeout_s: float | None
     ) -> tuple[ExecutionResult, str]:
         """Run once (in a run slot) and log the run; ToolError for no free slot, a bad language or timeout."""
+        files = self.files_in(ctx.session_id) if self.files_in is not None else None
         async with self._run_slot(ctx.user_id):
-            result = await self.executor.run(code, language, timeout_s)
+            result = await self.executor.run(
+                code,
+                language,
+                timeout_s,
+                files_in=files or None,
+                files_out=self.file_limits if self.file_sink is not None else None,
+            )
+        if result.files_out and self.file_sink is not None:
+            failed = await self.file_sink.send_files(ctx.chat_id, list(result.files_out))
+            if failed:
+                result = replace(result, files_skipped=result.files_skipped + tuple(failed))
         row = CodeExecution(
             id=str(uuid.uuid4()),
             code=code,
@@ -273,6 +297,7 @@ class CodeTool:
             stdout_bytes=result.stdout_bytes,
             stderr_bytes=result.stderr_bytes,
             truncated=result.truncated,
+            files_out=[{"name": f.name, "size": len(f.data)} for f in result.files_out] or None,
         )
         return result, self.executions.record(row)
 
@@ -289,6 +314,10 @@ class CodeTool:
         }
         if result.error_category:
             out["error_category"] = result.error_category
+        if result.files_out:
+            out["files_sent_to_chat"] = [{"name": f.name, "bytes": len(f.data)} for f in result.files_out]
+        if result.files_skipped:
+            out["files_not_sent"] = list(result.files_skipped)
         if result.truncated:
             out["truncated"] = (
                 f"output was cut at the sandbox cap: {result.stdout_bytes} bytes of stdout and "
@@ -448,7 +477,12 @@ class CodeTool:
     async def _generate(self, ctx: ToolContext, task: str, context: str, language: str) -> dict[str, Any]:
         assert self.llm is not None
         messages = [
-            ChatMessage("system", GENERATE_PROMPT.format(language=language)),
+            ChatMessage(
+                "system",
+                GENERATE_PROMPT.format(
+                    language=language, toolkit=TOOLKIT_NOTE if language == "python" and self.toolkit else ""
+                ),
+            ),
             ChatMessage("user", f"Task: {task}" + (f"\n\nContext:\n{context}" if context else "")),
         ]
         attempts: list[dict[str, Any]] = []

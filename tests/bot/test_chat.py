@@ -69,7 +69,7 @@ async def test_start_help_and_unsupported_messages(tmp_path: Path, tg: FakeTeleg
         greeting = await h.final_text(OWNER, "Hello, Ann")
         assert "/newsession" in greeting and "/help" in greeting
         tg.push_sticker(OWNER)
-        await h.final_text(OWNER, "not supported yet")
+        await h.final_text(OWNER, "are not supported")
         assert llm.requests == []
         commands = tg.calls_to("setMyCommands")
         assert commands and "newsession" in json.dumps(commands[0].params)

@@ -217,6 +217,15 @@ class FakeLLM:
         self.requests: list[JsonDict] = []
         self.request_headers: list[dict[str, str]] = []
         self.embedding_requests: list[JsonDict] = []
+        # Audio: what /audio/transcriptions answers (text, or an HTTP status), and what it and
+        # /audio/speech received ({"model", "filename", "bytes"} / the JSON body).
+        self.transcript = "hello from a voice note"
+        self.transcription_status = 200
+        self.transcription_requests: list[JsonDict] = []
+        self.speech_requests: list[JsonDict] = []
+        self.speech_audio = b"OggS\x00\x02fake-opus-voice"
+        # Vision: True makes chat requests with image_url parts fail with a 400, like a text-only model.
+        self.reject_images = False
         self.active = 0
         self.max_active = 0
         self.disconnects = 0  # streams the client closed before their end
@@ -240,6 +249,8 @@ class FakeLLM:
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/embeddings", self._embeddings)
+        app.router.add_post("/v1/audio/transcriptions", self._transcriptions)
+        app.router.add_post("/v1/audio/speech", self._speech)
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await runner.setup()
         site = web.TCPSite(runner, self.host, 0, backlog=512)
@@ -336,11 +347,48 @@ class FakeLLM:
             }
         )
 
+    async def _transcriptions(self, request: web.Request) -> web.Response:
+        post = await request.post()
+        upload = post.get("file")
+        record: JsonDict = {"model": post.get("model"), "response_format": post.get("response_format")}
+        if isinstance(upload, web.FileField):
+            record.update(
+                filename=upload.filename, bytes=upload.file.read(), content_type=upload.content_type
+            )
+        self.transcription_requests.append(record)
+        self._notify()
+        if self.transcription_status != 200:
+            return web.json_response(_error_body(self.transcription_status), status=self.transcription_status)
+        return web.json_response({"text": self.transcript})
+
+    async def _speech(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.speech_requests.append(body)
+        self._notify()
+        return web.Response(body=self.speech_audio, content_type="audio/ogg")
+
+    @staticmethod
+    def _has_images(body: JsonDict) -> bool:
+        for message in body.get("messages") or []:
+            content = message.get("content")
+            if isinstance(content, list) and any(p.get("type") == "image_url" for p in content):
+                return True
+        return False
+
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
         self.request_headers.append(dict(request.headers))
         self._notify()
+        if self.reject_images and self._has_images(body):
+            # What a text-only model behind an OpenAI-compatible server answers.
+            error = {
+                "message": "Invalid content type. image_url is only supported by certain models.",
+                "type": "invalid_request_error",
+                "param": "messages",
+                "code": None,
+            }
+            return web.json_response({"error": error}, status=400)
         self.active += 1
         self.max_active = max(self.max_active, self.active)
         try:

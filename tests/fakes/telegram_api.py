@@ -368,6 +368,8 @@ class FakeTelegram:
         self.commands: dict[str, list[JsonDict]] = {}
         self.webhook_url = ""
         self.files: dict[str, tuple[str, bytes]] = {}
+        # file_id -> the size getFile reports, for files "bigger" than the bytes stored (the 20 MB limit)
+        self.declared_sizes: dict[str, int] = {}
         self.latency = 0.0
         self._faults: list[_Fault] = []
         self._chats: dict[int, JsonDict] = {}
@@ -649,10 +651,17 @@ class FakeTelegram:
         return self.push_update({"message": msg})
 
     def push_photo(
-        self, user_id: int, chat_id: int | None = None, caption: str | None = None, data: bytes | None = None
+        self,
+        user_id: int,
+        chat_id: int | None = None,
+        caption: str | None = None,
+        data: bytes | None = None,
+        media_group_id: str | None = None,
     ) -> int:
         """Queue a photo message (two sizes, downloadable via getFile) from ``user_id``; returns update_id."""
         msg = self._incoming(user_id, chat_id, self._users.get(user_id, {}).get("first_name", "Ann"), None)
+        if media_group_id is not None:
+            msg["media_group_id"] = media_group_id
         payload = data if data is not None else b"\xff\xd8\xff\xe0fake-jpeg\xff\xd9"
         sizes = []
         for width in (90, 800):
@@ -669,6 +678,76 @@ class FakeTelegram:
         msg["photo"] = sizes
         if caption is not None:
             msg["caption"] = caption
+        return self.push_update({"message": msg})
+
+    def push_voice(
+        self,
+        user_id: int,
+        data: bytes,
+        duration: int,
+        *,
+        kind: str = "voice",
+        mime_type: str = "audio/ogg",
+        chat_id: int | None = None,
+        caption: str | None = None,
+        file_size: int | None = None,
+    ) -> int:
+        """Queue a voice note (or ``kind`` "audio" / "video_note") with downloadable bytes; returns its id."""
+        msg = self._incoming(user_id, chat_id, self._users.get(user_id, {}).get("first_name", "Ann"), None)
+        file_id = self.add_file(data, f"{kind}/file.oga", size=file_size)
+        item: JsonDict = {
+            "file_id": file_id,
+            "file_unique_id": f"u{file_id}",
+            "duration": duration,
+            "file_size": file_size if file_size is not None else len(data),
+        }
+        if kind == "video_note":
+            item["length"] = 240
+        else:
+            item["mime_type"] = mime_type
+        if kind == "audio":
+            item["file_name"] = "recording.mp3"
+        msg[kind] = item
+        if caption is not None:
+            msg["caption"] = caption
+        return self.push_update({"message": msg})
+
+    def push_document(
+        self,
+        user_id: int,
+        data: bytes,
+        file_name: str,
+        mime_type: str | None = None,
+        *,
+        chat_id: int | None = None,
+        caption: str | None = None,
+        file_size: int | None = None,
+        media_group_id: str | None = None,
+    ) -> int:
+        """Queue a document (a file) with downloadable bytes; ``file_size`` may claim more than ``data``."""
+        msg = self._incoming(user_id, chat_id, self._users.get(user_id, {}).get("first_name", "Ann"), None)
+        file_id = self.add_file(data, f"documents/{file_name}", size=file_size)
+        doc: JsonDict = {
+            "file_id": file_id,
+            "file_unique_id": f"u{file_id}",
+            "file_name": file_name,
+            "file_size": file_size if file_size is not None else len(data),
+        }
+        if mime_type is not None:
+            doc["mime_type"] = mime_type
+        msg["document"] = doc
+        if caption is not None:
+            msg["caption"] = caption
+        if media_group_id is not None:
+            msg["media_group_id"] = media_group_id
+        return self.push_update({"message": msg})
+
+    def push_location(
+        self, user_id: int, latitude: float, longitude: float, chat_id: int | None = None
+    ) -> int:
+        """Queue a location message; returns the update_id."""
+        msg = self._incoming(user_id, chat_id, self._users.get(user_id, {}).get("first_name", "Ann"), None)
+        msg["location"] = {"latitude": latitude, "longitude": longitude}
         return self.push_update({"message": msg})
 
     def push_callback(
@@ -688,10 +767,15 @@ class FakeTelegram:
             query["message"] = message
         return self.push_update({"callback_query": query})
 
-    def add_file(self, data: bytes, file_path: str = "documents/file.bin") -> str:
-        """Register downloadable bytes; returns a file_id usable with getFile."""
+    def add_file(self, data: bytes, file_path: str = "documents/file.bin", size: int | None = None) -> str:
+        """Register downloadable bytes; returns a file_id usable with getFile.
+
+        ``size`` makes getFile report that size (over 20 MB it answers "file is too big", as Telegram does).
+        """
         file_id = f"file{next(self._file_ids)}"
         self.files[file_id] = (f"{file_id}_{file_path}", data)
+        if size is not None:
+            self.declared_sizes[file_id] = size
         return file_id
 
     # ------------------------------------------------------------------ HTTP plumbing
@@ -947,10 +1031,13 @@ class FakeTelegram:
         if file_id not in self.files:
             raise _bad_request("invalid file_id")
         path, data = self.files[file_id]
+        size = self.declared_sizes.get(file_id, len(data))
+        if size > 20 * 1024 * 1024:  # the Bot API's download limit
+            raise _bad_request("file is too big")
         return {
             "file_id": file_id,
             "file_unique_id": f"u{file_id}",
-            "file_size": len(data),
+            "file_size": size,
             "file_path": path,
         }
 
