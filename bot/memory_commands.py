@@ -145,6 +145,8 @@ class MemoryCommands:
             return
         conv.ensure_user(user_id, update.effective_user.first_name, update.effective_user.username)
         conv.set_user_timezone(user_id, name)
+        self.services.schedules.service.reconcile_zones()  # future firings of local-time schedules move
+        self.services.schedules.wake()
         await msg.reply_text(f"Time zone set to {name} (it is {utcnow().astimezone(zone):%H:%M} there now).")
 
 

@@ -9,6 +9,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import URL, make_url
 from telegram import Bot
@@ -16,6 +17,9 @@ from telegram.error import InvalidToken, TelegramError
 
 from bot.settings import Settings
 from core_tools.errors import LLMUnavailable
+
+if TYPE_CHECKING:  # the wiring (and what it imports) loads only for the full doctor, not the quick one
+    from bot.wiring import Services
 
 
 @dataclass(frozen=True)
@@ -174,9 +178,21 @@ async def run_doctor(settings: Settings, quick: bool = False) -> list[Check]:
             checks.append(
                 Check("embedder", False, f"{type(exc).__name__}: {exc}; recall falls back to keyword search")
             )
+        checks.extend(await check_mcp(services))
     finally:
         await services.aclose()
     return checks
+
+
+async def check_mcp(services: Services) -> list[Check]:
+    """Connect each server of MCP_SERVERS_FILE once and list its tools: one line per server."""
+    if services.mcp is None:
+        return []
+    await services.mcp.start()
+    return [
+        Check(f"mcp {st.spec.name}", st.state in ("connected", "disabled"), st.detail())
+        for st in services.mcp.servers.values()
+    ]
 
 
 def backup(settings: Settings, target: Path) -> Path:

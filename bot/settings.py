@@ -6,7 +6,7 @@ from datetime import time
 from typing import Annotated, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import AnyHttpUrl, Field, SecretStr, ValidationError, field_validator
+from pydantic import AnyHttpUrl, Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from bot.logs import secret_values
@@ -37,6 +37,10 @@ HINTS: dict[str, str] = {
     "BUDGET_MONTHLY_TOKENS": "a whole number of tokens such as 3000000, or empty for no cap",
     "LLM_PRICES": "JSON: model -> [input, output] or [input, output, cached_input] USD per million tokens",
     "SESSION_ROLLOVER_TIME": "a local time of day such as 04:00",
+    "ALLOWED_CHAT_IDS": "comma-separated numeric group chat ids, e.g. -1001234567890 (the bot tells a "
+    "group its id when mentioned there)",
+    "LLM_MODELS": "comma-separated model names your endpoint serves; the first is the default",
+    "MESSAGE_DEBOUNCE_MS": "milliseconds to wait for more messages before answering, e.g. 1500 (0: none)",
 }
 
 
@@ -56,10 +60,24 @@ class Settings(BaseSettings):
     telegram_webhook_secret: SecretStr | None = None
     telegram_webhook_listen: str = "0.0.0.0"  # noqa: S104  # inside a container, behind the proxy
     telegram_webhook_port: int = Field(default=8080, ge=1, le=65535)
+    # Groups and supergroups are served only when listed here (their ids are negative), or, with
+    # GROUPS_ALLOWED_SPEAKERS, for the speakers who are in ALLOWED_USER_IDS. In a group the bot answers
+    # only when mentioned (@name), replied to, or given a command.
+    allowed_chat_ids: Annotated[list[int] | None, NoDecode] = None
+    groups_allowed_speakers: bool = False
+    # Messages sent within this many ms of each other before a turn starts are one turn; messages sent
+    # while a turn runs go into the next turn together (MESSAGE_MERGE_BURSTS=false: one turn each).
+    message_debounce_ms: int = Field(default=1500, ge=0, le=60_000)
+    message_merge_bursts: bool = True
     # LLM
     openai_api_key: SecretStr = Field(min_length=1)
     openai_base_url: AnyHttpUrl = AnyHttpUrl("https://api.openai.com/v1")
     llm_model: str = Field(default="gpt-4o-mini", min_length=1)
+    # The models users may choose with /model (comma-separated; the first is the default, and then
+    # LLM_MODEL is not used). Empty: LLM_MODEL only.
+    llm_models: Annotated[list[str] | None, NoDecode] = None
+    # The model of background calls (session summaries); empty: the default chat model.
+    llm_summary_model: str | None = None
     llm_timeout_s: float = Field(default=60.0, gt=0, le=600)
     llm_max_retries: int = Field(default=2, ge=0, le=10)
     # The most tokens one reply may have: sent with each request and reserved against usage caps first.
@@ -79,6 +97,12 @@ class Settings(BaseSettings):
     search_timeout_s: float = Field(default=8.0, gt=0, le=60)
     # Let the fetch tool read private/loopback addresses (off: a prompt-injected page could probe your LAN).
     fetch_allow_private: bool = False
+    # MCP: other servers' tools (a JSON file in the {"mcpServers": {...}} shape), registered as NAME__TOOL.
+    mcp_servers_file: str | None = None
+    mcp_tool_timeout_s: float = Field(default=60.0, gt=0, le=3600)
+    mcp_reconnect_max_s: float = Field(default=60.0, ge=1, le=3600)
+    # The bearer token `python -m core_tools.mcp --http` requires (it refuses to start without one).
+    mcp_server_token: SecretStr | None = None
     # The code sandbox (bubblewrap). Without bwrap the code tool refuses to run unless unsandboxed is allowed.
     code_timeout_s: float = Field(default=30.0, gt=0)
     code_max_timeout_s: float = Field(default=120.0, gt=0)
@@ -123,21 +147,57 @@ class Settings(BaseSettings):
     budget_daily_tokens: int | None = Field(default=None, ge=0)
     budget_monthly_tokens: int | None = Field(default=None, ge=0)
     llm_prices: str = ""
+    # Reminders and scheduled tasks: per user, active schedules at most, and the shortest repeat interval.
+    schedule_max_active: int = Field(default=50, ge=1)
+    schedule_min_task_interval_min: int = Field(default=15, ge=1)
+    schedule_min_message_interval_min: int = Field(default=1, ge=1)
+    # Voice, photos and files (issue 12)
+    # Transcription through an OpenAI-compatible POST /audio/transcriptions; empty model: voice notes off.
+    transcription_model: str = "whisper-1"
+    transcription_base_url: AnyHttpUrl | None = None  # default: OPENAI_BASE_URL
+    transcription_api_key: SecretStr | None = None  # default: OPENAI_API_KEY
+    voice_max_seconds: int = Field(default=600, ge=1, le=36000)
+    # Images to the model: auto (until the endpoint rejects image input once), on, off.
+    llm_vision: Literal["auto", "on", "off"] = "auto"
+    vision_history_images: int = Field(default=3, ge=0, le=20)
+    # A document with at most this much text goes into the turn whole; a larger one is read by pages.
+    file_inline_chars: int = Field(default=12000, ge=500)
+    file_page_chars: int = Field(default=8000, ge=500)
+    media_dir: str = "data/media"
+    # Voice answers to voice notes through an OpenAI-compatible POST /audio/speech; empty: off.
+    tts_model: str | None = None
+    tts_voice: str = "alloy"
+    tts_base_url: AnyHttpUrl | None = None  # default: OPENAI_BASE_URL
+    tts_api_key: SecretStr | None = None  # default: OPENAI_API_KEY
+    # Files a code run writes under out/ go to the chat: at most this many, each at most this big.
+    code_out_max_files: int = Field(default=10, ge=0, le=50)
+    code_out_max_mb: int = Field(default=10, ge=1, le=50)
+    # The sandbox's data toolkit (numpy, pandas, matplotlib): a separate environment, bound read-only.
+    code_python_env: str = "/opt/assistant-sandbox"
     # Storage and logs
     database_url: str = "sqlite:///data/assistant.db"
     log_level: str = "INFO"
     # Streaming: at most one message edit per this many seconds (Telegram throttles edits).
     stream_edit_interval_s: float = Field(default=1.0, ge=0.0)
 
-    @field_validator("allowed_user_ids", mode="before")
+    @field_validator("allowed_user_ids", "allowed_chat_ids", mode="before")
     @classmethod
-    def _split_ids(cls, value: object) -> object:
+    def _split_ids(cls, value: object, info: ValidationInfo) -> object:
         if isinstance(value, str):
             parts = [p.strip() for p in value.replace(";", ",").split(",") if p.strip()]
+            kind = "chat" if info.field_name == "allowed_chat_ids" else "user"
             for p in parts:
                 if not p.lstrip("-").isdigit():
-                    raise ValueError(f"{p!r} is not a numeric Telegram user id")
+                    raise ValueError(f"{p!r} is not a numeric Telegram {kind} id")
             return [int(p) for p in parts]
+        return value
+
+    @field_validator("llm_models", mode="before")
+    @classmethod
+    def _split_models(cls, value: object) -> object:
+        if isinstance(value, str):
+            names = [p.strip() for p in value.split(",") if p.strip()]
+            return list(dict.fromkeys(names)) or None
         return value
 
     @field_validator(
@@ -157,6 +217,12 @@ class Settings(BaseSettings):
         "budget_monthly_usd",
         "budget_daily_tokens",
         "budget_monthly_tokens",
+        "llm_summary_model",
+        "transcription_base_url",
+        "transcription_api_key",
+        "tts_model",
+        "tts_base_url",
+        "tts_api_key",
         mode="before",
     )
     @classmethod
@@ -227,6 +293,11 @@ class Settings(BaseSettings):
         if self.owner_user_id is not None:
             return self.owner_user_id
         return self.allowed_user_ids[0] if self.allowed_user_ids else None
+
+    @property
+    def models(self) -> list[str]:
+        """The models a chat may choose, the default first."""
+        return list(self.llm_models) if self.llm_models else [self.llm_model]
 
     def missing_for_telegram(self) -> list[str]:
         """Error lines for what running the Telegram bot needs and is not set."""

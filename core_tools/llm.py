@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 import openai
 from openai import AsyncOpenAI, DefaultAioHttpClient
 
-from core_tools.errors import LLMUnavailable
+from core_tools.errors import LLMUnavailable, MediaError
 from core_tools.types import ChatMessage, LLMReply, ToolCallRequest, Usage
 
 log = logging.getLogger(__name__)
 
 DeltaCallback = Callable[[str], Awaitable[None]]
+BACKGROUND_PURPOSES = frozenset({"summary"})  # calls nobody waits on: they use the background model
 
 
 class LLMCallRecorder(Protocol):
@@ -35,6 +38,7 @@ class LLMCallRecorder(Protocol):
         tokens_estimated: bool,
         duration_ms: int,
         error: str | None,
+        audio_seconds: int = 0,
     ) -> None: ...
 
 
@@ -51,7 +55,13 @@ class BudgetGate(Protocol):
     def check(self, user_id: int | None, purpose: str = "chat") -> None: ...
 
     def reserve(
-        self, user_id: int | None, purpose: str, model: str, prompt_tokens: int, completion_tokens: int
+        self,
+        user_id: int | None,
+        purpose: str,
+        model: str,
+        prompt_tokens: int,
+        completion_tokens: int,
+        audio_seconds: float = 0,
     ) -> BudgetHold:
         """Refuse (BudgetExceeded) or reserve the request's estimate until it is released."""
         ...
@@ -74,6 +84,10 @@ def _connect_failed(exc: BaseException) -> bool:
             return True
         seen = seen.__cause__
     return False
+
+
+def _without_images(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+    return [replace(m, images=()) if m.images else m for m in messages]
 
 
 def _explain(exc: Exception) -> str:
@@ -109,6 +123,8 @@ class LLMClient:
         recorder: LLMCallRecorder | None = None,
         budget: BudgetGate | None = None,
         max_completion_tokens: int | None = None,
+        background_model: str | None = None,
+        vision: str = "auto",
     ) -> None:
         # The SDK retries 408/409/429/5xx and connection errors with exponential backoff. Its aiohttp
         # transport (the `openai[aiohttp]` extra) costs about a third less CPU per streamed request than the
@@ -121,12 +137,18 @@ class LLMClient:
             http_client=DefaultAioHttpClient(timeout=timeout_s),
         )
         self.model = model
+        # For background calls (session summaries): LLM_SUMMARY_MODEL, or the default model.
+        self.background_model = background_model or model
         self._recorder = recorder
         self.budget = budget
         # Sent with every request, and reserved against the user's caps before it is sent: the bound that
         # makes "overshoot at most one request" hold for parallel calls. None: not sent, nothing reserved
         # for the completion.
         self.max_completion_tokens = max_completion_tokens
+        # LLM_VISION: "on" always sends images, "off" never does, "auto" sends them until the endpoint
+        # rejects image input once; that answer is remembered for the life of the process.
+        self.vision = vision
+        self.sees_images: bool | None = {"on": True, "off": False}.get(vision)
 
     async def close(self) -> None:
         """Close the HTTP client."""
@@ -154,28 +176,67 @@ class LLMClient:
         purpose: str = "chat",
         user_id: int | None = None,
         session_id: str | None = None,
+        model: str | None = None,
     ) -> LLMReply:
         """Send one streamed request; raise LLMUnavailable (with a user-readable reason) when it fails.
+
+        `model` is the chat's choice; without it a background purpose (a summary) uses the background
+        model (LLM_SUMMARY_MODEL) and everything else the default model.
 
         Raises BudgetExceeded, before anything is sent, when the user's caps (counting requests in flight)
         are reached; otherwise the request's estimate is reserved until its real usage is recorded.
         """
-        payload = [m.to_openai() for m in messages]
+        model = model or (self.background_model if purpose in BACKGROUND_PURPOSES else self.model)
+        has_images = any(m.images for m in messages)
+        dropped = has_images and self.sees_images is False
+        payload = [m.to_openai() for m in (_without_images(messages) if dropped else messages)]
         prompt_text: str | None = None
         hold: BudgetHold | None = None
         if self.budget is not None:
             prompt_text = json.dumps(payload, ensure_ascii=False) + json.dumps(tools or [])
             hold = self.budget.reserve(
-                user_id, purpose, self.model, estimate_tokens(prompt_text), self.max_completion_tokens or 0
+                user_id, purpose, model, estimate_tokens(prompt_text), self.max_completion_tokens or 0
             )
         started = time.monotonic()
+        streamed: list[str] = []
+
+        async def on_text(partial: str) -> None:
+            streamed[:] = [partial]
+            if on_delta is not None:
+                await on_delta(partial)
+
         try:
             try:
-                reply = await self._stream(payload, tools, on_delta)
+                try:
+                    reply = await self._stream(payload, tools, on_text, model)
+                except openai.BadRequestError:
+                    if not has_images or dropped or self.vision != "auto":
+                        raise
+                    # The endpoint refuses image input: remember it and send the text (captions) alone.
+                    log.warning("the LLM endpoint rejected image input; images are left out from now on")
+                    self.sees_images, dropped = False, True
+                    payload = [m.to_openai() for m in _without_images(messages)]
+                    reply = await self._stream(payload, tools, on_text, model)
+                if has_images and not dropped:
+                    self.sees_images = True
+                reply.images_dropped = dropped
+            except asyncio.CancelledError:  # stopped: the stream is closed; what was sent is counted
+                if prompt_text is None:
+                    prompt_text = json.dumps(payload, ensure_ascii=False) + json.dumps(tools or [])
+                usage = Usage(
+                    estimate_tokens(prompt_text), estimate_tokens("".join(streamed)), 0, estimated=True
+                )
+                self._record(user_id, session_id, purpose, usage, started, "stopped", model)
+                raise
             except Exception as exc:
                 reason = _explain(exc)
+                if has_images and not dropped and isinstance(exc, openai.BadRequestError):
+                    reason = (
+                        "the language model rejected the image (it may not accept image input; "
+                        "set LLM_VISION=auto or off, or use a model that sees images)"
+                    )
                 log.warning("LLM request failed (%s): %s", purpose, reason)
-                self._record(user_id, session_id, purpose, Usage(), started, reason)
+                self._record(user_id, session_id, purpose, Usage(), started, reason, model)
                 raise LLMUnavailable(reason) from exc
             if reply.usage.prompt_tokens == 0 and reply.usage.completion_tokens == 0:
                 if prompt_text is None:
@@ -184,7 +245,7 @@ class LLMClient:
                 reply.usage = Usage(
                     estimate_tokens(prompt_text), estimate_tokens(out_text), 0, estimated=True
                 )
-            self._record(user_id, session_id, purpose, reply.usage, started, None)
+            self._record(user_id, session_id, purpose, reply.usage, started, None, model)
         finally:
             # Recorded first, released second, with no await in between: the spend is never counted twice
             # or not at all by a parallel request's check.
@@ -200,6 +261,7 @@ class LLMClient:
         usage: Usage,
         started: float,
         error: str | None,
+        model: str,
     ) -> None:
         if self._recorder is None:
             return
@@ -208,7 +270,7 @@ class LLMClient:
                 user_id=user_id,
                 session_id=session_id,
                 purpose=purpose,
-                model=self.model,
+                model=model,
                 prompt_tokens=usage.prompt_tokens,
                 completion_tokens=usage.completion_tokens,
                 cached_tokens=usage.cached_tokens,
@@ -224,6 +286,7 @@ class LLMClient:
         payload: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None,
         on_delta: DeltaCallback | None,
+        model: str,
     ) -> LLMReply:
         # The body is already plain JSON-ready dicts, so it goes in through `extra_body`: the SDK's own
         # parameter transform walks every message against its TypedDicts, which measured 39 ms per request
@@ -234,8 +297,16 @@ class LLMClient:
         if tools:
             body["tools"] = tools
         stream = await self._client.chat.completions.create(
-            model=self.model, messages=[], stream=True, extra_body=body
+            model=model, messages=[], stream=True, extra_body=body
         )
+        try:
+            return await self._read(stream, on_delta, model)
+        finally:
+            # Closed at once when the turn is stopped (cancelled) too: the server sees the connection go.
+            await stream.close()
+
+    @staticmethod
+    async def _read(stream: Any, on_delta: DeltaCallback | None, model: str) -> LLMReply:
         content: list[str] = []
         calls: dict[int, dict[str, Any]] = {}
         usage = Usage()
@@ -270,4 +341,171 @@ class LLMClient:
             ToolCallRequest(c["id"] or f"call_{i}", c["name"], c["arguments"])
             for i, c in sorted(calls.items())
         ]
-        return LLMReply("".join(content), tool_calls, usage, finish, self.model)
+        return LLMReply("".join(content), tool_calls, usage, finish, model)
+
+
+def _explain_audio(exc: Exception, what: str, setting: str) -> str:
+    """Why a transcription or speech request failed, naming the setting to check."""
+    if isinstance(exc, openai.AuthenticationError):
+        return f"the {what} endpoint rejected the API key (check {setting}_API_KEY)"
+    if isinstance(exc, openai.NotFoundError):
+        return f"the {what} endpoint or model was not found (check {setting}_BASE_URL and {setting}_MODEL)"
+    if isinstance(exc, openai.APIConnectionError):
+        return f"the {what} endpoint could not be reached (check {setting}_BASE_URL)"
+    if isinstance(exc, openai.APITimeoutError):
+        return f"the {what} endpoint did not answer in time"
+    if isinstance(exc, openai.APIStatusError):
+        return f"the {what} endpoint answered with an error (HTTP {exc.status_code})"
+    return f"the {what} request failed ({type(exc).__name__})"
+
+
+class AudioClient:
+    """Transcription (`/audio/transcriptions`) and speech (`/audio/speech`), recorded and budgeted."""
+
+    def __init__(
+        self,
+        *,
+        base_url: str | None,
+        api_key: str,
+        model: str,
+        tts_base_url: str | None = None,
+        tts_api_key: str = "",
+        tts_model: str | None = None,
+        tts_voice: str = "alloy",
+        timeout_s: float = 120.0,
+        max_retries: int = 2,
+        recorder: LLMCallRecorder | None = None,
+        budget: BudgetGate | None = None,
+    ) -> None:
+        self.model = model
+        self.tts_model = tts_model
+        self.tts_voice = tts_voice
+        self._recorder = recorder
+        self.budget = budget
+        # The aiohttp transport, like the chat client's: less CPU per request than the default httpx one.
+        self._stt = (
+            AsyncOpenAI(
+                base_url=base_url,
+                api_key=api_key,
+                timeout=timeout_s,
+                max_retries=max_retries,
+                http_client=DefaultAioHttpClient(timeout=timeout_s),
+            )
+            if base_url
+            else None
+        )
+        self._tts = (
+            AsyncOpenAI(
+                base_url=tts_base_url,
+                api_key=tts_api_key,
+                timeout=timeout_s,
+                max_retries=max_retries,
+                http_client=DefaultAioHttpClient(timeout=timeout_s),
+            )
+            if tts_base_url and tts_model
+            else None
+        )
+
+    @property
+    def can_transcribe(self) -> bool:
+        """Whether a transcription endpoint is configured."""
+        return self._stt is not None
+
+    @property
+    def can_speak(self) -> bool:
+        """Whether voice answers are configured (TTS_MODEL)."""
+        return self._tts is not None
+
+    async def close(self) -> None:
+        """Close the HTTP clients."""
+        for client in (self._stt, self._tts):
+            if client is not None:
+                await client.close()
+
+    async def transcribe(
+        self,
+        data: bytes,
+        filename: str,
+        duration_s: float,
+        *,
+        user_id: int | None = None,
+        session_id: str | None = None,
+    ) -> str:
+        """The text of an audio file as delivered (OGG/Opus, MP3, MP4...); MediaError with a reason."""
+        if self._stt is None:
+            raise MediaError("no transcription endpoint is configured (set TRANSCRIPTION_BASE_URL)")
+        seconds = max(1, round(duration_s))
+        hold = self.budget.reserve(user_id, "transcribe", self.model, 0, 0, seconds) if self.budget else None
+        started = time.monotonic()
+        try:
+            try:
+                result = await self._stt.audio.transcriptions.create(
+                    model=self.model, file=(filename, data), response_format="json"
+                )
+            except Exception as exc:
+                reason = _explain_audio(exc, "transcription", "TRANSCRIPTION")
+                log.warning("transcription failed: %s", reason)
+                self._record(user_id, session_id, "transcribe", self.model, 0, 0, started, reason, seconds)
+                raise MediaError(reason) from exc
+            text = str(getattr(result, "text", "") or "").strip()
+            self._record(user_id, session_id, "transcribe", self.model, 0, 0, started, None, seconds)
+            return text
+        finally:
+            if hold is not None:
+                hold.release()
+
+    async def speak(self, text: str, *, user_id: int | None = None, session_id: str | None = None) -> bytes:
+        """The text as an OGG/Opus voice note; MediaError with a reason."""
+        if self._tts is None or self.tts_model is None:
+            raise MediaError("voice answers are not configured (set TTS_MODEL)")
+        chars = len(text)
+        # Speech is priced per input character: the count goes where a chat call's prompt tokens go.
+        hold = self.budget.reserve(user_id, "speech", self.tts_model, chars, 0) if self.budget else None
+        started = time.monotonic()
+        try:
+            try:
+                response = await self._tts.audio.speech.create(
+                    model=self.tts_model, voice=self.tts_voice, input=text, response_format="opus"
+                )
+                audio = await response.aread()
+            except Exception as exc:
+                reason = _explain_audio(exc, "speech", "TTS")
+                log.warning("speech failed: %s", reason)
+                self._record(user_id, session_id, "speech", self.tts_model, chars, 0, started, reason, 0)
+                raise MediaError(reason) from exc
+            self._record(user_id, session_id, "speech", self.tts_model, chars, 0, started, None, 0)
+            return audio
+        finally:
+            if hold is not None:
+                hold.release()
+
+    def _record(
+        self,
+        user_id: int | None,
+        session_id: str | None,
+        purpose: str,
+        model: str,
+        prompt: int,
+        completion: int,
+        started: float,
+        error: str | None,
+        audio_seconds: int,
+    ) -> None:
+        if self._recorder is None:
+            return
+        try:
+            self._recorder.record_llm_call(
+                user_id=user_id,
+                session_id=session_id,
+                purpose=purpose,
+                model=model,
+                prompt_tokens=prompt,
+                completion_tokens=completion,
+                cached_tokens=0,
+                tokens_estimated=False,
+                duration_ms=int((time.monotonic() - started) * 1000),
+                error=error,
+                audio_seconds=audio_seconds,
+            )
+        except Exception:
+            log.exception("could not record an audio call")

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, get_type_hints
 
+import jsonschema
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from core_tools.errors import ToolError
@@ -20,6 +21,23 @@ from core_tools.types import ToolCallRequest, ToolContext, ToolOutcome
 log = logging.getLogger(__name__)
 
 ToolFn = Callable[..., Awaitable[Any]]
+# A tool defined by a JSON schema rather than a signature (an MCP server's): called with the arguments object.
+ExternalFn = Callable[[ToolContext, dict[str, Any]], Awaitable[Any]]
+
+# The most characters of a tool's description sent to the model: the whole docstring guidance goes in, but a
+# tool must not spend the prompt on prose (a test holds every registered tool to this).
+MAX_DESCRIPTION_CHARS = 1200
+
+
+def describe(doc: str, name: str) -> str:
+    """The model-facing description: every paragraph of the docstring, each on one line."""
+    paragraphs = [" ".join(p.split()) for p in doc.split("\n\n")]
+    return "\n\n".join(p for p in paragraphs if p) or name
+
+
+def bound_description(text: str, limit: int = MAX_DESCRIPTION_CHARS) -> str:
+    """A description cut to `limit` characters (for tools whose text we do not write: MCP servers')."""
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 class ToolCallRecorder(Protocol):
@@ -40,6 +58,21 @@ class ToolCallRecorder(Protocol):
     ) -> None: ...
 
 
+class ResultStore(Protocol):
+    """Where a result longer than one page is kept for `read_result` (the database in the app)."""
+
+    def store(
+        self, *, user_id: int, session_id: str, tool: str, call_id: str, text: str, untrusted: bool
+    ) -> str: ...
+
+
+READ_ON_NOTE = (
+    "This result is longer than one page: you have its first {page} of {total} characters. Read on with "
+    "read_result(handle={handle!r}, offset={next_offset}), or find text in it with "
+    "read_result(handle, search=...)."
+)
+
+
 def _strip_titles(schema: Any) -> Any:
     """Drop pydantic's auto titles: they cost tokens and tell the model nothing."""
     if isinstance(schema, dict):
@@ -56,11 +89,24 @@ class Tool:
     name: str
     description: str
     fn: ToolFn
-    args_model: type[BaseModel]
+    args_model: type[BaseModel] | None
     timeout_s: float
+    # Set for tools defined by a JSON schema (MCP servers' tools): arguments are validated against it.
+    input_schema: dict[str, Any] | None = None
+    # Whether a long result is stored and given by pages; `read_result` itself is bounded by its own length.
+    paged: bool = True
+
+    @functools.cached_property
+    def validator(self) -> jsonschema.protocols.Validator:
+        """The JSON-schema validator of an external tool's arguments."""
+        assert self.input_schema is not None
+        cls = jsonschema.validators.validator_for(self.input_schema, default=jsonschema.Draft202012Validator)
+        return cls(self.input_schema)
 
     @classmethod
-    def from_function(cls, fn: ToolFn, *, name: str | None = None, timeout_s: float = 60.0) -> Tool:
+    def from_function(
+        cls, fn: ToolFn, *, name: str | None = None, timeout_s: float = 60.0, paged: bool = True
+    ) -> Tool:
         """Build a tool from `async def f(ctx: ToolContext, a: int, b: str = "x")` and its docstring."""
         if not inspect.iscoroutinefunction(fn):
             raise TypeError(f"tool {fn!r} must be an async function")
@@ -75,9 +121,13 @@ class Tool:
             fields[pname] = (hints[pname], default)
         tool_name = name or fn.__name__
         model = create_model(f"{tool_name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
-        doc = inspect.getdoc(fn) or ""
-        description = doc.split("\n\n")[0].replace("\n", " ").strip() if doc else tool_name
-        return cls(tool_name, description, fn, model, timeout_s)
+        description = describe(inspect.getdoc(fn) or "", tool_name)
+        if len(description) > MAX_DESCRIPTION_CHARS:
+            raise ValueError(
+                f"the description of tool {tool_name!r} has {len(description)} characters, "
+                f"more than {MAX_DESCRIPTION_CHARS}: shorten its docstring"
+            )
+        return cls(tool_name, description, fn, model, timeout_s, paged=paged)
 
     @functools.cached_property
     def schema_dict(self) -> dict[str, Any]:
@@ -86,7 +136,12 @@ class Tool:
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI function-tool schema."""
-        params = _strip_titles(self.args_model.model_json_schema())
+        if self.input_schema is not None:
+            params = dict(self.input_schema)
+        else:
+            assert self.args_model is not None
+            params = _strip_titles(self.args_model.model_json_schema())
+        params.setdefault("type", "object")
         params.setdefault("properties", {})
         return {
             "type": "function",
@@ -105,14 +160,41 @@ def _validation_message(err: ValidationError) -> str:
 class ToolRegistry:
     """Holds the tools and runs every call through `call`, which never raises."""
 
-    def __init__(self, recorder: ToolCallRecorder | None = None, max_result_chars: int = 12_000) -> None:
+    def __init__(
+        self,
+        recorder: ToolCallRecorder | None = None,
+        max_result_chars: int = 12_000,
+        results: ResultStore | None = None,
+        page_chars: int = 8000,
+    ) -> None:
         self._tools: dict[str, Tool] = {}
         self._recorder = recorder
+        # A longer result is stored in `results` and the model gets its first `page_chars` and a handle;
+        # without a store it is cut.
         self.max_result_chars = max_result_chars
+        self.results = results
+        self.page_chars = min(page_chars, max_result_chars)
 
-    def register(self, fn: ToolFn, *, name: str | None = None, timeout_s: float = 60.0) -> Tool:
+    def register(
+        self, fn: ToolFn, *, name: str | None = None, timeout_s: float = 60.0, paged: bool = True
+    ) -> Tool:
         """Register an async function as a tool."""
-        tool = Tool.from_function(fn, name=name, timeout_s=timeout_s)
+        return self._add(Tool.from_function(fn, name=name, timeout_s=timeout_s, paged=paged))
+
+    def register_external(
+        self, name: str, description: str, input_schema: dict[str, Any], fn: ExternalFn, *, timeout_s: float
+    ) -> Tool:
+        """Register a tool given by a JSON schema (an MCP server's); ValueError for a name already taken."""
+        jsonschema.validators.validator_for(
+            input_schema, default=jsonschema.Draft202012Validator
+        ).check_schema(input_schema)
+        return self._add(Tool(name, bound_description(description), fn, None, timeout_s, input_schema))
+
+    def unregister(self, name: str) -> None:
+        """Remove a tool (an MCP server's, before its tools are listed again)."""
+        self._tools.pop(name, None)
+
+    def _add(self, tool: Tool) -> Tool:
         if tool.name in self._tools:
             raise ValueError(f"tool {tool.name!r} registered twice")
         self._tools[tool.name] = tool
@@ -132,10 +214,12 @@ class ToolRegistry:
         started = time.monotonic()
         error: str | None = None
         content: str
+        untrusted = False
         try:
             value = await self._run(request, ctx)
             full = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
             content = full
+            untrusted = isinstance(value, dict) and value.get("untrusted_external_content") is True
         except ToolError as exc:
             error = str(exc)
         except TimeoutError:
@@ -147,9 +231,9 @@ class ToolRegistry:
         if error is not None:
             full = json.dumps({"ok": False, "error": error}, ensure_ascii=False)
             content = full
-        if len(content) > self.max_result_chars:
-            cut = len(content) - self.max_result_chars
-            content = content[: self.max_result_chars] + f"\n[... {cut} more characters cut ...]"
+        tool = self._tools.get(request.name)
+        if len(content) > self.max_result_chars and (tool is None or tool.paged):
+            content = self._page(request, ctx, content, untrusted)
         duration_ms = int((time.monotonic() - started) * 1000)
         log.info(
             "tool call %s id=%s ok=%s %d ms%s",
@@ -176,6 +260,33 @@ class ToolRegistry:
                 log.exception("could not record tool call %s", request.id)
         return ToolOutcome(request.id, request.name, error is None, content, duration_ms, error)
 
+    def _page(self, request: ToolCallRequest, ctx: ToolContext, content: str, untrusted: bool) -> str:
+        """The first page of a long result and its handle; the whole is stored (cut without a store)."""
+        if self.results is not None:
+            try:
+                handle = self.results.store(
+                    user_id=ctx.user_id,
+                    session_id=ctx.session_id,
+                    tool=request.name,
+                    call_id=request.id,
+                    text=content,
+                    untrusted=untrusted,
+                )
+            except Exception:
+                log.exception("could not store the long result of %s", request.id)
+            else:
+                page = self.page_chars
+                paged: dict[str, Any] = {"paged": True, "handle": handle, "total_chars": len(content)}
+                if untrusted:
+                    paged["untrusted_external_content"] = True
+                paged["note"] = READ_ON_NOTE.format(
+                    page=page, total=len(content), handle=handle, next_offset=page
+                )
+                paged.update(offset=0, next_offset=page, page=content[:page])
+                return json.dumps(paged, ensure_ascii=False)
+        cut = len(content) - self.max_result_chars
+        return content[: self.max_result_chars] + f"\n[... {cut} more characters cut ...]"
+
     async def _run(self, request: ToolCallRequest, ctx: ToolContext) -> Any:
         tool = self._tools.get(request.name)
         if tool is None:
@@ -189,6 +300,17 @@ class ToolRegistry:
             raise ToolError(f"the arguments are not valid JSON ({exc.msg} at position {exc.pos})") from None
         if not isinstance(args, dict):
             raise ToolError("the arguments must be a JSON object")
+        if tool.input_schema is not None:
+            problems = sorted(tool.validator.iter_errors(args), key=lambda e: list(e.absolute_path))
+            if problems:
+                detail = "; ".join(
+                    f"{'.'.join(str(p) for p in e.absolute_path) or 'arguments'}: {e.message}"
+                    for e in problems[:5]
+                )
+                raise ToolError(f"invalid arguments for {tool.name}: {detail}")
+            async with asyncio.timeout(tool.timeout_s):
+                return await tool.fn(ctx, args)
+        assert tool.args_model is not None
         try:
             parsed = tool.args_model.model_validate(args)
         except ValidationError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -55,6 +56,8 @@ class ToolContext:
     progress: Callable[[str], Awaitable[None]] = _no_progress
     # "private" | "group" | "supergroup" | "channel" (ChatType); private data stays out of shared chats.
     chat_type: str = ChatType.PRIVATE.value
+    # The turn's first user message id: background work started by the turn is cancelled with it (/stop).
+    turn_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,8 @@ class LLMReply:
     usage: Usage = field(default_factory=Usage)
     finish_reason: str | None = None
     model: str = ""
+    # The request had images but they were left out: the endpoint cannot see images (LLM_VISION).
+    images_dropped: bool = False
 
 
 @dataclass(frozen=True)
@@ -108,10 +113,17 @@ class ChatMessage:
     tool_calls: tuple[ToolCallRequest, ...] = ()
     tool_call_id: str | None = None
     name: str | None = None
+    # User messages: images as data URLs, sent as `image_url` parts after the text (the caption).
+    images: tuple[str, ...] = ()
 
     def to_openai(self) -> dict[str, Any]:
         """Return the dict the chat.completions API takes."""
-        msg: dict[str, Any] = {"role": self.role, "content": self.content}
+        content: Any = self.content
+        if self.images:
+            content = [{"type": "text", "text": self.content or ""}] + [
+                {"type": "image_url", "image_url": {"url": url}} for url in self.images
+            ]
+        msg: dict[str, Any] = {"role": self.role, "content": content}
         if self.tool_calls:
             msg["tool_calls"] = [
                 {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
@@ -122,3 +134,46 @@ class ChatMessage:
         if self.name is not None and self.role == "tool":
             msg["name"] = self.name
         return msg
+
+
+@dataclass(frozen=True)
+class ImagePart:
+    """An image the user sent, for the model: its bytes and MIME type (a data URL is built from them)."""
+
+    data: bytes
+    mime_type: str = "image/jpeg"
+    name: str = "photo.jpg"
+
+    def data_url(self) -> str:
+        """The base64 data URL of the image."""
+        return f"data:{self.mime_type};base64,{base64.b64encode(self.data).decode('ascii')}"
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """A file the user sent, as the turn sees it: its original name, bytes and MIME type."""
+
+    name: str
+    data: bytes
+    mime_type: str | None = None
+
+
+@dataclass(frozen=True)
+class OutputFile:
+    """A file a code run wrote under out/, to be sent to the chat (images as photos, others as documents)."""
+
+    name: str
+    data: bytes
+
+    @property
+    def is_image(self) -> bool:
+        """Whether it goes to the chat as a photo."""
+        return self.name.lower().rsplit(".", 1)[-1] in {"png", "jpg", "jpeg", "gif", "webp"}
+
+
+class FileSink(Protocol):
+    """Where files a tool produced go (the chat in the app)."""
+
+    async def send_files(self, chat_id: int, files: list[OutputFile]) -> list[str]:
+        """Send the files; return a line per file that could not be sent (empty when all went)."""
+        ...

@@ -49,6 +49,7 @@ class ModelPrice:
     input: float
     output: float
     cached_input: float | None = None
+    per_minute: float | None = None  # USD per minute of audio (transcription models)
 
 
 # USD per million tokens, from the providers' public price pages as known in mid-2025 (OpenAI, Anthropic,
@@ -75,6 +76,15 @@ DEFAULT_PRICES: dict[str, ModelPrice] = {
     "gemini-2.5-pro": ModelPrice(1.25, 10.00, 0.31),
     "gemini-2.5-flash": ModelPrice(0.30, 2.50, 0.075),
     "gemini-2.0-flash": ModelPrice(0.10, 0.40, 0.025),
+    # Transcription (purpose `transcribe`): per minute of audio. Speech: per million input characters.
+    "whisper-1": ModelPrice(0.0, 0.0, per_minute=0.006),
+    "gpt-4o-transcribe": ModelPrice(0.0, 0.0, per_minute=0.006),
+    "gpt-4o-mini-transcribe": ModelPrice(0.0, 0.0, per_minute=0.003),
+    "whisper-large-v3": ModelPrice(0.0, 0.0, per_minute=0.00185),
+    "whisper-large-v3-turbo": ModelPrice(0.0, 0.0, per_minute=0.000667),
+    "tts-1": ModelPrice(15.00, 0.0),
+    "tts-1-hd": ModelPrice(30.00, 0.0),
+    "gpt-4o-mini-tts": ModelPrice(0.60, 12.00),
 }
 
 
@@ -95,8 +105,13 @@ def parse_prices(raw: str | Mapping[str, object] | None) -> dict[str, ModelPrice
                 out[str(model)] = ModelPrice(nums[0], nums[1], nums[2] if len(nums) == 3 else None)
             elif isinstance(value, dict):
                 cached = value.get("cached_input")
+                minute = value.get("per_minute")  # {"per_minute": 0.006} alone prices a transcription model
+                zero = 0.0 if minute is not None else None  # a per-minute price needs no token prices
                 out[str(model)] = ModelPrice(
-                    float(value["input"]), float(value["output"]), None if cached is None else float(cached)
+                    float(value["input"] if "input" in value or zero is None else zero),
+                    float(value["output"] if "output" in value or zero is None else zero),
+                    None if cached is None else float(cached),
+                    None if minute is None else float(minute),
                 )
             else:
                 raise ValueError
@@ -105,7 +120,7 @@ def parse_prices(raw: str | Mapping[str, object] | None) -> dict[str, ModelPrice
                 f"LLM_PRICES: price of {model!r} must be [input, output] or [input, output, cached_input]"
             ) from None
         price = out[str(model)]
-        if min(price.input, price.output, price.cached_input or 0.0) < 0:
+        if min(price.input, price.output, price.cached_input or 0.0, price.per_minute or 0.0) < 0:
             raise ValueError(f"LLM_PRICES: price of {model!r} is negative")
     return out
 
@@ -131,14 +146,17 @@ class PriceTable:
                 return self.prices[best]
         return None
 
-    def cost(self, model: str, prompt: int, completion: int, cached: int = 0) -> float | None:
+    def cost(
+        self, model: str, prompt: int, completion: int, cached: int = 0, audio_seconds: float = 0
+    ) -> float | None:
         """Estimated USD of a call (prompt tokens include cached ones); None when the price is unknown."""
         price = self.lookup(model)
         if price is None:
             return None
         cached = min(cached, prompt)
         cached_price = price.input if price.cached_input is None else price.cached_input
-        return ((prompt - cached) * price.input + cached * cached_price + completion * price.output) / 1e6
+        tokens = ((prompt - cached) * price.input + cached * cached_price + completion * price.output) / 1e6
+        return tokens + (audio_seconds / 60 * (price.per_minute or 0.0))
 
 
 @dataclass(frozen=True)
@@ -215,9 +233,9 @@ def spend_of(rows: list[ModelUsage], prices: PriceTable) -> Spend:
     for r in rows:
         tokens += r.prompt_tokens + r.completion_tokens
         estimated += r.estimated_calls
-        c = prices.cost(r.model, r.prompt_tokens, r.completion_tokens, r.cached_tokens)
+        c = prices.cost(r.model, r.prompt_tokens, r.completion_tokens, r.cached_tokens, r.audio_seconds)
         if c is None:
-            if r.prompt_tokens or r.completion_tokens:
+            if r.prompt_tokens or r.completion_tokens or r.audio_seconds:
                 unpriced.add(r.model)
         else:
             cost += c
@@ -285,6 +303,7 @@ class UsageReport:
     purposes: list[PurposeLine]
     activity: ActivityCounts
     caps: list[CapStatus] = field(default_factory=list)
+    models: list[PurposeLine] = field(default_factory=list)  # the same figures per model (`purpose`)
 
 
 def usd(value: float) -> str:
@@ -425,7 +444,13 @@ class UsageService:
             self._refuse(user_id, purpose, cap)
 
     def reserve(
-        self, user_id: int | None, purpose: str, model: str, prompt_tokens: int, completion_tokens: int
+        self,
+        user_id: int | None,
+        purpose: str,
+        model: str,
+        prompt_tokens: int,
+        completion_tokens: int,
+        audio_seconds: float = 0,
     ) -> Hold:
         """Check the caps counting what requests in flight reserved, then reserve this request's estimate.
 
@@ -437,7 +462,9 @@ class UsageService:
         if user_id is None:
             return Hold(None)
         tokens = max(0, prompt_tokens) + max(0, completion_tokens)
-        cost = self.prices.cost(model, max(0, prompt_tokens), max(0, completion_tokens)) or 0.0
+        cost = (
+            self.prices.cost(model, max(0, prompt_tokens), max(0, completion_tokens), 0, audio_seconds) or 0.0
+        )
         with self._lock:
             cap = None if purpose in EXEMPT_PURPOSES else self._reached(user_id)
             if cap is None:
@@ -562,15 +589,19 @@ class UsageService:
         w = window(period, self.clock(), self.timezone(user_id))
         rows = self.queries.model_usage(user_id, w.start, w.end)
         purposes: dict[str, PurposeLine] = {}
+        models: dict[str, PurposeLine] = {}
         for r in rows:
-            line = purposes.setdefault(r.purpose, PurposeLine(r.purpose))
-            line.calls += r.calls
-            line.tokens += r.prompt_tokens + r.completion_tokens
             c = self.prices.cost(r.model, r.prompt_tokens, r.completion_tokens, r.cached_tokens)
-            if c is None:
-                line.cost_unknown = line.cost_unknown or bool(r.prompt_tokens or r.completion_tokens)
-            else:
-                line.cost += c
+            for line in (
+                purposes.setdefault(r.purpose, PurposeLine(r.purpose)),
+                models.setdefault(r.model, PurposeLine(r.model)),
+            ):
+                line.calls += r.calls
+                line.tokens += r.prompt_tokens + r.completion_tokens
+                if c is None:
+                    line.cost_unknown = line.cost_unknown or bool(r.prompt_tokens or r.completion_tokens)
+                else:
+                    line.cost += c
         return UsageReport(
             user_id=user_id,
             window=w,
@@ -581,6 +612,7 @@ class UsageService:
             llm_calls=sum(r.calls for r in rows),
             llm_errors=sum(r.errors for r in rows),
             purposes=sorted(purposes.values(), key=lambda p: (-p.tokens, p.purpose)),
+            models=sorted(models.values(), key=lambda p: (-p.tokens, p.purpose)),
             activity=self.queries.activity(user_id, w.start, w.end),
             caps=self.cap_status(user_id),
         )
@@ -613,9 +645,11 @@ class UsageService:
             if a.events:
                 stops = ", ".join(f"{STOP_LABELS.get(k, k)} {n}" for k, n in sorted(a.events.items()))
                 lines.append(f"Stopped: {stops}")
-            if rep.purposes:
-                lines.append("By purpose:")
-                for p in rep.purposes:
+            for title, group in (("By purpose:", rep.purposes), ("By model:", rep.models)):
+                if not group:
+                    continue
+                lines.append(title)
+                for p in group:
                     cost = "cost unknown" if p.cost_unknown and not p.cost else usd(p.cost)
                     if p.cost_unknown and p.cost:
                         cost += " + unknown"

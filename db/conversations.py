@@ -9,7 +9,8 @@ from typing import Any
 from sqlalchemy import Engine, Table, bindparam, insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from db.models import ChatSession, Message, User, utcnow
+from db.inbox import Inbox
+from db.models import ChatSession, ChatSettings, Message, User, utcnow
 
 LAST_SEEN_RESOLUTION = timedelta(minutes=1)
 _MESSAGES: Table = Message.__table__  # type: ignore[assignment]
@@ -39,6 +40,17 @@ _OPEN_SESSION = (
     .where(
         _SESSIONS.c.user_id == bindparam("uid"),
         _SESSIONS.c.chat_id == bindparam("cid"),
+        _SESSIONS.c.ended_at.is_(None),
+    )
+    .order_by(_SESSIONS.c.started_at.desc())
+    .limit(1)
+)
+# A group's session belongs to the chat, whoever speaks (issue 14): found by the chat alone.
+_OPEN_CHAT_SESSION = (
+    select(*_OPEN_SESSION.selected_columns)
+    .where(
+        _SESSIONS.c.chat_id == bindparam("cid"),
+        _SESSIONS.c.chat_type != "private",
         _SESSIONS.c.ended_at.is_(None),
     )
     .order_by(_SESSIONS.c.started_at.desc())
@@ -110,6 +122,20 @@ def _chat_type(user_id: int, chat_id: int, chat_type: str | None) -> str:
 
 
 @dataclass(frozen=True)
+class UserMessage:
+    """A stored user message, as /retry and edits see it."""
+
+    id: int
+    session_id: str
+    user_id: int
+    chat_id: int
+    content: str
+    status: str
+    tg_message_id: int | None
+    latest: bool  # no later user message in its session
+
+
+@dataclass(frozen=True)
 class PendingMessage:
     """A user message whose turn never finished (the process died mid-turn)."""
 
@@ -132,6 +158,7 @@ class Conversations:
     def __init__(self, sessions: sessionmaker[Session]) -> None:
         self._sm = sessions
         self._engine: Engine = sessions.kw["bind"]
+        self.inbox = Inbox(self._engine)  # messages waiting for their turn; a turn stores them from there
         # Small per-process caches of the hot path; the bot is the only writer of these columns.
         self._seen: dict[int, tuple[tuple[str | None, str | None], datetime]] = {}
         self._timezones: dict[int, str | None] = {}
@@ -179,9 +206,15 @@ class Conversations:
     def current_session(
         self, user_id: int, chat_id: int, now: datetime | None = None, chat_type: str | None = None
     ) -> SessionInfo:
-        """The user's open session in this chat, opening one (of `chat_type`) if there is none."""
+        """The user's open session in this chat, opening one (of `chat_type`) if there is none.
+
+        In a group or supergroup the session is the chat's, shared by everyone who speaks there."""
+        shared = _chat_type(user_id, chat_id, chat_type) != "private"
         with self._engine.connect() as conn:
-            row = conn.execute(_OPEN_SESSION, {"uid": user_id, "cid": chat_id}).first()
+            if shared:
+                row = conn.execute(_OPEN_CHAT_SESSION, {"cid": chat_id}).first()
+            else:
+                row = conn.execute(_OPEN_SESSION, {"uid": user_id, "cid": chat_id}).first()
         if row is not None:
             return SessionInfo(*row)
         return self.start_session(user_id, chat_id, now=now, chat_type=chat_type)
@@ -246,11 +279,13 @@ class Conversations:
         key = (user_id, user_id if chat_id is None else chat_id)
         if key in self._summaries:
             return self._summaries[key]
+        # A group's sessions are the chat's: its summary is found by the chat, whoever started the session.
+        owner = ChatSession.user_id == key[0] if key[0] == key[1] else ChatSession.chat_type != "private"
         with self._sm() as s:
             row = s.execute(
                 select(ChatSession.name, ChatSession.summary)
                 .where(
-                    ChatSession.user_id == key[0],
+                    owner,
                     ChatSession.chat_id == key[1],
                     ChatSession.summary.is_not(None),
                 )
@@ -279,6 +314,7 @@ class Conversations:
         tool_call_id: str | None = None,
         tool_name: str | None = None,
         status: str = "done",
+        tg_message_id: int | None = None,
     ) -> int:
         """Store one message and mark the session active; returns its id."""
         now = utcnow()
@@ -295,6 +331,7 @@ class Conversations:
             "tool_name": tool_name,
             "status": status,
             "created_at": now,
+            "tg_message_id": tg_message_id,
         }
         with self._engine.begin() as conn:
             result = conn.execute(_INSERT_MESSAGE, row)
@@ -307,6 +344,107 @@ class Conversations:
         """Change a user message's status (pending -> answered | failed | interrupted | refused)."""
         with self._engine.begin() as conn:
             conn.execute(_SET_STATUS, {"mid": message_id, "new_status": status})
+
+    def set_statuses(self, message_ids: list[int], status: str) -> None:
+        """Change the status of several messages at once (the user messages of one turn)."""
+        if message_ids:
+            with self._engine.begin() as conn:
+                conn.execute(_SET_STATUS, [{"mid": i, "new_status": status} for i in message_ids])
+
+    def supersede_answer(self, session_id: str, user_message_id: int) -> int:
+        """Mark the answer to a user message (every later non-user message of the session) superseded:
+        kept in the database, left out of the history the model sees. Returns how many rows changed."""
+        with self._engine.begin() as conn:
+            result = conn.execute(
+                update(_MESSAGES)
+                .where(
+                    _MESSAGES.c.session_id == session_id,
+                    _MESSAGES.c.id > user_message_id,
+                    _MESSAGES.c.role != "user",
+                    _MESSAGES.c.status != "superseded",
+                )
+                .values(status="superseded")
+            )
+            return int(result.rowcount or 0)
+
+    def _user_message(self, conn: Any, row: Any) -> UserMessage:
+        later = conn.execute(
+            select(_MESSAGES.c.id)
+            .where(
+                _MESSAGES.c.session_id == row.session_id, _MESSAGES.c.id > row.id, _MESSAGES.c.role == "user"
+            )
+            .limit(1)
+        ).first()
+        return UserMessage(
+            row.id,
+            row.session_id,
+            row.user_id,
+            row.chat_id,
+            row.content or "",
+            row.status,
+            row.tg_message_id,
+            later is None,
+        )
+
+    _USER_COLUMNS = (
+        _MESSAGES.c.id,
+        _MESSAGES.c.session_id,
+        _MESSAGES.c.user_id,
+        _MESSAGES.c.chat_id,
+        _MESSAGES.c.content,
+        _MESSAGES.c.status,
+        _MESSAGES.c.tg_message_id,
+    )
+
+    def last_user_message(self, session_id: str) -> UserMessage | None:
+        """The newest user message of a session (what /retry answers again)."""
+        with self._engine.connect() as conn:
+            row = conn.execute(
+                select(*self._USER_COLUMNS)
+                .where(_MESSAGES.c.session_id == session_id, _MESSAGES.c.role == "user")
+                .order_by(_MESSAGES.c.id.desc())
+                .limit(1)
+            ).first()
+            return None if row is None else self._user_message(conn, row)
+
+    def find_by_telegram_id(self, chat_id: int, tg_message_id: int) -> UserMessage | None:
+        """The stored user message that Telegram knows as `tg_message_id` in this chat, if any."""
+        with self._engine.connect() as conn:
+            row = conn.execute(
+                select(*self._USER_COLUMNS)
+                .where(
+                    _MESSAGES.c.chat_id == chat_id,
+                    _MESSAGES.c.tg_message_id == tg_message_id,
+                    _MESSAGES.c.role == "user",
+                )
+                .order_by(_MESSAGES.c.id.desc())
+                .limit(1)
+            ).first()
+            return None if row is None else self._user_message(conn, row)
+
+    def edit_message(self, message_id: int, content: str) -> None:
+        """Replace a user message's text with the user's edit (the edit time is kept)."""
+        with self._engine.begin() as conn:
+            conn.execute(
+                update(_MESSAGES)
+                .where(_MESSAGES.c.id == message_id)
+                .values(content=content, edited_at=utcnow())
+            )
+
+    def chat_model(self, chat_id: int) -> str | None:
+        """The model this chat chose, or None for the default."""
+        with self._sm() as s:
+            row = s.get(ChatSettings, chat_id)
+            return None if row is None else row.model
+
+    def set_chat_model(self, chat_id: int, model: str | None, by_user: int) -> None:
+        """Choose the chat's model (None: back to the default)."""
+        with self._sm.begin() as s:
+            row = s.get(ChatSettings, chat_id)
+            if row is None:
+                s.add(ChatSettings(chat_id=chat_id, model=model, updated_by=by_user, updated_at=utcnow()))
+            else:
+                row.model, row.updated_by, row.updated_at = model, by_user, utcnow()
 
     def messages(self, session_id: str, limit: int = 500, since_id: int | None = None) -> list[StoredMessage]:
         """The newest `limit` messages of a session, oldest first (without `created_at`, to stay cheap),

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     DateTime,
     ForeignKey,
     Index,
@@ -130,6 +131,7 @@ class Message(Base):
     __table_args__ = (
         Index("ix_messages_session", "session_id", "id"),
         Index("ix_messages_status", "status"),
+        Index("ix_messages_chat_tg", "chat_id", "tg_message_id"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -142,9 +144,44 @@ class Message(Base):
     tool_calls: Mapped[list[Any] | None] = mapped_column(JSON)
     tool_call_id: Mapped[str | None] = mapped_column(String(128))
     tool_name: Mapped[str | None] = mapped_column(String(64))
-    # user messages: pending -> answered | failed | interrupted; others: done
+    # user messages: pending -> answered | failed | interrupted | refused | stopped; others: done, or
+    # stopped (a partial answer) and superseded (replaced by /retry or an edit: kept, not in the history)
     status: Mapped[str] = mapped_column(String(16), default="done")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # The Telegram id of a user message (to find it when it is edited or replied to); migration 0009.
+    tg_message_id: Mapped[int | None] = mapped_column(BigInteger)
+    edited_at: Mapped[datetime | None] = mapped_column()
+
+
+class InboxMessage(Base):
+    """A user message that arrived and waits for its chat's turn (migration 0009).
+
+    Stored the moment it arrives, so a restart during the debounce or while another turn runs loses
+    nothing; kept apart from `messages` so no history query sees it before its turn, when it moves into
+    `messages` (new ids: after the previous turn's rows) in the same transaction that deletes it here."""
+
+    __tablename__ = "inbox"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user_id: Mapped[int] = mapped_column(BigInteger)
+    chat_id: Mapped[int] = mapped_column(BigInteger)
+    chat_type: Mapped[str] = mapped_column(String(16))
+    first_name: Mapped[str | None] = mapped_column(String(255))
+    username: Mapped[str | None] = mapped_column(String(255))
+    content: Mapped[str] = mapped_column(Text)
+    tg_message_id: Mapped[int | None] = mapped_column(BigInteger)
+    received_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ChatSettings(Base):
+    """What one chat chose (migration 0009): its model; NULL means the operator's default."""
+
+    __tablename__ = "chat_settings"
+
+    chat_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    model: Mapped[str | None] = mapped_column(String(128))
+    updated_by: Mapped[int | None] = mapped_column(BigInteger)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class LLMCall(Base):
@@ -165,6 +202,8 @@ class LLMCall(Base):
     duration_ms: Mapped[int] = mapped_column(Integer, default=0)
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # Seconds of audio of a transcription call (priced per minute); 0 for every other call.
+    audio_seconds: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class ToolCallLog(Base):
@@ -213,6 +252,34 @@ class CodeExecution(Base):
     stdout_bytes: Mapped[int] = mapped_column(Integer, default=0)
     stderr_bytes: Mapped[int] = mapped_column(Integer, default=0)
     truncated: Mapped[bool] = mapped_column(default=False)
+    # [{"name", "size"}] of the files the run wrote under out/ (sent to the chat), or None
+    files_out: Mapped[list[Any] | None] = mapped_column(JSON)
+
+
+class MediaFile(Base):
+    """One file a user sent: voice, audio, photo or document; the bytes live hash-named under MEDIA_DIR."""
+
+    __tablename__ = "media_files"
+    __table_args__ = (
+        Index("ix_media_files_session", "session_id", "id"),
+        Index("ix_media_files_message", "message_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user_id: Mapped[int] = mapped_column(BigInteger)
+    chat_id: Mapped[int] = mapped_column(BigInteger)
+    session_id: Mapped[str | None] = mapped_column(String(36))
+    message_id: Mapped[int | None] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(16))  # voice | audio | video_note | photo | image | document
+    file_name: Mapped[str] = mapped_column(String(255))
+    mime_type: Mapped[str | None] = mapped_column(String(128))
+    size: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    sha256: Mapped[str | None] = mapped_column(String(64))  # None when the bytes could not be fetched
+    duration_s: Mapped[int | None] = mapped_column(Integer)
+    text_chars: Mapped[int | None] = mapped_column(Integer)  # extracted text of a document
+    status: Mapped[str] = mapped_column(String(16))
+    detail: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class Memory(Base):
@@ -340,3 +407,112 @@ class TurnEvent(Base):
     kind: Mapped[str] = mapped_column(String(32))
     detail: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Schedule(Base):
+    """A reminder (`kind` message) or scheduled task (`kind` task) of a user, delivered to one chat.
+
+    `start_local` is the first wall-clock time (ISO, no offset) in `timezone`, or in the user's current zone
+    when `timezone` is NULL (a later /timezone moves it); `next_fire_at` is the next occurrence in UTC,
+    computed with `zone_used`. `fired_count` counts occurrences consumed (missed ones too) against `count`.
+    """
+
+    __tablename__ = "schedules"
+    __table_args__ = (
+        Index("ix_schedules_status_next", "status", "next_fire_at"),
+        Index("ix_schedules_user_status", "user_id", "status"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user_id: Mapped[int] = mapped_column(BigInteger)
+    chat_id: Mapped[int] = mapped_column(BigInteger)
+    chat_type: Mapped[str] = mapped_column(String(16), default="private")
+    kind: Mapped[str] = mapped_column(String(8))  # message | task
+    text: Mapped[str] = mapped_column(Text)
+    start_local: Mapped[str] = mapped_column(String(32))
+    timezone: Mapped[str | None] = mapped_column(String(64))
+    zone_used: Mapped[str] = mapped_column(String(64))
+    repeat: Mapped[str | None] = mapped_column(Text)  # an RRULE (without COUNT/UNTIL) or a 5-field cron
+    repeat_kind: Mapped[str | None] = mapped_column(String(8))  # rrule | cron
+    until_at: Mapped[datetime | None] = mapped_column()
+    count: Mapped[int | None] = mapped_column(Integer)
+    fired_count: Mapped[int] = mapped_column(Integer, default=0)
+    status: Mapped[str] = mapped_column(String(16), default="active")  # active | paused | done | cancelled
+    pause_reason: Mapped[str | None] = mapped_column(String(32))  # blocked | failures
+    failures: Mapped[int] = mapped_column(Integer, default=0)  # consecutive failed task firings
+    next_fire_at: Mapped[datetime | None] = mapped_column()
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ScheduleFiring(Base):
+    """One delivery of a schedule: due -> sending -> sent (with the message id) | failed (with the error).
+
+    `not_before` is when it may be (re)tried; `missed` counts occurrences folded into it after downtime;
+    `resend` marks one that was being sent when the bot stopped; `ack` is the user's done/snoozed.
+    """
+
+    __tablename__ = "schedule_firings"
+    __table_args__ = (
+        Index("ix_schedule_firings_status_time", "status", "not_before"),
+        Index("ix_schedule_firings_schedule", "schedule_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    schedule_id: Mapped[int] = mapped_column(Integer, ForeignKey("schedules.id", ondelete="CASCADE"))
+    user_id: Mapped[int] = mapped_column(BigInteger)
+    chat_id: Mapped[int] = mapped_column(BigInteger)
+    due_at: Mapped[datetime] = mapped_column()
+    not_before: Mapped[datetime] = mapped_column()
+    status: Mapped[str] = mapped_column(String(16), default="due")  # due|sending|sent|failed|cancelled
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    missed: Mapped[int] = mapped_column(Integer, default=0)
+    snoozed: Mapped[bool] = mapped_column(Boolean, default=False)
+    resend: Mapped[bool] = mapped_column(Boolean, default=False)
+    result_text: Mapped[str | None] = mapped_column(Text)
+    message_id: Mapped[int | None] = mapped_column(BigInteger)
+    error: Mapped[str | None] = mapped_column(Text)
+    ack: Mapped[str | None] = mapped_column(String(16))  # done | snoozed
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    sent_at: Mapped[datetime | None] = mapped_column()
+
+
+class StoredResult(Base):
+    """A tool result too long for one page: the model reads it with `read_result` by its handle (0011).
+
+    Owned by the user whose call produced it; gone when its session ends."""
+
+    __tablename__ = "tool_results"
+    __table_args__ = (Index("ix_tool_results_session", "session_id"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    user_id: Mapped[int] = mapped_column(BigInteger)
+    session_id: Mapped[str] = mapped_column(String(36))
+    tool: Mapped[str] = mapped_column(String(128))
+    call_id: Mapped[str] = mapped_column(String(128))
+    content: Mapped[str] = mapped_column(Text)
+    chars: Mapped[int] = mapped_column(Integer)
+    # The result came from outside (web, MCP server): every page read later carries the untrusted mark.
+    untrusted: Mapped[bool] = mapped_column(default=False, server_default=false())
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class CodeJob(Base):
+    """A background `generate` job (0011): its state survives a restart."""
+
+    __tablename__ = "code_jobs"
+    __table_args__ = (Index("ix_code_jobs_user_status", "user_id", "status"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    user_id: Mapped[int] = mapped_column(BigInteger)
+    chat_id: Mapped[int] = mapped_column(BigInteger)
+    session_id: Mapped[str | None] = mapped_column(String(36))
+    task: Mapped[str] = mapped_column(Text)
+    language: Mapped[str] = mapped_column(String(32), default="python")
+    # running | done | failed | cancelled | interrupted (the process ended while it ran)
+    status: Mapped[str] = mapped_column(String(16), default="running")
+    # "host:pid" of the process running it: a restart finds its predecessor's jobs by this.
+    runner: Mapped[str] = mapped_column(String(128), default="")
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column()

@@ -23,6 +23,8 @@ from db.models import (
 
 _LLM_CALLS: Table = LLMCall.__table__  # type: ignore[assignment]
 _INSERT_LLM_CALL = insert(_LLM_CALLS)  # built once: it runs on every LLM call
+_TOOL_CALLS: Table = ToolCallLog.__table__  # type: ignore[assignment]
+_INSERT_TOOL_CALL = insert(_TOOL_CALLS)  # and this on every tool call (an MCP call's overhead is mostly this)
 
 
 class UsageLog:
@@ -45,8 +47,9 @@ class UsageLog:
         tokens_estimated: bool,
         duration_ms: int,
         error: str | None,
+        audio_seconds: int = 0,
     ) -> None:
-        """Store one LLM request, successful or not."""
+        """Store one LLM request, successful or not (`audio_seconds` for a transcription)."""
         # A Core insert: this runs on every LLM call, on the event loop.
         with self._engine.begin() as conn:
             conn.execute(
@@ -62,6 +65,7 @@ class UsageLog:
                     "tokens_estimated": tokens_estimated,
                     "duration_ms": duration_ms,
                     "error": error,
+                    "audio_seconds": audio_seconds,
                     "created_at": utcnow(),
                 },
             )
@@ -80,19 +84,21 @@ class UsageLog:
         duration_ms: int,
     ) -> None:
         """Store one tool call with its full result."""
-        with self._sm.begin() as s:
-            s.add(
-                ToolCallLog(
-                    user_id=user_id,
-                    session_id=session_id,
-                    call_id=call_id,
-                    tool=tool,
-                    arguments=arguments,
-                    ok=ok,
-                    result=result,
-                    error=error,
-                    duration_ms=duration_ms,
-                )
+        with self._engine.begin() as conn:
+            conn.execute(
+                _INSERT_TOOL_CALL,
+                {
+                    "user_id": user_id,
+                    "session_id": session_id,
+                    "call_id": call_id,
+                    "tool": tool,
+                    "arguments": arguments,
+                    "ok": ok,
+                    "result": result,
+                    "error": error,
+                    "duration_ms": duration_ms,
+                    "created_at": utcnow(),
+                },
             )
 
 
@@ -109,6 +115,7 @@ class ModelUsage:
     estimated_calls: int  # calls whose tokens were estimated (the server reported no usage)
     errors: int
     duration_ms: int
+    audio_seconds: int = 0  # transcription calls: priced per minute
 
 
 @dataclass(frozen=True)
@@ -163,8 +170,12 @@ class UsageQueries:
                 func.coalesce(func.sum(LLMCall.completion_tokens), 0),
                 func.coalesce(func.sum(LLMCall.cached_tokens), 0),
                 func.coalesce(func.sum(case((LLMCall.tokens_estimated, 1), else_=0)), 0),
-                func.coalesce(func.sum(case((LLMCall.error.is_not(None), 1), else_=0)), 0),
+                # A request the user stopped (/stop) is not a failure.
+                func.coalesce(
+                    func.sum(case((LLMCall.error.is_not(None) & (LLMCall.error != "stopped"), 1), else_=0)), 0
+                ),
                 func.coalesce(func.sum(LLMCall.duration_ms), 0),
+                func.coalesce(func.sum(LLMCall.audio_seconds), 0),
             )
             .where(LLMCall.created_at >= since, LLMCall.created_at < until)
             .group_by(LLMCall.purpose, LLMCall.model)

@@ -37,7 +37,10 @@ def make_settings(tmp_path: Path, tg: FakeTelegram | None, llm: FakeLLM, **overr
         "llm_max_retries": 0,
         "llm_timeout_s": 10,
         "database_url": DATABASE_URL or f"sqlite:///{tmp_path / 'data' / 'assistant.db'}",
+        "media_dir": str(tmp_path / "data" / "media"),
         "stream_edit_interval_s": 0.2,
+        # Tests answer at once; the burst tests set a debounce of their own.
+        "message_debounce_ms": 0,
     }
     values.update(overrides)
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]

@@ -9,7 +9,8 @@ import shutil
 import signal
 import tempfile
 import time
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from core_tools.errors import ToolError
@@ -29,8 +30,18 @@ from core_tools.sandbox.isolation import (
     limit_wrapper,
     memory_limit_mb,
     probe_bwrap,
+    toolkit_interpreter,
 )
-from core_tools.sandbox.model import ExecutionResult, Executor, Isolation, SandboxLimits
+from core_tools.sandbox.model import ExecutionResult, Executor, FileLimits, Isolation, SandboxLimits
+from core_tools.sandbox.workfiles import (
+    IN_DIR,
+    OUT_DIR,
+    collect_dir,
+    collect_tar,
+    epilogue_argv,
+    remove,
+    write_inputs,
+)
 
 _CHUNK = 65_536
 _TAIL_BYTES = 16_384  # end of stderr kept (beyond the cap) only to categorize the error
@@ -88,6 +99,19 @@ async def _pump(stream: asyncio.StreamReader | None, capture: _Capture) -> None:
         return
     while chunk := await stream.read(_CHUNK):
         capture.feed(chunk)
+
+
+async def _pump_fd(pipe: list[int], capture: _Capture) -> None:
+    """Read the read end `pipe[0]` to EOF into `capture`; the fd is closed (and marked -1) afterwards."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    handle = os.fdopen(pipe[0], "rb", buffering=0)
+    pipe[0] = -1  # the file object (and the transport) own it now
+    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), handle)
+    try:
+        await _pump(reader, capture)
+    finally:
+        transport.close()
 
 
 async def _feed_stdin(stdin: asyncio.StreamWriter | None, data: bytes) -> None:
@@ -159,10 +183,12 @@ class LocalExecutor:
         allow_unsandboxed: bool = False,
         bwrap_path: str | None = None,
         cgroups: bool = True,
+        python_env: str | None = None,
     ) -> None:
         """Probe bwrap (once per binary) and find the interpreters; nothing is started yet.
 
         `cgroups=False` bounds memory with the watchdog even where a cgroup could be made (for tests).
+        `python_env`: a separate environment (the data toolkit) whose python3 runs Python code.
         """
         self.limits = limits or SandboxLimits()
         self.allow_unsandboxed = allow_unsandboxed
@@ -173,6 +199,10 @@ class LocalExecutor:
         if self.isolation is Isolation.UNAVAILABLE and allow_unsandboxed:
             self.isolation = Isolation.UNSANDBOXED
         self._interpreters = find_interpreters()
+        toolkit = toolkit_interpreter(python_env) if python_env else None
+        self.toolkit = toolkit is not None
+        if toolkit is not None:
+            self._interpreters["python"] = toolkit
         found: RunParent | str = find_run_parent() if cgroups else "cgroups not used"
         self._run_parent = found if isinstance(found, RunParent) else None
         self.memory_bound = (
@@ -223,9 +253,18 @@ class LocalExecutor:
         )
 
     async def run(
-        self, code: str, language: str = "python", timeout_s: float | None = None
+        self,
+        code: str,
+        language: str = "python",
+        timeout_s: float | None = None,
+        *,
+        files_in: Mapping[str, bytes] | None = None,
+        files_out: FileLimits | None = None,
     ) -> ExecutionResult:
-        """Run `code` in a fresh sandbox and return what happened (failures of the code are results)."""
+        """Run `code` in a fresh sandbox and return what happened (failures of the code are results).
+
+        `files_in` are readable under in/; with `files_out` the files written under out/ come back.
+        """
         name, interpreter = self._resolve(language)
         timeout = self._timeout(timeout_s)
         if self.isolation is Isolation.UNAVAILABLE:
@@ -237,14 +276,24 @@ class LocalExecutor:
             self.limits, memory_limit_mb(name, self.limits), find_prlimit(sandboxed), python
         )
         scratch: str | None = None
+        in_dir = write_inputs(files_in) if files_in and sandboxed else None
+        pipe: list[int] | None = list(os.pipe()) if files_out is not None and sandboxed else None
         cgroup = self._run_cgroup()
         kwargs: dict[str, Any] = dict(drop_privileges())
         if cgroup is not None:
             # The child joins the cgroup before exec, as root, and drops privileges itself afterwards.
             kwargs = {"preexec_fn": cgroup.joiner(SANDBOX_UID if os.geteuid() == 0 else None)}
+        if pipe is not None:
+            kwargs["pass_fds"] = (pipe[1],)
         if sandboxed:
-            argv = bwrap_argv(self._bwrap_path, self._probe.features, self.limits, interpreter.binds)
-            argv += wrapper + program
+            work = interpreter.work_files + (((in_dir, IN_DIR),) if in_dir is not None else ())
+            argv = bwrap_argv(
+                self._bwrap_path, self._probe.features, self.limits, interpreter.binds, work, pipe is not None
+            )
+            command = wrapper + program
+            if pipe is not None:
+                command = epilogue_argv("/bin/bash", OUT_DIR, pipe[1], command)
+            argv += command
             cwd = "/"
             env = {"PATH": SANDBOX_PATH}
         else:
@@ -254,13 +303,45 @@ class LocalExecutor:
             argv = wrapper + program
             cwd = scratch
             env = {"PATH": SANDBOX_PATH, "HOME": scratch, "LANG": "C.UTF-8", "TMPDIR": scratch}
+            env["MPLBACKEND"] = "Agg"
+            self._unsandboxed_files(scratch, files_in, files_out is not None)
         try:
-            return await self._execute(argv, cwd, env, kwargs, code, name, timeout, sandboxed, cgroup)
+            result, tar = await self._execute(
+                argv, cwd, env, kwargs, code, name, timeout, sandboxed, cgroup, pipe
+            )
+            if result.timed_out:
+                pass  # a run killed on the clock hands nothing back (its files may be half written)
+            elif files_out is not None and scratch is not None:
+                kept, skipped = collect_dir(os.path.join(scratch, OUT_DIR), files_out)
+                result = replace(result, files_out=kept, files_skipped=skipped)
+            elif files_out is not None:
+                kept, skipped = collect_tar(tar, files_out)
+                result = replace(result, files_out=kept, files_skipped=skipped)
+            return result
         finally:
             if cgroup is not None:
                 await cgroup.close()
             if scratch is not None:
                 shutil.rmtree(scratch, ignore_errors=True)
+            remove(in_dir)
+            for fd in pipe or ():
+                if fd >= 0:  # not yet closed by _execute (the start failed)
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+
+    @staticmethod
+    def _unsandboxed_files(scratch: str, files_in: Mapping[str, bytes] | None, out: bool) -> None:
+        """in/ (read-only files) and out/ in an unsandboxed run's scratch directory, when asked for."""
+        for sub in ([IN_DIR] if files_in else []) + ([OUT_DIR] if out else []):
+            path = os.path.join(scratch, sub)
+            os.mkdir(path)
+            if os.geteuid() == 0:
+                os.chown(path, SANDBOX_UID, SANDBOX_UID)
+        for file_name, data in (files_in or {}).items():
+            path = os.path.join(scratch, IN_DIR, os.path.basename(file_name))
+            with open(path, "wb") as handle:
+                handle.write(data)
+            os.chmod(path, 0o444)
 
     def _run_cgroup(self) -> RunCgroup | None:
         """A fresh cgroup for one run, or None (the watchdog bounds the run) when there is none."""
@@ -291,10 +372,15 @@ class LocalExecutor:
         budget_s: float,
         sandboxed: bool,
         cgroup: RunCgroup | None,
-    ) -> ExecutionResult:
-        """Start the process, stream its output under the caps, enforce the wall clock, reap everything."""
+        pipe: list[int] | None = None,
+    ) -> tuple[ExecutionResult, bytes]:
+        """Start the process, stream its output under the caps, enforce the wall clock, reap everything.
+
+        Also returns what came through `pipe` (the tar of out/), at most the size of the working tmpfs.
+        """
         out = _Capture(self.limits.output_cap_bytes)
         err = _Capture(self.limits.output_cap_bytes)
+        files = _Capture(self.limits.scratch_mb * _MIB + _MIB)
         started = time.monotonic()
         proc = await asyncio.create_subprocess_exec(
             *argv,
@@ -312,6 +398,10 @@ class LocalExecutor:
             asyncio.create_task(_pump(proc.stdout, out)),
             asyncio.create_task(_pump(proc.stderr, err)),
         ]
+        if pipe is not None:
+            os.close(pipe[1])  # only the run holds the write end now: EOF comes when it is gone
+            pipe[1] = -1
+            tasks.append(asyncio.create_task(_pump_fd(pipe, files)))
         timed_out = over_memory = False
         limit = self.limits.memory_mb * _MIB
         # Without a cgroup the watchdog thread samples the run and kills it over the limit by itself.
@@ -364,7 +454,7 @@ class LocalExecutor:
             notes.append(f"[killed: wall-clock timeout of {budget_s:g} s exceeded]")
         for note in notes:
             stderr = f"{stderr}\n{note}" if stderr else note
-        return ExecutionResult(
+        result = ExecutionResult(
             success=success,
             stdout=out.text(),
             stderr=stderr,
@@ -378,6 +468,7 @@ class LocalExecutor:
             language=language,
             timed_out=timed_out,
         )
+        return result, bytes(files.head) if not files.truncated else b""
 
 
 def describe(executor: Executor) -> str:

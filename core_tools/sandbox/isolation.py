@@ -48,7 +48,15 @@ _CALLS = (
 # Directories never bound into the sandbox, even as an interpreter's prefix.
 _FORBIDDEN = ("/", "/root", "/home", "/work", "/etc", "/var", "/tmp", "/proc", "/sys", "/dev", "/run")  # noqa: S108
 _ROOT_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
-_ETC_ALWAYS = ("ld.so.cache", "ld.so.conf", "alternatives", "localtime", "ssl/certs", "ssl/openssl.cnf")
+_ETC_ALWAYS = (
+    "ld.so.cache",
+    "ld.so.conf",
+    "alternatives",
+    "localtime",
+    "ssl/certs",
+    "ssl/openssl.cnf",
+    "fonts",  # fontconfig's configuration, for charts
+)
 _ETC_NETWORK = ("resolv.conf", "hosts", "nsswitch.conf", "gai.conf", "host.conf", "services", "protocols")
 
 
@@ -58,6 +66,8 @@ class Interpreter:
 
     path: str
     binds: tuple[str, ...] = ()
+    # (host file, path under the working directory): read-only files it wants there (a prebuilt cache)
+    work_files: tuple[tuple[str, str], ...] = ()
 
 
 def _is_safe_prefix(prefix: Path) -> bool:
@@ -94,6 +104,25 @@ def find_interpreters() -> dict[str, Interpreter]:
     if node is not None:
         found["javascript"] = node
     return found
+
+
+def toolkit_interpreter(env: str) -> Interpreter | None:
+    """The python3 of a separate environment (the data toolkit), bound read-only; None when unusable."""
+    root = Path(env)
+    python = root / "bin" / "python3"
+    if not (root / "pyvenv.cfg").is_file() or not os.access(python, os.X_OK):
+        return None
+    resolved = root.resolve()
+    # Never the bot's own environment or anything around the repo: only a directory of its own.
+    if not _is_safe_prefix(resolved):
+        return None
+    # matplotlib's font list, built at install time: without it every run would rebuild it (most of a
+    # second). Bound as a file into the writable ~/.cache/matplotlib, so matplotlib still finds it writable.
+    cache = resolved / "mpl-cache"
+    files = tuple(
+        (str(p), f".cache/matplotlib/{p.name}") for p in sorted(cache.glob("*.json")) if p.is_file()
+    )
+    return Interpreter(str(resolved / "bin" / "python3"), (str(resolved),), files)
 
 
 def interpreter_argv(language: str, interpreter: Interpreter, limits: SandboxLimits, code: str) -> list[str]:
@@ -151,14 +180,24 @@ class BwrapFeatures:
 
 
 def bwrap_argv(
-    bwrap: str, features: BwrapFeatures, limits: SandboxLimits, binds: tuple[str, ...]
+    bwrap: str,
+    features: BwrapFeatures,
+    limits: SandboxLimits,
+    binds: tuple[str, ...],
+    work_binds: tuple[tuple[str, str], ...] = (),
+    out_dir: bool = False,
 ) -> list[str]:
-    """bwrap options for one fresh sandbox; the command to run inside follows them."""
+    """bwrap options for one fresh sandbox; the command to run inside follows them.
+
+    `work_binds` are (host directory, path) pairs mounted read-only inside the working directory (in/);
+    `out_dir` makes an empty out/ there, for the files that go to the chat.
+    """
     argv = [bwrap, "--unshare-all", "--unshare-user"]
     if limits.network:
         argv.append("--share-net")
     argv += ["--die-with-parent", "--new-session", "--clearenv", "--hostname", "sandbox"]
     env = {"PATH": SANDBOX_PATH, "HOME": SCRATCH_DIR, "LANG": "C.UTF-8", "TMPDIR": "/tmp", "USER": "sandbox"}  # noqa: S108
+    env["MPLBACKEND"] = "Agg"  # matplotlib of the data toolkit: draw to files, never look for a display
     for key, value in env.items():
         argv += ["--setenv", key, value]
     argv += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
@@ -181,6 +220,10 @@ def bwrap_argv(
         if features.tmpfs_size:
             argv += ["--size", str(limits.scratch_mb * 1024 * 1024)]
         argv += ["--tmpfs", mount]
+    if out_dir:  # there from the start: a program writes out/chart.png without making out/ first
+        argv += ["--dir", f"{SCRATCH_DIR}/out"]
+    for host, inside in work_binds:
+        argv += ["--ro-bind", host, f"{SCRATCH_DIR}/{inside}"]
     argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", SCRATCH_DIR]
     if features.disable_userns:
         argv.append("--disable-userns")

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
+
+from core_tools.types import OutputFile
 
 
 class Isolation(StrEnum):
@@ -29,7 +32,8 @@ class SandboxLimits:
     file_size_mb: int = 16  # RLIMIT_FSIZE: largest single file the code may write
     open_files: int = 64  # RLIMIT_NOFILE
     scratch_mb: int = 64  # size of each tmpfs: the working dir, the private /tmp and /dev/shm
-    output_cap_bytes: int = 64_000  # kept per stream; the rest is counted and discarded
+    # Kept per stream (and in the execution log, readable whole by read_result); the rest is counted only.
+    output_cap_bytes: int = 1_000_000
     network: bool = False
 
 
@@ -49,6 +53,18 @@ class ExecutionResult:
     isolation: str
     language: str
     timed_out: bool
+    # Files the run wrote under out/ (when asked for), within the count and size limits; and what was not
+    # taken (over a limit), as "name: why".
+    files_out: tuple[OutputFile, ...] = ()
+    files_skipped: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class FileLimits:
+    """How many files a run may hand back from out/, and how big each may be."""
+
+    max_files: int = 10
+    max_bytes: int = 10 * 1024 * 1024
 
 
 class Executor(Protocol):
@@ -57,9 +73,19 @@ class Executor(Protocol):
     isolation: Isolation
 
     async def run(
-        self, code: str, language: str = "python", timeout_s: float | None = None
+        self,
+        code: str,
+        language: str = "python",
+        timeout_s: float | None = None,
+        *,
+        files_in: Mapping[str, bytes] | None = None,
+        files_out: FileLimits | None = None,
     ) -> ExecutionResult:
-        """Run `code` in `language` and return what happened (never raises for failures of the code)."""
+        """Run `code` in `language` and return what happened (never raises for failures of the code).
+
+        `files_in` appear read-only under in/ of the working directory; with `files_out`, the files the
+        run wrote under out/ come back in the result.
+        """
         ...
 
     def languages(self) -> list[str]:

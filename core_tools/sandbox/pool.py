@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from core_tools.errors import ToolError
-from core_tools.sandbox.model import ExecutionResult, Isolation
+from core_tools.sandbox.model import ExecutionResult, FileLimits, Isolation
 from core_tools.sandbox.service import ServiceExecutor, ServiceInfo, ServiceNotStarted
 
 RETRY_AFTER_S = 5.0
@@ -91,7 +91,13 @@ class SandboxPool:
         return healthy + resting
 
     async def run(
-        self, code: str, language: str = "python", timeout_s: float | None = None
+        self,
+        code: str,
+        language: str = "python",
+        timeout_s: float | None = None,
+        *,
+        files_in: Mapping[str, bytes] | None = None,
+        files_out: FileLimits | None = None,
     ) -> ExecutionResult:
         """Run `code` on one service; another one only if it had not started (see the module)."""
         reasons: list[str] = []
@@ -105,7 +111,7 @@ class SandboxPool:
             member = self.members[i]
             self._in_flight[i] += 1
             try:
-                result = await member.run(code, language, timeout_s)
+                result = await member.run(code, language, timeout_s, files_in=files_in, files_out=files_out)
             except ServiceNotStarted as exc:
                 self._down_until[i] = time.monotonic() + self.retry_after_s
                 reasons.append(str(exc))

@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import binascii
 import contextlib
 import dataclasses
 import hmac
@@ -48,12 +50,14 @@ import socket
 import stat
 import sys
 import time
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from core_tools.errors import ToolError
 from core_tools.sandbox.executor import LocalExecutor, describe
-from core_tools.sandbox.model import ExecutionResult, Isolation, SandboxLimits
+from core_tools.sandbox.model import ExecutionResult, FileLimits, Isolation, SandboxLimits
+from core_tools.types import OutputFile
 
 log = logging.getLogger("core_tools.sandbox.service")  # not "__main__" when run with -m
 
@@ -235,11 +239,14 @@ class SandboxService:
         if op == "hello":
             return self.hello()
         if op == "run":
-            return await self._run(request, writer if request.get("ack") is True else None)
+            return await self._run(request, reader, writer if request.get("ack") is True else None)
         return _failure("bad_request", f"unknown op {op!r}; expected hello or run")
 
-    async def _run(self, request: dict[str, Any], ack: asyncio.StreamWriter | None = None) -> dict[str, Any]:
-        """Validate a run request, wait for a slot, say it started (when asked), run it."""
+    async def _run(
+        self, request: dict[str, Any], reader: asyncio.StreamReader, ack: asyncio.StreamWriter | None = None
+    ) -> dict[str, Any]:
+        """Validate a run request, wait for a slot, say it started (when asked), run it unless the client
+        leaves."""
         code = request.get("code")
         language = request.get("language", "python")
         timeout_s = request.get("timeout_s")
@@ -247,6 +254,10 @@ class SandboxService:
             return _failure("bad_request", "run needs `code` and `language` as strings")
         if timeout_s is not None and (isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float)):
             return _failure("bad_request", "`timeout_s` must be a number or null")
+        try:
+            files_in, files_out = _decode_files(request)
+        except (TypeError, ValueError, KeyError, binascii.Error) as exc:
+            return _failure("bad_request", f"bad files_in or files_out: {exc}")
         if self._waiting >= self.max_waiting:
             return _failure(
                 "busy", f"the code sandbox is busy ({self._waiting} runs waiting); try again later"
@@ -269,7 +280,19 @@ class SandboxService:
                 # From here the code may run: a client that sees this line must not send it elsewhere.
                 ack.write(_encode({"started": True}))
                 await ack.drain()
-            result = await self.executor.run(code, language, None if timeout_s is None else float(timeout_s))
+            result = await _unless_client_leaves(
+                self.executor.run(
+                    code,
+                    language,
+                    None if timeout_s is None else float(timeout_s),
+                    files_in=files_in,
+                    files_out=files_out,
+                ),
+                reader,
+            )
+        except _ClientGone:
+            log.info("the client closed the connection mid-run (a stopped turn): the run was killed")
+            return _failure("internal", "the client closed the connection; the run was killed")
         except ToolError as exc:
             return _failure("tool_error", str(exc))
         except Exception as exc:  # the service must keep serving whatever one run does
@@ -280,7 +303,29 @@ class SandboxService:
             self._slots.release()
         if result.error_category == "refused":
             result = dataclasses.replace(result, stderr=f"{result.stderr}\nSandbox service: {USERNS_HINT}.")
-        return {"ok": True, "result": dataclasses.asdict(result)}
+        answer = dataclasses.asdict(result)
+        # Bytes do not go into JSON: each file out travels as base64.
+        answer["files_out"] = [
+            {"name": f.name, "data": base64.b64encode(f.data).decode("ascii")} for f in result.files_out
+        ]
+        return {"ok": True, "result": answer}
+
+
+def _decode_files(request: dict[str, Any]) -> tuple[dict[str, bytes] | None, FileLimits | None]:
+    """The run request's files in (name -> base64) and out limits, checked."""
+    raw_in = request.get("files_in")
+    files_in = None
+    if raw_in is not None:
+        if not isinstance(raw_in, dict):
+            raise TypeError("files_in must be an object of name -> base64")
+        files_in = {str(k): base64.b64decode(str(v), validate=True) for k, v in raw_in.items()}
+    raw_out = request.get("files_out")
+    files_out = None
+    if raw_out is not None:
+        if not isinstance(raw_out, dict):
+            raise TypeError("files_out must be an object with max_files and max_bytes")
+        files_out = FileLimits(int(raw_out["max_files"]), int(raw_out["max_bytes"]))
+    return files_in, files_out
 
 
 def _remove_stale_socket(path: str) -> None:
@@ -359,6 +404,33 @@ def parse_address(address: str) -> tuple[str, int] | str:
     return address
 
 
+class _ClientGone(Exception):
+    """The client closed its connection while its run was going."""
+
+
+async def _unless_client_leaves(
+    run: Coroutine[Any, Any, ExecutionResult], reader: asyncio.StreamReader
+) -> ExecutionResult:
+    """Await a run, cancelling it (LocalExecutor then kills its process tree) when the client's connection
+    closes first: a stopped turn must not leave its code running here."""
+    task = asyncio.ensure_future(run)
+    gone = asyncio.ensure_future(reader.read(1))  # the client sends nothing more: b"" means it left
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+        if not task.done():
+            if gone.exception() is None and gone.result() != b"":
+                return await task  # the client sent more bytes: odd, but it is still there
+            task.cancel()
+            await asyncio.wait({task})
+            raise _ClientGone
+        return task.result()
+    finally:
+        gone.cancel()
+        if not task.done():  # this handler itself was cancelled (shutdown)
+            task.cancel()
+            await asyncio.wait({task})
+
+
 class ServiceExecutor:
     """An `Executor` that sends each run to a sandbox service over its unix socket or TCP."""
 
@@ -414,7 +486,13 @@ class ServiceExecutor:
         return f"{info.describe} [service at {self.socket_path}]"
 
     async def run(
-        self, code: str, language: str = "python", timeout_s: float | None = None
+        self,
+        code: str,
+        language: str = "python",
+        timeout_s: float | None = None,
+        *,
+        files_in: Mapping[str, bytes] | None = None,
+        files_out: FileLimits | None = None,
     ) -> ExecutionResult:
         """Run `code` in the service; ToolError when the service cannot be reached or refuses the request."""
         try:
@@ -423,9 +501,18 @@ class ServiceExecutor:
             raise
         except ToolError as exc:  # an odd hello: nothing was sent to run
             raise ServiceNotStarted(str(exc)) from None
-        request = self._encode(
-            {"op": "run", "code": code, "language": language, "timeout_s": timeout_s, "ack": True}
-        )
+        body: dict[str, Any] = {
+            "op": "run",
+            "code": code,
+            "language": language,
+            "timeout_s": timeout_s,
+            "ack": True,
+        }
+        if files_in:
+            body["files_in"] = {k: base64.b64encode(v).decode("ascii") for k, v in files_in.items()}
+        if files_out is not None:
+            body["files_out"] = {"max_files": files_out.max_files, "max_bytes": files_out.max_bytes}
+        request = self._encode(body)
         if len(request) > info.max_request_bytes:
             raise ToolError(
                 f"the program is too large for the code sandbox ({len(request)} bytes with its request; "
@@ -436,8 +523,14 @@ class ServiceExecutor:
         answer = await self._exchange(request, wait_s, ack=True)
         if answer.get("ok") is True and isinstance(answer.get("result"), dict):
             try:
-                return ExecutionResult(**answer["result"])
-            except TypeError as exc:
+                fields = dict(answer["result"])
+                fields["files_out"] = tuple(
+                    OutputFile(str(f["name"]), base64.b64decode(str(f["data"])))
+                    for f in fields.get("files_out") or []
+                )
+                fields["files_skipped"] = tuple(fields.get("files_skipped") or ())
+                return ExecutionResult(**fields)
+            except (TypeError, KeyError, ValueError, binascii.Error) as exc:
                 raise ToolError(
                     f"the code sandbox service sent a result this bot cannot read: {exc}"
                 ) from None
@@ -630,6 +723,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--socket-mode", default="660", help="octal mode of the socket file (default 660)")
     parser.add_argument("--allow-unsandboxed", action="store_true", help="run without isolation if no bwrap")
     parser.add_argument(
+        "--python-env",
+        default="/opt/assistant-sandbox",
+        help="the data toolkit's environment (numpy, pandas, matplotlib), used when it exists",
+    )
+    parser.add_argument(
         "--ping", action="store_true", help="health check: exit 0 if it answers and can isolate, else 1"
     )
     return parser
@@ -646,7 +744,7 @@ def _listen_address(value: str | None) -> tuple[str, int] | None:
 async def serve(args: argparse.Namespace, token: str | None = None) -> None:
     """Run the service until SIGTERM or SIGINT."""
     limits = SandboxLimits(timeout_s=args.timeout, max_timeout_s=args.max_timeout, memory_mb=args.memory_mb)
-    executor = LocalExecutor(limits, allow_unsandboxed=args.allow_unsandboxed)
+    executor = LocalExecutor(limits, allow_unsandboxed=args.allow_unsandboxed, python_env=args.python_env)
     service = SandboxService(
         executor,
         args.socket or "",

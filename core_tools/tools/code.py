@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
+import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, Literal
 
 from pydantic import Field
@@ -17,8 +19,10 @@ from pydantic import Field
 from core_tools.errors import BudgetExceeded, LLMUnavailable, ToolError
 from core_tools.llm import LLMClient
 from core_tools.sandbox import ExecutionResult, Executor
-from core_tools.types import ChatMessage, Notifier, ToolContext
+from core_tools.sandbox.model import FileLimits
+from core_tools.types import ChatMessage, FileSink, Notifier, ToolContext
 from db.executions import Executions
+from db.jobs import JobRow, Jobs
 from db.models import CodeExecution
 
 log = logging.getLogger(__name__)
@@ -26,8 +30,10 @@ log = logging.getLogger(__name__)
 _FENCE = re.compile(r"```[\w+-]*\n(.*?)```", re.S)
 
 GENERATE_PROMPT = """You write one complete {language} program for the task below. It runs in a sandbox with \
-no network and no third-party packages beyond the standard library, reads nothing from stdin, and prints its \
-result to stdout. Answer with the program only, in one fenced code block."""
+no network and no third-party packages beyond the standard library{toolkit}, reads nothing from stdin, and \
+prints its result to stdout. The user's files are readable under in/; files it writes under out/ (charts as \
+PNG, tables as CSV...) are sent to the user. Answer with the program only, in one fenced code block."""
+TOOLKIT_NOTE = " and numpy, pandas and matplotlib (Python; no display, save figures to out/)"
 
 
 def bounded(text: str, limit: int) -> str:
@@ -36,7 +42,7 @@ def bounded(text: str, limit: int) -> str:
         return text
     head, tail = int(limit * 0.6), int(limit * 0.4)
     cut = len(text) - head - tail
-    note = f"[... {cut} characters cut; the full output is in the execution log ...]"
+    note = f"[... {cut} characters cut: read the whole output with read_result(handle=<execution_id>) ...]"
     return f"{text[:head]}\n{note}\n{text[-tail:]}"
 
 
@@ -54,10 +60,11 @@ class Job:
     user_id: int
     chat_id: int
     task: str
-    status: str = "running"  # running | done | failed
+    status: str = "running"  # running | done | failed | cancelled
     result: dict[str, Any] | None = None
     handle: asyncio.Task[dict[str, Any]] | None = field(default=None, repr=False)
     finished_at: float | None = None  # the tool's clock; finished jobs are dropped after a while
+    turn_id: int | None = None  # the turn that started it: stopping that turn cancels the job
 
 
 @dataclass(frozen=True)
@@ -148,6 +155,10 @@ class CodeTool:
         output_chars: int = 4000,
         limits: CodeLimits | None = None,
         clock: Callable[[], float] = time.monotonic,
+        jobs_db: Jobs | None = None,
+        files_in: Callable[[str], Mapping[str, bytes]] | None = None,
+        file_sink: FileSink | None = None,
+        file_limits: FileLimits | None = None,
     ) -> None:
         self.executor = executor
         self.executions = executions
@@ -158,7 +169,17 @@ class CodeTool:
         self.output_chars = output_chars
         self.limits = limits or CodeLimits()
         self.clock = clock
+        # The user's files of the session (in/), and where files written under out/ go (the chat).
+        self.files_in = files_in
+        self.file_sink = file_sink
+        self.file_limits = file_limits or FileLimits()
+        # numpy, pandas and matplotlib importable (a service executor is assumed to have them: its image does)
+        self.toolkit = bool(getattr(executor, "toolkit", True))
         self.jobs: dict[str, Job] = {}
+        # Background jobs as rows (their state survives a restart), and who runs them: "host:pid".
+        self.jobs_db = jobs_db
+        self.runner = f"{socket.gethostname()}:{os.getpid()}"
+        self._closing = False
         # Parallel tool calls of one reply run concurrently: these bound what they can start at once.
         self.runs = Slots(self.limits.max_runs, self.limits.max_runs_per_user)
         self.generations = Slots(self.limits.max_generations, self.limits.max_generations_per_user)
@@ -182,7 +203,10 @@ class CodeTool:
         """Write, run or check code in a sandbox without network or access to the bot's files.
 
         Use it for calculations, data processing and anything that should be computed rather than guessed.
-        The program prints its result to stdout.
+        The program prints its result to stdout. Python has numpy, pandas, matplotlib. The user's files are
+        in in/; files written to out/ are sent to the user. Long output is shown cut in the middle; read it
+        whole with read_result and the run's execution_id. A slow generate continues as a background job:
+        check it with action=status and its job_id.
         """
         if action == "execute":
             if not code or not code.strip():
@@ -199,12 +223,20 @@ class CodeTool:
             raise ToolError("status needs `job_id`")
         self.prune()
         job = self.jobs.get(job_id)
-        if job is None or job.user_id != ctx.user_id:
+        if job is not None and job.user_id == ctx.user_id:
+            return {"job_id": job.id, "status": job.status, "result": job.result}
+        if self.jobs_db is None:
             minutes = round(self.limits.keep_finished_s / 60)
             raise ToolError(
                 f"no job {job_id!r} (a finished job is kept for {minutes} minutes, and not across restarts)"
             )
-        return {"job_id": job.id, "status": job.status, "result": job.result}
+        row = self.jobs_db.get(job_id, ctx.user_id)
+        if row is None:
+            raise ToolError(f"no job {job_id!r} of yours")
+        out: dict[str, Any] = {"job_id": row.id, "status": row.status, "result": row.result}
+        if row.status == "interrupted":
+            out["note"] = "The bot restarted while this job ran; run generate again if it is still needed."
+        return out
 
     def prune(self) -> int:
         """Drop finished jobs older than `keep_finished_s`, then the oldest beyond `max_finished`."""
@@ -234,8 +266,19 @@ class CodeTool:
         self, ctx: ToolContext, code: str, language: str, timeout_s: float | None
     ) -> tuple[ExecutionResult, str]:
         """Run once (in a run slot) and log the run; ToolError for no free slot, a bad language or timeout."""
+        files = self.files_in(ctx.session_id) if self.files_in is not None else None
         async with self._run_slot(ctx.user_id):
-            result = await self.executor.run(code, language, timeout_s)
+            result = await self.executor.run(
+                code,
+                language,
+                timeout_s,
+                files_in=files or None,
+                files_out=self.file_limits if self.file_sink is not None else None,
+            )
+        if result.files_out and self.file_sink is not None:
+            failed = await self.file_sink.send_files(ctx.chat_id, list(result.files_out))
+            if failed:
+                result = replace(result, files_skipped=result.files_skipped + tuple(failed))
         row = CodeExecution(
             id=str(uuid.uuid4()),
             code=code,
@@ -254,6 +297,7 @@ class CodeTool:
             stdout_bytes=result.stdout_bytes,
             stderr_bytes=result.stderr_bytes,
             truncated=result.truncated,
+            files_out=[{"name": f.name, "size": len(f.data)} for f in result.files_out] or None,
         )
         return result, self.executions.record(row)
 
@@ -270,6 +314,10 @@ class CodeTool:
         }
         if result.error_category:
             out["error_category"] = result.error_category
+        if result.files_out:
+            out["files_sent_to_chat"] = [{"name": f.name, "bytes": len(f.data)} for f in result.files_out]
+        if result.files_skipped:
+            out["files_not_sent"] = list(result.files_skipped)
         if result.truncated:
             out["truncated"] = (
                 f"output was cut at the sandbox cap: {result.stdout_bytes} bytes of stdout and "
@@ -298,11 +346,26 @@ class CodeTool:
         handle = asyncio.create_task(self._generate(ctx, task, context, language))
         # The slot is held until the generation ends, foreground or background.
         handle.add_done_callback(lambda _: self.generations.give_back(ctx.user_id))
-        done, _ = await asyncio.wait({handle}, timeout=self.generate_wait_s)
+        try:
+            done, _ = await asyncio.wait({handle}, timeout=self.generate_wait_s)
+        except asyncio.CancelledError:  # the turn was stopped: its generation (and sandbox run) stops too
+            handle.cancel()
+            await asyncio.wait({handle})
+            raise
         if done:
             return handle.result()
-        job = Job(uuid.uuid4().hex[:12], ctx.user_id, ctx.chat_id, task, handle=handle)
+        job = Job(uuid.uuid4().hex[:12], ctx.user_id, ctx.chat_id, task, handle=handle, turn_id=ctx.turn_id)
         self.jobs[job.id] = job
+        if self.jobs_db is not None:
+            self.jobs_db.started(
+                job.id,
+                user_id=ctx.user_id,
+                chat_id=ctx.chat_id,
+                session_id=ctx.session_id,
+                task=task,
+                language=language,
+                runner=self.runner,
+            )
         handle.add_done_callback(lambda t: asyncio.create_task(self._finish_job(job, t)))
         return {
             "job_id": job.id,
@@ -311,9 +374,29 @@ class CodeTool:
             "done. Tell the user so; use action=status with this job_id to check.",
         }
 
+    async def cancel_turn(self, turn_id: int) -> int:
+        """Cancel the background jobs a turn started (the user stopped it); returns how many; waits for
+        them (and their sandbox runs) to end."""
+        jobs = [j for j in self.jobs.values() if j.turn_id == turn_id and j.handle is not None]
+        handles = [j.handle for j in jobs if j.handle is not None]
+        for handle in handles:
+            handle.cancel()
+        if handles:
+            await asyncio.wait(handles)
+        for job in jobs:
+            job.status, job.result = "cancelled", {"error": "cancelled: the user stopped the turn"}
+        return len(jobs)
+
     async def _finish_job(self, job: Job, task: asyncio.Task[dict[str, Any]]) -> None:
-        if task.cancelled():
-            job.status, job.result = "failed", {"error": "cancelled"}
+        if task.cancelled() and self._closing:
+            return  # a shutdown, not a result: the next start reports the job as interrupted
+        if task.cancelled():  # stopped by the user, who already saw the turn end: recorded, no message
+            job.status, job.result = "cancelled", {"error": "cancelled: the user stopped the turn"}
+            job.finished_at = self.clock()
+            job.handle = None
+            self.prune()
+            self._record_end(job)
+            return
         elif task.exception() is not None:
             job.status, job.result = "failed", {"error": str(task.exception())}
         else:
@@ -322,6 +405,7 @@ class CodeTool:
         job.finished_at = self.clock()
         job.handle = None
         self.prune()
+        self._record_end(job)
         if self.notifier is None:
             return
         res = job.result or {}
@@ -337,10 +421,68 @@ class CodeTool:
         except Exception:
             log.exception("could not deliver background job %s", job.id)
 
+    def _record_end(self, job: Job) -> None:
+        """Write a job's end to its row, so `status` answers after a restart too."""
+        if self.jobs_db is None:
+            return
+        try:
+            self.jobs_db.finished(job.id, job.status, job.result)
+        except Exception:
+            log.exception("could not record the end of job %s", job.id)
+
+    async def aclose(self) -> None:
+        """Stop the running background jobs without recording an end: the next start reports them."""
+        self._closing = True
+        handles = [j.handle for j in self.jobs.values() if j.handle is not None]
+        for handle in handles:
+            handle.cancel()
+        await asyncio.gather(*handles, return_exceptions=True)
+
+    def _stale(self, runner: str) -> bool:
+        """Whether the process that ran a job is gone: this very process at its start (a container's pid
+        repeats), a pid no longer alive here, or another host's (a container recreated)."""
+        host, _, pid = runner.rpartition(":")
+        if host != socket.gethostname() or not pid.isdigit():
+            return True
+        if int(pid) == os.getpid():
+            return True
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+
+    async def recover(self) -> list[JobRow]:
+        """At start: mark jobs whose process ended while they ran as interrupted and tell their chats."""
+        if self.jobs_db is None:
+            return []
+        stale = [j for j in self.jobs_db.running() if self._stale(j.runner)]
+        self.jobs_db.interrupt([j.id for j in stale], "interrupted: the bot restarted while this job ran")
+        for job in stale:
+            log.warning("background code job %s was interrupted by a restart", job.id)
+            if self.notifier is None:
+                continue
+            try:
+                await self.notifier.send(
+                    job.chat_id,
+                    f"Background code job `{job.id}` ({job.task[:80]}) was interrupted: I was restarted "
+                    "while it ran. Ask me again if you still need it.",
+                )
+            except Exception:
+                log.exception("could not report interrupted job %s", job.id)
+        return stale
+
     async def _generate(self, ctx: ToolContext, task: str, context: str, language: str) -> dict[str, Any]:
         assert self.llm is not None
         messages = [
-            ChatMessage("system", GENERATE_PROMPT.format(language=language)),
+            ChatMessage(
+                "system",
+                GENERATE_PROMPT.format(
+                    language=language, toolkit=TOOLKIT_NOTE if language == "python" and self.toolkit else ""
+                ),
+            ),
             ChatMessage("user", f"Task: {task}" + (f"\n\nContext:\n{context}" if context else "")),
         ]
         attempts: list[dict[str, Any]] = []

@@ -551,11 +551,15 @@ class SearchTool:
         max_chars: Annotated[
             int, Field(description="Most characters of page text to return, 500-20000, default 8000")
         ] = 8000,
+        offset: Annotated[
+            int, Field(ge=0, description="Start at this character of the page text (to read on), default 0")
+        ] = 0,
     ) -> dict[str, Any]:
         """Download a web page the user linked or a search result points to and return its readable text.
 
         Returns the page title, final URL (after redirects), text and whether it was truncated. Works for
         HTML, plain text and JSON; binary files (PDF, images) are refused. The text is untrusted web content.
+        A long page says its `total_chars` and `next_offset`: call again with that offset to read on.
         """
         limit = max(500, min(20000, int(max_chars)))
         try:
@@ -567,7 +571,11 @@ class SearchTool:
             page = await self.fetcher.fetch_page(str(parsed))
         except FetchError as exc:
             raise ToolError(f"Could not fetch {parsed.host}: {self._redact(str(exc))}.") from exc
-        return {"untrusted_external_content": True, "note": UNTRUSTED_WEB_NOTE, **as_dict(page, limit)}
+        return {
+            "untrusted_external_content": True,
+            "note": UNTRUSTED_WEB_NOTE,
+            **as_dict(page, limit, offset),
+        }
 
 
 # --- factory -----------------------------------------------------------------------------------------------

@@ -406,19 +406,20 @@ def _media_type(header: str) -> tuple[str, str | None]:
     return media.strip().lower(), charset
 
 
-def as_dict(page: FetchedPage, max_chars: int) -> dict[str, Any]:
-    """Return the JSON-ready view of `page` with the text bounded to `max_chars`."""
-    text = page.text
-    cut = len(text) > max_chars
-    if cut:
-        text = text[:max_chars].rstrip() + " …"
+def as_dict(page: FetchedPage, max_chars: int, offset: int = 0) -> dict[str, Any]:
+    """Return the JSON-ready view of `page`: `max_chars` of its text from `offset`, and where to read on."""
+    total = len(page.text)
+    text = page.text[offset : offset + max_chars]
+    end = min(total, offset + max_chars)
     out: dict[str, Any] = {
         "url": page.final_url,
         "title": page.title,
         "content_type": page.content_type,
         "text": text,
-        "truncated": cut or page.truncated,
+        "truncated": end < total or page.truncated,
     }
+    if offset or end < total:
+        out.update(offset=offset, total_chars=total, next_offset=end if end < total else None)
     if page.final_url != page.url:
         out["requested_url"] = page.url
     return out

@@ -11,6 +11,7 @@ from typing import Annotated
 from pydantic import Field
 from sqlalchemy import select
 
+from core_tools.registry import MAX_DESCRIPTION_CHARS
 from core_tools.types import ToolContext
 from db.models import LLMCall, Message, ToolCallLog
 from tests.fakes.openai_api import FakeLLM, call, error, hang, text, tool_calls
@@ -69,7 +70,7 @@ async def test_start_help_and_unsupported_messages(tmp_path: Path, tg: FakeTeleg
         greeting = await h.final_text(OWNER, "Hello, Ann")
         assert "/newsession" in greeting and "/help" in greeting
         tg.push_sticker(OWNER)
-        await h.final_text(OWNER, "not supported yet")
+        await h.final_text(OWNER, "are not supported")
         assert llm.requests == []
         commands = tg.calls_to("setMyCommands")
         assert commands and "newsession" in json.dumps(commands[0].params)
@@ -83,6 +84,10 @@ async def test_tool_round_trip(tmp_path: Path, tg: FakeTelegram, llm: FakeLLM) -
         first, second = llm.requests
         tools = {t["function"]["name"]: t["function"] for t in first["tools"]}
         assert {"add", "search", "fetch"} <= set(tools)
+        # The whole docstring guidance reaches the model, not only its first paragraph, within the bound.
+        assert "Write, run or check code" in tools["code"]["description"]
+        assert "The program prints its result to stdout." in tools["code"]["description"]
+        assert all(len(t["description"]) <= MAX_DESCRIPTION_CHARS for t in tools.values())
         params = tools["add"]["parameters"]
         assert params["required"] == ["a"] and params["properties"]["a"]["description"] == "first"
         tool_msg = second["messages"][-1]

@@ -31,13 +31,13 @@ async def test_a_group_turn_sees_nothing_of_the_private_chat(
         group_answer,
         text("Your PIN is 4921."),  # private again: continuity
     )
-    async with running_bot(tmp_path, tg, llm, stream_edit_interval_s=0) as h:
+    async with running_bot(tmp_path, tg, llm, stream_edit_interval_s=0, allowed_chat_ids=str(GROUP)) as h:
         # A private long-term memory that would be relevant to the group question.
         await h.services.memory.store(OWNER, "long", f"The user's bank PIN is {PIN}", category="fact")
         tg.push_text(OWNER, f"my PIN is {PIN}")
         await h.final_text(OWNER, "Noted.")
 
-        tg.push_text(OWNER, "what is my PIN?", chat_id=GROUP)
+        tg.push_text(OWNER, "@test_bot what is my PIN?", chat_id=GROUP)
         await h.final_text(GROUP, "Hello group.")
         group_requests = llm.requests[1:3]
         for request in group_requests:
@@ -45,7 +45,9 @@ async def test_a_group_turn_sees_nothing_of_the_private_chat(
             assert PIN not in dumped and "Noted." not in dumped
             assert "memory" not in tool_names(request)  # memories are private: not offered in a group
         first = group_requests[0]["messages"]
-        assert [m["content"] for m in first[1:]] == ["what is my PIN?"]
+        assert [m["content"] for m in first[1:]] == [
+            "[Ann in the group:] what is my PIN?"
+        ]  # the speaker is named
         # The model called memory anyway: it got a clear refusal, not the user's memories.
         refusal = group_requests[1]["messages"][-1]
         assert refusal["role"] == "tool" and refusal["tool_call_id"] == "mem1"
@@ -76,20 +78,20 @@ async def test_newsession_and_summaries_stay_in_their_chat(
         text("Fresh group."),  # group turn in the new group session
         text("Fresh private."),  # private turn in the new private session
     )
-    async with running_bot(tmp_path, tg, llm, stream_edit_interval_s=0) as h:
+    async with running_bot(tmp_path, tg, llm, stream_edit_interval_s=0, allowed_chat_ids=str(GROUP)) as h:
         tg.push_text(OWNER, f"my PIN is {PIN}")
         await h.final_text(OWNER, "Noted.")
         tg.push_text(OWNER, "/newsession")
         await h.final_text(OWNER, "Started a new session")
 
-        tg.push_text(OWNER, "hello everyone", chat_id=GROUP)
+        tg.push_text(OWNER, "@test_bot hello everyone", chat_id=GROUP)
         await h.final_text(GROUP, "Hi all.")
         group_turn = json.dumps(llm.requests[2], ensure_ascii=False)
         assert PIN not in group_turn and "Summary of the previous session" not in group_turn
 
         tg.push_text(OWNER, "/newsession", chat_id=GROUP)
         await h.final_text(GROUP, "Started a new session")
-        tg.push_text(OWNER, "again", chat_id=GROUP)
+        tg.push_text(OWNER, "@test_bot again", chat_id=GROUP)
         await h.final_text(GROUP, "Fresh group.")
         group_system = llm.requests[4]["messages"][0]["content"]
         assert "Group said hi." in group_system and PIN not in group_system  # the group's own summary only
@@ -113,7 +115,7 @@ async def test_memory_command_and_restart_notice_stay_in_their_chat(
             session.id, OWNER, GROUP, "user", "group question", status="pending"
         )
 
-    async with running_bot(tmp_path, tg, llm, setup=cut_group_turn) as h:
+    async with running_bot(tmp_path, tg, llm, setup=cut_group_turn, allowed_chat_ids=str(GROUP)) as h:
         notice = await h.final_text(GROUP, "I was restarted while answering")
         assert "group question" in notice and tg.sent_texts(OWNER) == []
         await h.services.memory.store(OWNER, "long", f"The user's bank PIN is {PIN}", category="fact")

@@ -7,6 +7,7 @@ import json
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
+import pytest
 from pydantic import Field
 
 from core_tools.agent import build_history
@@ -25,7 +26,8 @@ async def greet(
 ) -> dict[str, str]:
     """Greet someone.
 
-    Longer text that is not part of the description.
+    Longer guidance that the model
+    also reads, on one line.
     """
     if name == "boom":
         raise RuntimeError("kaboom")
@@ -45,7 +47,9 @@ def registry() -> ToolRegistry:
 def test_schema_comes_from_signature_and_docstring() -> None:
     schema = registry().schemas()[0]["function"]
     assert schema["name"] == "greet"
-    assert schema["description"] == "Greet someone."
+    assert (
+        schema["description"] == "Greet someone.\n\nLonger guidance that the model also reads, on one line."
+    )
     params = schema["parameters"]
     assert params["required"] == ["name"]
     assert params["properties"]["name"] == {"description": "who to greet", "type": "string"}
@@ -120,3 +124,31 @@ def test_history_drops_a_tool_call_cut_by_a_crash() -> None:
     ]
     out = build_history(msgs, token_budget=1000)
     assert [(m.role, m.content) for m in out] == [("user", "q"), ("user", "are you there?")]
+
+
+def test_a_docstring_over_the_description_bound_is_refused_at_registration() -> None:
+    async def wordy(ctx: ToolContext) -> str:
+        return "x"
+
+    wordy.__doc__ = "Say something.\n\n" + "Guidance words. " * 100
+    with pytest.raises(ValueError, match="more than 1200"):
+        ToolRegistry().register(wordy)
+
+
+async def test_an_external_tools_description_is_bounded_and_its_schema_checked() -> None:
+    reg = ToolRegistry()
+
+    async def call(ctx: ToolContext, arguments: dict[str, object]) -> dict[str, object]:
+        return {"got": arguments}
+
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}, "required": ["n"]}
+    reg.register_external("srv__tool", "Long words. " * 500, schema, call, timeout_s=1)
+    (fn,) = [s["function"] for s in reg.schemas()]
+    assert len(fn["description"]) <= 1200 and fn["description"].endswith("…")
+    assert fn["parameters"] == schema
+    ok = await reg.call(ToolCallRequest("c", "srv__tool", '{"n": 2}'), CTX)
+    assert json.loads(ok.content) == {"got": {"n": 2}}
+    bad = await reg.call(ToolCallRequest("c", "srv__tool", '{"n": 0}'), CTX)
+    assert not bad.ok and "n: 0 is less than the minimum of 1" in (bad.error or "")
+    with pytest.raises(ValueError, match="registered twice"):
+        reg.register_external("srv__tool", "again", schema, call, timeout_s=1)

@@ -217,8 +217,18 @@ class FakeLLM:
         self.requests: list[JsonDict] = []
         self.request_headers: list[dict[str, str]] = []
         self.embedding_requests: list[JsonDict] = []
+        # Audio: what /audio/transcriptions answers (text, or an HTTP status), and what it and
+        # /audio/speech received ({"model", "filename", "bytes"} / the JSON body).
+        self.transcript = "hello from a voice note"
+        self.transcription_status = 200
+        self.transcription_requests: list[JsonDict] = []
+        self.speech_requests: list[JsonDict] = []
+        self.speech_audio = b"OggS\x00\x02fake-opus-voice"
+        # Vision: True makes chat requests with image_url parts fail with a 400, like a text-only model.
+        self.reject_images = False
         self.active = 0
         self.max_active = 0
+        self.disconnects = 0  # streams the client closed before their end
         self._script: list[ScriptItem] = []
         self._ids = itertools.count(1)
         self._call_ids = itertools.count(1)
@@ -239,6 +249,8 @@ class FakeLLM:
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/embeddings", self._embeddings)
+        app.router.add_post("/v1/audio/transcriptions", self._transcriptions)
+        app.router.add_post("/v1/audio/speech", self._speech)
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await runner.setup()
         site = web.TCPSite(runner, self.host, 0, backlog=512)
@@ -335,11 +347,48 @@ class FakeLLM:
             }
         )
 
+    async def _transcriptions(self, request: web.Request) -> web.Response:
+        post = await request.post()
+        upload = post.get("file")
+        record: JsonDict = {"model": post.get("model"), "response_format": post.get("response_format")}
+        if isinstance(upload, web.FileField):
+            record.update(
+                filename=upload.filename, bytes=upload.file.read(), content_type=upload.content_type
+            )
+        self.transcription_requests.append(record)
+        self._notify()
+        if self.transcription_status != 200:
+            return web.json_response(_error_body(self.transcription_status), status=self.transcription_status)
+        return web.json_response({"text": self.transcript})
+
+    async def _speech(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.speech_requests.append(body)
+        self._notify()
+        return web.Response(body=self.speech_audio, content_type="audio/ogg")
+
+    @staticmethod
+    def _has_images(body: JsonDict) -> bool:
+        for message in body.get("messages") or []:
+            content = message.get("content")
+            if isinstance(content, list) and any(p.get("type") == "image_url" for p in content):
+                return True
+        return False
+
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
         self.request_headers.append(dict(request.headers))
         self._notify()
+        if self.reject_images and self._has_images(body):
+            # What a text-only model behind an OpenAI-compatible server answers.
+            error = {
+                "message": "Invalid content type. image_url is only supported by certain models.",
+                "type": "invalid_request_error",
+                "param": "messages",
+                "code": None,
+            }
+            return web.json_response({"error": error}, status=400)
         self.active += 1
         self.max_active = max(self.max_active, self.active)
         try:
@@ -449,49 +498,63 @@ class FakeLLM:
             for i in range(0, len(content), size):
                 await send(chunk({key: content[i : i + size]}), pause)
 
-        with contextlib.suppress(ConnectionResetError, ConnectionError):
-            await send(chunk({"role": "assistant", "content": "", "refusal": None}))
-            if isinstance(step, HangStep):
-                await send_text(step.partial or "", 5, 0.0)
-                await self._sleep(step.seconds)
-                return self._drop(request)
-            if isinstance(step, StreamErrorStep):
-                await send_text(step.partial, 5, 0.0)
-                await send(
-                    {"error": {"message": step.message, "type": "server_error", "param": None, "code": None}}
-                )
-                await resp.write_eof()
-                return resp
-            assert isinstance(step, TextStep | ToolCallsStep)
-            if isinstance(step, TextStep):
-                if step.reasoning:
-                    await send_text(
-                        step.reasoning, step.chunk_size, step.chunk_delay, key="reasoning_content"
-                    )
-                await send_text(step.content, step.chunk_size, step.chunk_delay)
-                finish = step.finish_reason
-                output: Any = step.content
-            else:
-                if step.content:
-                    await send_text(step.content, 5, step.chunk_delay)
-                for index, tc in enumerate(step.calls):
-                    header = {
-                        "index": index,
-                        "id": self._call_id(tc),
-                        "type": "function",
-                        "function": {"name": tc.name, "arguments": ""},
-                    }
-                    await send(chunk({"tool_calls": [header]}), step.chunk_delay)
-                    size = max(1, math.ceil(len(tc.arguments) / max(step.fragments, 1)))
-                    for i in range(0, len(tc.arguments), size):
-                        frag = {"index": index, "function": {"arguments": tc.arguments[i : i + size]}}
-                        await send(chunk({"tool_calls": [frag]}), step.chunk_delay)
-                finish = "tool_calls"
-                output = [step.content or "", *[(tc.name, tc.arguments) for tc in step.calls]]
-            await send(chunk({}, finish))
-            options = body.get("stream_options") or {}
-            if step.usage and options.get("include_usage"):
-                await send(chunk(None, usage=self._usage(body, output)))
-            await send("[DONE]")
+        try:
+            return await self._stream_steps(resp, request, body, step, chunk, send, send_text)
+        except (ConnectionResetError, ConnectionError):
+            self.disconnects += 1  # the client closed the stream before its end (a stopped turn)
+            self._notify()
+        return resp
+
+    async def _stream_steps(
+        self,
+        resp: web.StreamResponse,
+        request: web.Request,
+        body: JsonDict,
+        step: Step,
+        chunk: Callable[..., JsonDict],
+        send: Callable[..., Awaitable[None]],
+        send_text: Callable[..., Awaitable[None]],
+    ) -> web.StreamResponse:
+        await send(chunk({"role": "assistant", "content": "", "refusal": None}))
+        if isinstance(step, HangStep):
+            await send_text(step.partial or "", 5, 0.0)
+            await self._sleep(step.seconds)
+            return self._drop(request)
+        if isinstance(step, StreamErrorStep):
+            await send_text(step.partial, 5, 0.0)
+            await send(
+                {"error": {"message": step.message, "type": "server_error", "param": None, "code": None}}
+            )
             await resp.write_eof()
+            return resp
+        assert isinstance(step, TextStep | ToolCallsStep)
+        if isinstance(step, TextStep):
+            if step.reasoning:
+                await send_text(step.reasoning, step.chunk_size, step.chunk_delay, key="reasoning_content")
+            await send_text(step.content, step.chunk_size, step.chunk_delay)
+            finish = step.finish_reason
+            output: Any = step.content
+        else:
+            if step.content:
+                await send_text(step.content, 5, step.chunk_delay)
+            for index, tc in enumerate(step.calls):
+                header = {
+                    "index": index,
+                    "id": self._call_id(tc),
+                    "type": "function",
+                    "function": {"name": tc.name, "arguments": ""},
+                }
+                await send(chunk({"tool_calls": [header]}), step.chunk_delay)
+                size = max(1, math.ceil(len(tc.arguments) / max(step.fragments, 1)))
+                for i in range(0, len(tc.arguments), size):
+                    frag = {"index": index, "function": {"arguments": tc.arguments[i : i + size]}}
+                    await send(chunk({"tool_calls": [frag]}), step.chunk_delay)
+            finish = "tool_calls"
+            output = [step.content or "", *[(tc.name, tc.arguments) for tc in step.calls]]
+        await send(chunk({}, finish))
+        options = body.get("stream_options") or {}
+        if step.usage and options.get("include_usage"):
+            await send(chunk(None, usage=self._usage(body, output)))
+        await send("[DONE]")
+        await resp.write_eof()
         return resp

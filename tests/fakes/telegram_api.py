@@ -322,6 +322,19 @@ def _check_markdown_v2(text: str) -> None:
         i += 1
 
 
+def _text_entities(text: str) -> list[JsonDict]:
+    """The entities Telegram itself adds to a text: a leading bot command and @mentions."""
+    out: list[JsonDict] = []
+    if text.startswith("/"):
+        command = text.split(maxsplit=1)[0]
+        out.append({"type": "bot_command", "offset": 0, "length": utf16_len(command)})
+    for m in re.finditer(r"(?<![\w/])@[A-Za-z0-9_]{3,}", text):
+        out.append(
+            {"type": "mention", "offset": utf16_len(text[: m.start()]), "length": utf16_len(m.group())}
+        )
+    return out
+
+
 class FakeTelegram:
     """Loopback Bot API server: records calls, keeps chat state, serves long polling and injects faults."""
 
@@ -350,10 +363,13 @@ class FakeTelegram:
         }
         self.calls: list[Call] = []
         self.messages: dict[int, list[JsonDict]] = {}
+        self.incoming: dict[int, list[JsonDict]] = {}  # users' messages pushed by push_text, per chat
         self.updates: list[JsonDict] = []
         self.commands: dict[str, list[JsonDict]] = {}
         self.webhook_url = ""
         self.files: dict[str, tuple[str, bytes]] = {}
+        # file_id -> the size getFile reports, for files "bigger" than the bytes stored (the 20 MB limit)
+        self.declared_sizes: dict[str, int] = {}
         self.latency = 0.0
         self._faults: list[_Fault] = []
         self._chats: dict[int, JsonDict] = {}
@@ -587,14 +603,36 @@ class FakeTelegram:
         chat_id: int | None = None,
         first_name: str = "Ann",
         username: str | None = None,
+        reply_to: JsonDict | None = None,
+        quote: str | None = None,
     ) -> int:
-        """Queue a text message from ``user_id`` (private chat unless ``chat_id``); returns the update_id."""
+        """Queue a text message from ``user_id`` (private chat unless ``chat_id``); returns the update_id.
+
+        ``reply_to``: the message it replies to (e.g. from ``sent``/``incoming``), ``quote`` the part quoted.
+        Commands and @mentions get their entities, as Telegram adds them."""
         msg = self._incoming(user_id, chat_id, first_name, username)
         msg["text"] = text
-        if text.startswith("/"):
-            command = text.split(maxsplit=1)[0]
-            msg["entities"] = [{"type": "bot_command", "offset": 0, "length": utf16_len(command)}]
+        entities = _text_entities(text)
+        if entities:
+            msg["entities"] = entities
+        if reply_to is not None:
+            msg["reply_to_message"] = reply_to
+        if quote is not None:
+            msg["quote"] = {
+                "text": quote,
+                "position": max(0, str(reply_to.get("text", "")).find(quote)) if reply_to else 0,
+            }
+        self.incoming.setdefault(msg["chat"]["id"], []).append(msg)
         return self.push_update({"message": msg})
+
+    def push_edit(self, message: JsonDict, text: str) -> int:
+        """Queue an edited_message update: ``message`` (a dict ``push_text`` made) with new ``text``."""
+        edited = dict(message, text=text, edit_date=int(time.time()))
+        entities = _text_entities(text)
+        edited.pop("entities", None)
+        if entities:
+            edited["entities"] = entities
+        return self.push_update({"edited_message": edited})
 
     def push_sticker(self, user_id: int, chat_id: int | None = None, emoji: str = "👍") -> int:
         """Queue a sticker message from ``user_id``; returns the update_id."""
@@ -613,10 +651,17 @@ class FakeTelegram:
         return self.push_update({"message": msg})
 
     def push_photo(
-        self, user_id: int, chat_id: int | None = None, caption: str | None = None, data: bytes | None = None
+        self,
+        user_id: int,
+        chat_id: int | None = None,
+        caption: str | None = None,
+        data: bytes | None = None,
+        media_group_id: str | None = None,
     ) -> int:
         """Queue a photo message (two sizes, downloadable via getFile) from ``user_id``; returns update_id."""
         msg = self._incoming(user_id, chat_id, self._users.get(user_id, {}).get("first_name", "Ann"), None)
+        if media_group_id is not None:
+            msg["media_group_id"] = media_group_id
         payload = data if data is not None else b"\xff\xd8\xff\xe0fake-jpeg\xff\xd9"
         sizes = []
         for width in (90, 800):
@@ -633,6 +678,76 @@ class FakeTelegram:
         msg["photo"] = sizes
         if caption is not None:
             msg["caption"] = caption
+        return self.push_update({"message": msg})
+
+    def push_voice(
+        self,
+        user_id: int,
+        data: bytes,
+        duration: int,
+        *,
+        kind: str = "voice",
+        mime_type: str = "audio/ogg",
+        chat_id: int | None = None,
+        caption: str | None = None,
+        file_size: int | None = None,
+    ) -> int:
+        """Queue a voice note (or ``kind`` "audio" / "video_note") with downloadable bytes; returns its id."""
+        msg = self._incoming(user_id, chat_id, self._users.get(user_id, {}).get("first_name", "Ann"), None)
+        file_id = self.add_file(data, f"{kind}/file.oga", size=file_size)
+        item: JsonDict = {
+            "file_id": file_id,
+            "file_unique_id": f"u{file_id}",
+            "duration": duration,
+            "file_size": file_size if file_size is not None else len(data),
+        }
+        if kind == "video_note":
+            item["length"] = 240
+        else:
+            item["mime_type"] = mime_type
+        if kind == "audio":
+            item["file_name"] = "recording.mp3"
+        msg[kind] = item
+        if caption is not None:
+            msg["caption"] = caption
+        return self.push_update({"message": msg})
+
+    def push_document(
+        self,
+        user_id: int,
+        data: bytes,
+        file_name: str,
+        mime_type: str | None = None,
+        *,
+        chat_id: int | None = None,
+        caption: str | None = None,
+        file_size: int | None = None,
+        media_group_id: str | None = None,
+    ) -> int:
+        """Queue a document (a file) with downloadable bytes; ``file_size`` may claim more than ``data``."""
+        msg = self._incoming(user_id, chat_id, self._users.get(user_id, {}).get("first_name", "Ann"), None)
+        file_id = self.add_file(data, f"documents/{file_name}", size=file_size)
+        doc: JsonDict = {
+            "file_id": file_id,
+            "file_unique_id": f"u{file_id}",
+            "file_name": file_name,
+            "file_size": file_size if file_size is not None else len(data),
+        }
+        if mime_type is not None:
+            doc["mime_type"] = mime_type
+        msg["document"] = doc
+        if caption is not None:
+            msg["caption"] = caption
+        if media_group_id is not None:
+            msg["media_group_id"] = media_group_id
+        return self.push_update({"message": msg})
+
+    def push_location(
+        self, user_id: int, latitude: float, longitude: float, chat_id: int | None = None
+    ) -> int:
+        """Queue a location message; returns the update_id."""
+        msg = self._incoming(user_id, chat_id, self._users.get(user_id, {}).get("first_name", "Ann"), None)
+        msg["location"] = {"latitude": latitude, "longitude": longitude}
         return self.push_update({"message": msg})
 
     def push_callback(
@@ -652,10 +767,15 @@ class FakeTelegram:
             query["message"] = message
         return self.push_update({"callback_query": query})
 
-    def add_file(self, data: bytes, file_path: str = "documents/file.bin") -> str:
-        """Register downloadable bytes; returns a file_id usable with getFile."""
+    def add_file(self, data: bytes, file_path: str = "documents/file.bin", size: int | None = None) -> str:
+        """Register downloadable bytes; returns a file_id usable with getFile.
+
+        ``size`` makes getFile report that size (over 20 MB it answers "file is too big", as Telegram does).
+        """
         file_id = f"file{next(self._file_ids)}"
         self.files[file_id] = (f"{file_id}_{file_path}", data)
+        if size is not None:
+            self.declared_sizes[file_id] = size
         return file_id
 
     # ------------------------------------------------------------------ HTTP plumbing
@@ -911,10 +1031,13 @@ class FakeTelegram:
         if file_id not in self.files:
             raise _bad_request("invalid file_id")
         path, data = self.files[file_id]
+        size = self.declared_sizes.get(file_id, len(data))
+        if size > 20 * 1024 * 1024:  # the Bot API's download limit
+            raise _bad_request("file is too big")
         return {
             "file_id": file_id,
             "file_unique_id": f"u{file_id}",
-            "file_size": len(data),
+            "file_size": size,
             "file_path": path,
         }
 

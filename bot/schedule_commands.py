@@ -1,0 +1,181 @@
+"""/reminders and the buttons of reminders: snooze, done, cancel, resume; allowlist and owner checks."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from telegram import InlineKeyboardButton, InlineKeyboardMarkup, Update
+from telegram.error import TelegramError
+from telegram.ext import (
+    Application,
+    ApplicationHandlerStop,
+    CallbackQueryHandler,
+    CommandHandler,
+    ContextTypes,
+    TypeHandler,
+)
+
+from bot.control import ChatLocks
+from bot.schedule_jobs import ScheduleRunner
+from bot.wiring import Services
+from core_tools.schedule.rules import ScheduleInputError
+from core_tools.schedule.service import ScheduleService
+from core_tools.types import ChatType
+
+log = logging.getLogger(__name__)
+
+Ctx = ContextTypes.DEFAULT_TYPE
+SNOOZE_MINUTES = {"s10": 10, "s60": 60}
+LIST_LIMIT = 30
+EMPTY = (
+    "You have no reminders or scheduled tasks. Ask me, for example: \u201cremind me tomorrow at 9 to call "
+    "the dentist\u201d or \u201cevery weekday at 8 send me the weather\u201d."
+)
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class ScheduleCommands:
+    """The chat side of schedules."""
+
+    def __init__(self, services: Services, runner: ScheduleRunner) -> None:
+        self.service: ScheduleService = services.schedules.service
+        self.runner = runner
+        self.allowed = set(services.settings.allowed_user_ids or [])
+
+    def listing(self, user_id: int, chat_scope: int | None) -> tuple[str, InlineKeyboardMarkup | None]:
+        """The /reminders text and its buttons (a cancel button each; resume for paused ones)."""
+        items = self.service.list_for(user_id, chat_scope)
+        if not items:
+            return EMPTY, None
+        lines = ["Your reminders and scheduled tasks:"]
+        buttons = []
+        for item in items[:LIST_LIMIT]:
+            label = "task" if item["kind"] == "task" else "reminder"
+            when = item.get("snoozed_until") or (item["next"][0] if item["next"] else "no further time")
+            line = f"#{item['id']} {label}: {_short(item['text'])}\n   next: {when} ({item['timezone']})"
+            if item.get("repeat"):
+                line += f"\n   {item['description']}"
+            if item["status"] == "paused":
+                why = (
+                    "you had blocked me" if item.get("paused") == "blocked" else "it failed 3 times in a row"
+                )
+                line += f"\n   paused ({why})"
+                buttons.append(
+                    [InlineKeyboardButton(f"Resume #{item['id']}", callback_data=f"sch:resume:{item['id']}")]
+                )
+            lines.append(line)
+            buttons.append(
+                [InlineKeyboardButton(f"Cancel #{item['id']}", callback_data=f"sch:cancel:{item['id']}")]
+            )
+        if len(items) > LIST_LIMIT:
+            lines.append(f"... and {len(items) - LIST_LIMIT} more.")
+        return "\n".join(lines), InlineKeyboardMarkup(buttons)
+
+    @staticmethod
+    def _scope(update: Update) -> int | None:
+        chat = update.effective_chat
+        assert chat is not None
+        # In a group only that group's schedules are shown: private reminders stay private.
+        return None if chat.type == ChatType.PRIVATE else chat.id
+
+    async def reminders(self, update: Update, context: Ctx) -> None:
+        """/reminders."""
+        assert update.effective_message and update.effective_user
+        text, markup = self.listing(update.effective_user.id, self._scope(update))
+        await update.effective_message.reply_text(text, reply_markup=markup)
+
+    async def gate(self, update: object, context: Ctx) -> None:
+        """A reminder button pressed by someone not on the allowlist is answered and goes no further (other
+        buttons, such as Stop in a group chat, have their own checks)."""
+        if not isinstance(update, Update) or update.callback_query is None:
+            return
+        query = update.callback_query
+        if not (query.data or "").startswith("sch:"):
+            return
+        if query.from_user is not None and query.from_user.id in self.allowed:
+            return
+        try:
+            await query.answer("Sorry, this is a private assistant.", show_alert=True)
+        except TelegramError as exc:
+            log.info("could not answer a refused callback query: %s", exc)
+        raise ApplicationHandlerStop
+
+    async def button(self, update: Update, context: Ctx) -> None:
+        """Snooze, done, cancel, resume; only the owner of the schedule may press them."""
+        query = update.callback_query
+        assert query is not None and query.from_user is not None
+        user_id = query.from_user.id
+        _, action, raw_id = (
+            (query.data or "").split(":", 2) if (query.data or "").count(":") == 2 else ("", "", "")
+        )
+        if not raw_id.isdigit():
+            await query.answer("This button is not known any more.")
+            return
+        item_id = int(raw_id)
+        try:
+            if action in SNOOZE_MINUTES:
+                when = self.service.snooze(user_id, item_id, SNOOZE_MINUTES[action])
+                self.runner.wake()
+                note = f"Snoozed until {self.service.local(user_id, when)}."
+                await query.answer(note)
+                await self._replace_buttons(query, f"💤 {note}")
+            elif action == "done":
+                self.service.done(user_id, item_id)
+                await query.answer("Done.")
+                await self._replace_buttons(query, "✅ Done.")
+            elif action == "cancel":
+                chat = update.effective_chat
+                scope = None if chat is None or chat.type == ChatType.PRIVATE else chat.id
+                gone = self.service.cancel(user_id, item_id, scope)
+                await query.answer(f"Cancelled #{gone['id']}.")
+                await self._refresh_listing(query, user_id, scope)
+            elif action == "resume":
+                self.service.resume(user_id, item_id)
+                self.runner.wake()
+                await query.answer(f"Resumed #{item_id}.")
+                chat = update.effective_chat
+                scope = None if chat is None or chat.type == ChatType.PRIVATE else chat.id
+                await self._refresh_listing(query, user_id, scope)
+            else:
+                await query.answer("This button is not known any more.")
+        except ScheduleInputError as exc:
+            # Not the user's, or already handled: say so, change nothing.
+            await query.answer(str(exc), show_alert=True)
+
+    @staticmethod
+    async def _replace_buttons(query: Any, note: str) -> None:
+        message = query.message
+        if message is None or not getattr(message, "text", None):
+            return
+        try:
+            await query.edit_message_text(f"{message.text}\n\n{note}")
+        except TelegramError as exc:
+            log.info("could not update a reminder message: %s", exc)
+
+    async def _refresh_listing(self, query: Any, user_id: int, scope: int | None) -> None:
+        text, markup = self.listing(user_id, scope)
+        try:
+            await query.edit_message_text(text, reply_markup=markup)
+        except TelegramError as exc:
+            log.info("could not refresh /reminders: %s", exc)
+
+
+def register_schedule_handlers(
+    app: Application[Any, Any, Any, Any, Any, Any], services: Services, locks: ChatLocks
+) -> ScheduleRunner:
+    """Add /reminders, the button handlers and the delivery jobs; the tool's wake-up goes to the runner.
+    A task's turn takes the chat's lock (`locks`, shared with the message handlers)."""
+    runner = ScheduleRunner(app, services, locks)
+    services.schedules.wake = runner.wake
+    commands = ScheduleCommands(services, runner)
+    # Before the global allowlist gate (group -1), so a refused button press is still answered.
+    app.add_handler(TypeHandler(Update, commands.gate), group=-2)
+    app.add_handler(CommandHandler("reminders", commands.reminders))
+    app.add_handler(CallbackQueryHandler(commands.button, pattern=r"^sch:"))
+    runner.install()
+    app.bot_data["schedule_runner"] = runner
+    return runner

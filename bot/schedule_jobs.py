@@ -1,0 +1,363 @@
+"""Delivering reminders and scheduled tasks: the job-queue clock, sending with retries, task turns.
+
+The database is the truth (core_tools.schedule.service); this module only decides *when* to look. One
+job-queue job is armed for the earliest time anything is due (a schedule or a retry), re-armed after each
+look and when a schedule is created; a 30-second job is the safety net and applies /timezone changes.
+APScheduler skips a job later than its misfire grace (DESIGN.md): every job here has no grace limit, and
+what fell due while the bot was down is found at start, because it is still due in the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup
+from telegram.error import BadRequest, Forbidden, RetryAfter, TelegramError
+from telegram.ext import Application, ContextTypes, Job
+
+from bot.control import ChatLocks
+from bot.render import render
+from bot.wiring import Services
+from core_tools.agent import TurnInput
+from core_tools.errors import BudgetExceeded
+from core_tools.schedule.service import FAILURES_BEFORE_PAUSE, ScheduleService
+from core_tools.schedule.validate import human_delta
+from db.schedules import FiringRow
+
+log = logging.getLogger(__name__)
+
+Ctx = ContextTypes.DEFAULT_TYPE
+SAFETY_INTERVAL_S = 30.0
+MAX_WAIT_S = 300.0  # re-look at least this often even when nothing is due (clock jumps, missed wake-ups)
+BATCH = 500
+SEND_CONCURRENCY = 16  # requests in flight at once
+# Firings marked `sending` together (one transaction) just before they are sent: after a crash at most
+# this many are of unknown delivery (sent again at start, marked as a possible copy).
+MARK_CHUNK = 100
+LATE_NOTE_AFTER = timedelta(minutes=1)
+
+
+def reminder_keyboard(firing_id: int) -> InlineKeyboardMarkup:
+    """The buttons under a fired reminder."""
+    return InlineKeyboardMarkup(
+        [
+            [
+                InlineKeyboardButton("Snooze 10 min", callback_data=f"sch:s10:{firing_id}"),
+                InlineKeyboardButton("Snooze 1 h", callback_data=f"sch:s60:{firing_id}"),
+            ],
+            [InlineKeyboardButton("Done", callback_data=f"sch:done:{firing_id}")],
+        ]
+    )
+
+
+class _QuietSink:
+    """A task's turn does not stream: its answer arrives as one delivered message."""
+
+    async def text(self, partial: str) -> None:
+        return None
+
+    async def status(self, line: str) -> None:
+        return None
+
+
+def _retry_seconds(exc: RetryAfter) -> float:
+    ra = exc.retry_after
+    return float(ra) if isinstance(ra, int | float) else ra.total_seconds()
+
+
+class ScheduleRunner:
+    """Fires due schedules and delivers their firings through the Bot API."""
+
+    def __init__(
+        self, app: Application[Any, Any, Any, Any, Any, Any], services: Services, locks: ChatLocks
+    ) -> None:
+        self.app = app
+        self.services = services
+        self.locks = locks
+        self.service: ScheduleService = services.schedules.service
+        self.in_flight: set[int] = set()
+        self._lock = asyncio.Lock()
+        self._job: Job[Any] | None = None
+        self._armed_for: float | None = None  # the loop time the armed job runs at
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._send_slots = asyncio.Semaphore(SEND_CONCURRENCY)
+
+    @property
+    def bot(self) -> Bot:
+        """The application's bot."""
+        bot: Bot = self.app.bot
+        return bot
+
+    # ------------------------------------------------------------------ the clock
+
+    def install(self) -> None:
+        """Register the start-up look and the safety net on PTB's JobQueue."""
+        jq = self.app.job_queue
+        if jq is None:
+            raise RuntimeError("python-telegram-bot was installed without its job-queue extra")
+        jq.run_once(
+            self._startup_job, when=0.0, name="schedule-startup", job_kwargs={"misfire_grace_time": None}
+        )
+        jq.run_repeating(
+            self._safety_job,
+            interval=SAFETY_INTERVAL_S,
+            first=SAFETY_INTERVAL_S,
+            name="schedule-safety",
+            job_kwargs={"misfire_grace_time": None, "coalesce": True},
+        )
+
+    def wake(self) -> None:
+        """Something may be due sooner than the armed time (a schedule was created or snoozed)."""
+        self.arm(self.service.next_wake())
+
+    def arm(self, when: datetime | None) -> None:
+        """Make sure a look happens at `when` (or sooner); one job at a time is armed."""
+        jq = self.app.job_queue
+        if jq is None or when is None:
+            return
+        # Compared on the event loop's monotonic clock: a jump of the wall clock cannot strand the job.
+        delay = min(max(0.0, (when - self.service.clock()).total_seconds()), MAX_WAIT_S)
+        target = asyncio.get_running_loop().time() + delay
+        if self._job is not None and self._armed_for is not None and self._armed_for <= target:
+            return
+        if self._job is not None:
+            self._job.schedule_removal()
+        self._job = jq.run_once(
+            self._tick_job, when=delay, name="schedule-tick", job_kwargs={"misfire_grace_time": None}
+        )
+        self._armed_for = target
+
+    async def _startup_job(self, context: Ctx) -> None:
+        await self.startup()
+
+    async def _tick_job(self, context: Ctx) -> None:
+        self._job, self._armed_for = None, None
+        await self.tick()
+
+    async def _safety_job(self, context: Ctx) -> None:
+        try:
+            if self.service.reconcile_zones():
+                log.info("schedules moved to a new time zone")
+        except Exception:
+            log.exception("could not apply time zone changes to schedules")
+        await self.tick()
+
+    async def startup(self) -> dict[str, int]:
+        """Recover firings cut by a restart, repair, apply zone changes, then deliver what is due."""
+        resend, failed = self.service.recover()
+        repaired = self.service.repair()
+        moved = self.service.reconcile_zones()
+        counts = self.service.store.count_by_status()
+        log.info(
+            "schedules at start: %s; %d firing(s) to resend after a restart, %d interrupted task(s), "
+            "%d repaired, %d moved to a new zone",
+            ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none",
+            len(resend),
+            len(failed),
+            repaired,
+            moved,
+        )
+        for f in failed:
+            await self._tell(
+                f.chat_id,
+                f"I was restarted while running your scheduled task #{f.schedule_id} "
+                f"(\u201c{f.text[:80]}\u201d); it did not finish, and I did not run it again so that it does "
+                "not cost twice.",
+            )
+        await self.tick()
+        return {"resend": len(resend), "failed": len(failed), "repaired": repaired, "moved": moved}
+
+    async def tick(self) -> None:
+        """Fire what is due, send the due firings, re-arm for the next time."""
+        async with self._lock:
+            try:
+                started = time.monotonic()
+                fired = self.service.fire_due()
+                if fired:
+                    log.info(
+                        "fired %d schedule(s) in %.0f ms", len(fired), (time.monotonic() - started) * 1000
+                    )
+                while True:
+                    firings = self.service.due_firings(BATCH, exclude=list(self.in_flight))
+                    if not firings:
+                        break
+                    messages = [f for f in firings if f.kind == "message" or f.result_text is not None]
+                    sendable = {f.id for f in messages}
+                    for f in firings:
+                        self.in_flight.add(f.id)
+                        if f.id not in sendable:
+                            self._spawn(self._task_firing(f))
+                    started = time.monotonic()
+                    await self._send_batch(messages)
+                    if messages:
+                        log.info(
+                            "sent %d firing(s) in %.0f ms", len(messages), (time.monotonic() - started) * 1000
+                        )
+                    if len(firings) < BATCH:
+                        break
+            except Exception:
+                log.exception("the schedule job failed; it runs again shortly")
+                self.arm(self.service.clock() + timedelta(seconds=5))
+                return
+        self.arm(self.service.next_wake())
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def drain(self) -> None:
+        """Wait for running task firings (tests, shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    # ------------------------------------------------------------------ sending
+
+    async def _send_batch(self, firings: list[FiringRow]) -> None:
+        if not firings:
+            return
+        try:
+            for i in range(0, len(firings), MARK_CHUNK):
+                chunk = firings[i : i + MARK_CHUNK]
+                # `sending` is committed before these requests leave: a crash mid-send leaves at most one
+                # chunk whose delivery is unknown at the next start.
+                self.service.mark_sending([f.id for f in chunk])
+                results = await asyncio.gather(*(self._deliver(f) for f in chunk))
+                self.service.record([r for r in results if r is not None])
+        finally:
+            for f in firings:
+                self.in_flight.discard(f.id)
+
+    def _notes(self, f: FiringRow) -> list[str]:
+        now = self.service.clock()
+        notes = []
+        if f.resend:
+            notes.append("(I was restarted while sending this; if you already got it, ignore this copy.)")
+        late = now - f.due_at
+        if not f.snoozed and late > LATE_NOTE_AFTER:
+            notes.append(
+                f"(Late by {human_delta(late)}: I was offline at {self.service.local(f.user_id, f.due_at)}.)"
+            )
+        if f.missed:
+            times = "time" if f.missed == 1 else "times"
+            notes.append(
+                f"(It also fell due {f.missed} more {times} while I was offline; this is the one catch-up.)"
+            )
+        return notes
+
+    async def _deliver(self, f: FiringRow) -> tuple[int, dict[str, Any]] | None:
+        """Send one firing; returns the row values of its outcome."""
+        if f.kind == "task":
+            body = f"⏰ Scheduled task: {f.text}\n\n{f.result_text or ''}"
+            parts = render("\n\n".join([body, *self._notes(f)]))
+            markup = None
+        else:
+            prefix = "⏰ Snoozed reminder: " if f.snoozed else "⏰ "
+            text = "\n\n".join([prefix + f.text, *self._notes(f)])
+            parts = []
+            markup = reminder_keyboard(f.id)
+        attempts = f.attempts + 1
+        try:
+            async with self._send_slots:
+                if parts:
+                    first: int | None = None
+                    for part in parts:
+                        try:
+                            msg = await self.bot.send_message(
+                                f.chat_id, part.text, entities=part.entities or None
+                            )
+                        except BadRequest as exc:
+                            if not part.entities or "entit" not in str(exc).lower():
+                                raise
+                            msg = await self.bot.send_message(f.chat_id, part.text)
+                        first = first or msg.message_id
+                    message_id = first
+                else:
+                    msg = await self.bot.send_message(f.chat_id, text, reply_markup=markup)
+                    message_id = msg.message_id
+        except Forbidden as exc:
+            # The user blocked the bot (or it left the group): pause instead of failing every occurrence.
+            self.service.pause_chat(f.chat_id, "blocked")
+            return f.id, self.service.outcome_failed(attempts, f"forbidden: {exc}")
+        except RetryAfter as exc:
+            return f.id, self.service.outcome_retry(attempts, str(exc), _retry_seconds(exc))
+        except BadRequest as exc:
+            log.warning("firing %s to chat %s refused: %s", f.id, f.chat_id, exc)
+            return f.id, self.service.outcome_failed(attempts, str(exc))
+        except TelegramError as exc:  # network trouble, timeouts, 5xx: try again after a backoff
+            log.warning("firing %s to chat %s failed (try %d): %s", f.id, f.chat_id, attempts, exc)
+            return f.id, self.service.outcome_retry(attempts, str(exc))
+        return f.id, self.service.outcome_sent(message_id)
+
+    # ------------------------------------------------------------------ tasks
+
+    async def _task_firing(self, f: FiringRow) -> None:
+        try:
+            answer = await self._run_task(f)
+            if answer is None:
+                return
+            result = await self._deliver(replace(f, result_text=answer))
+            if result is not None:
+                self.service.record([result])
+        except Exception:
+            log.exception("scheduled task firing %s failed", f.id)
+            self.service.record([(f.id, self.service.outcome_failed(f.attempts + 1, "internal error"))])
+        finally:
+            self.in_flight.discard(f.id)
+        self.arm(self.service.next_wake())
+
+    async def _run_task(self, f: FiringRow) -> str | None:
+        """Run a task's turn (caps checked first, accounted as `scheduled`); its answer, or None if failed."""
+        services = self.services
+        self.service.mark_sending([f.id])
+        try:
+            # The caps are checked before anything is stored or sent; the agent checks them again.
+            services.usage_service.check(f.user_id, "scheduled")
+            turn = TurnInput(
+                f.user_id,
+                f.chat_id,
+                f"(Scheduled task #{f.schedule_id}, set earlier by the user; do it now.)\n{f.text}",
+                chat_type=f.chat_type,
+                purpose="scheduled",
+            )
+            async with self.locks.hold(f.chat_id):  # a task's turn waits for the chat like a message
+                result = await services.agent.run_turn(turn, _QuietSink())
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            reason = str(exc) if isinstance(exc, BudgetExceeded) else f"{type(exc).__name__}: {exc}"
+            log.warning("scheduled task %s (firing %s) failed: %s", f.schedule_id, f.id, reason)
+            self.service.record([(f.id, self.service.outcome_failed(f.attempts + 1, reason[:500]))])
+            paused = self.service.task_failed(f.schedule_id)
+            await self._tell(f.chat_id, self._failure_text(f, reason, paused))
+            return None
+        self.service.task_succeeded(f.schedule_id)
+        answer = result.text.strip() or "(The task produced no answer.)"
+        # Kept before sending: a failed send is retried with this answer, never by running the turn again.
+        self.service.record([(f.id, {"result_text": answer})])
+        return answer
+
+    @staticmethod
+    def _failure_text(f: FiringRow, reason: str, paused: bool) -> str:
+        text = f"Your scheduled task #{f.schedule_id} (\u201c{f.text[:80]}\u201d) could not run: {reason}"
+        if paused:
+            text += (
+                f"\n\nIt failed {FAILURES_BEFORE_PAUSE} times in a row, so I paused it. "
+                "Resume it from /reminders when the problem is solved."
+            )
+        elif f.repeating:
+            text += "\n\nIt will run again at its next time."
+        return text
+
+    async def _tell(self, chat_id: int, text: str) -> None:
+        try:
+            await self.bot.send_message(chat_id, text)
+        except Forbidden:
+            self.service.pause_chat(chat_id, "blocked")
+        except TelegramError as exc:
+            log.warning("could not tell chat %s about a scheduled task: %s", chat_id, exc)

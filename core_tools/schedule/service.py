@@ -1,0 +1,476 @@
+"""Reminders and scheduled tasks: validation, limits, storage, and the firing state machine.
+
+The database is the source of truth: a schedule row carries its next fire time (UTC); firing it inserts a
+firing row and advances the schedule in one transaction. A firing goes due -> sending -> sent | failed.
+The clock is injected, so tests drive time without sleeping; the bot's job queue decides when to look.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from core_tools.schedule.rules import (
+    Repeat,
+    ScheduleInputError,
+    Spec,
+    advance,
+    describe,
+    localize,
+    occurrences_after,
+    rebased_start,
+    wall,
+)
+from core_tools.schedule.validate import Limits, build_spec
+from db.schedules import ACTIVE, LIVE, PAUSED, FiringRow, ScheduleRow, Schedules
+
+log = logging.getLogger(__name__)
+
+FAILURES_BEFORE_PAUSE = 3
+# Sending a firing is retried this many times, waiting BACKOFF_S[attempt] seconds (the last value repeats).
+MAX_SEND_ATTEMPTS = 6
+BACKOFF_S = (2.0, 5.0, 15.0, 60.0, 300.0)
+
+
+def backoff(attempt: int) -> float:
+    """Seconds to wait before retry number `attempt` (1-based) of a transient send failure."""
+    return BACKOFF_S[min(max(attempt, 1), len(BACKOFF_S)) - 1]
+
+
+class ScheduleService:
+    """What the `schedule` tool, `/reminders` and the bot's delivery job do with schedules."""
+
+    def __init__(
+        self,
+        store: Schedules,
+        user_timezone: Callable[[int], str | None],
+        *,
+        default_timezone: str = "UTC",
+        limits: Limits | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.store = store
+        self.user_timezone = user_timezone
+        self.default_timezone = default_timezone
+        self.limits = limits or Limits()
+        self.clock = clock
+
+    # ------------------------------------------------------------------ zones and specs
+
+    def zone_of_user(self, user_id: int) -> str:
+        """The user's zone name (else the default, else UTC)."""
+        name = self.user_timezone(user_id) or self.default_timezone
+        try:
+            ZoneInfo(name)
+        except (ZoneInfoNotFoundError, ValueError):
+            return "UTC"
+        return name
+
+    def zone_of(self, row: ScheduleRow) -> str:
+        """The zone a schedule's wall-clock times are in: its own, or its user's current one."""
+        return row.timezone or self.zone_of_user(row.user_id)
+
+    @staticmethod
+    def spec_of(row: ScheduleRow) -> Spec:
+        """The recurrence of a stored schedule."""
+        repeat = Repeat(row.repeat_kind or "rrule", row.repeat) if row.repeat else None
+        return Spec(datetime.fromisoformat(row.start_local), repeat, row.until_at, row.count)
+
+    def next_times(self, row: ScheduleRow, n: int = 3) -> list[datetime]:
+        """The next `n` fire times of a schedule (UTC), pending snoozes not included."""
+        if row.next_fire_at is None or row.status not in LIVE:
+            return []
+        zone = ZoneInfo(self.zone_of(row))
+        rest = occurrences_after(self.spec_of(row), zone, row.next_fire_at, n - 1)
+        if row.count is not None:
+            rest = rest[: max(0, row.count - row.fired_count - 1)]
+        return [row.next_fire_at, *rest][:n]
+
+    def view(self, row: ScheduleRow) -> dict[str, Any]:
+        """A schedule as the model and /reminders see it: times in the zone it follows."""
+        zone_name = self.zone_of(row)
+        zone = ZoneInfo(zone_name)
+        out: dict[str, Any] = {
+            "id": row.id,
+            "kind": row.kind,
+            "text": row.text,
+            "status": row.status,
+            "description": describe(self.spec_of(row), zone_name),
+            "next": [f"{t.astimezone(zone):%a %d %b %Y %H:%M}" for t in self.next_times(row)],
+            "timezone": zone_name,
+        }
+        if row.repeat:
+            out["repeat"] = row.repeat
+        if row.status == PAUSED:
+            out["paused"] = row.pause_reason
+        snooze = self.store.pending_firing_times([row.id]).get(row.id)
+        if snooze is not None:
+            out["snoozed_until"] = f"{snooze.astimezone(zone):%a %d %b %Y %H:%M}"
+        return out
+
+    # ------------------------------------------------------------------ the tool's actions
+
+    def create(
+        self,
+        *,
+        user_id: int,
+        chat_id: int,
+        chat_type: str,
+        text: str,
+        at: str | None,
+        repeat: str | None = None,
+        kind: str = "message",
+        until: str | None = None,
+        count: int | None = None,
+    ) -> dict[str, Any]:
+        """Validate and store a schedule; returns its view (id, next times, description)."""
+        now = self.clock()
+        zone_name = self.zone_of_user(user_id)
+        if self.store.count_active(user_id) >= self.limits.max_active:
+            raise ScheduleInputError(
+                f"the user already has {self.limits.max_active} active schedules (the limit); "
+                "cancel one first (action list shows them)"
+            )
+        spec, explicit, first = build_spec(
+            limits=self.limits,
+            zone_name=zone_name,
+            kind=kind,
+            text=text,
+            at=at,
+            repeat=repeat,
+            until=until,
+            count=count,
+            now=now,
+        )
+        row = self.store.add(
+            user_id=user_id,
+            chat_id=chat_id,
+            chat_type=chat_type,
+            kind=kind,
+            text=text.strip(),
+            start_local=spec.start_local.isoformat(),
+            # An explicit offset pins the schedule to the zone it was made in; a local time follows the
+            # user's zone, so a later /timezone moves its future firings.
+            timezone=zone_name if explicit else None,
+            zone_used=zone_name,
+            repeat=spec.repeat.text if spec.repeat else None,
+            repeat_kind=spec.repeat.kind if spec.repeat else None,
+            until_at=spec.until,
+            count=spec.count,
+            fired_count=0,
+            status=ACTIVE,
+            failures=0,
+            next_fire_at=first,
+        )
+        log.info("schedule %s created by user %s (%s, next %s)", row.id, user_id, kind, first.isoformat())
+        return self.view(row)
+
+    def _owned(self, user_id: int, schedule_id: int, chat_scope: int | None) -> ScheduleRow:
+        row = self.store.get(schedule_id)
+        # Another user's schedule, or one of another chat seen from a group, is "unknown": no hint it exists.
+        if row is None or row.user_id != user_id or (chat_scope is not None and row.chat_id != chat_scope):
+            raise ScheduleInputError(f"there is no schedule with id {schedule_id} (action list shows them)")
+        return row
+
+    def list_for(self, user_id: int, chat_scope: int | None = None) -> list[dict[str, Any]]:
+        """The user's schedules (in one chat when `chat_scope` is set: a group sees only its own)."""
+        return [self.view(r) for r in self.store.of_user(user_id, chat_scope)]
+
+    def cancel(self, user_id: int, schedule_id: int, chat_scope: int | None = None) -> dict[str, Any]:
+        """Cancel a schedule of the user, and any snooze of it still waiting."""
+        row = self._owned(user_id, schedule_id, chat_scope)
+        pending = self.store.pending_firing_times([row.id])
+        if row.status not in LIVE and not pending:
+            raise ScheduleInputError(f"schedule {schedule_id} has already ended ({row.status})")
+        self.store.cancel_pending([row.id])
+        changed = self.store.change(row.id, status="cancelled", next_fire_at=None)
+        assert changed is not None
+        log.info("schedule %s cancelled by user %s", row.id, user_id)
+        return {"id": row.id, "cancelled": True, "text": row.text}
+
+    def update(
+        self,
+        user_id: int,
+        schedule_id: int,
+        *,
+        chat_scope: int | None = None,
+        text: str | None = None,
+        at: str | None = None,
+        repeat: str | None = None,
+        until: str | None = None,
+        count: int | None = None,
+    ) -> dict[str, Any]:
+        """Change a schedule's text, time or repeat (`repeat` "none" removes it); a paused one resumes."""
+        row = self._owned(user_id, schedule_id, chat_scope)
+        if row.status not in LIVE:
+            raise ScheduleInputError(f"schedule {schedule_id} has ended ({row.status}); create a new one")
+        now = self.clock()
+        zone_name = self.zone_of(row)
+        old = self.spec_of(row)
+        new_repeat: str | None
+        if repeat is None:
+            new_repeat = row.repeat
+        elif repeat.strip().lower() in ("", "none", "no", "once"):
+            new_repeat = None
+        else:
+            new_repeat = repeat
+        if at is None and row.repeat is None and new_repeat is None:
+            # Changing only the text of a one-shot keeps its time, which is in the future by construction.
+            at_text: str | None = old.start_local.isoformat()
+        else:
+            at_text = at if at is not None else old.start_local.isoformat()
+        keep_until = until is None and repeat is None
+        spec, explicit, first = build_spec(
+            limits=self.limits,
+            zone_name=zone_name,
+            kind=row.kind,
+            text=text if text is not None else row.text,
+            at=at_text,
+            repeat=new_repeat,
+            until=until,
+            count=count if count is not None else (row.count if repeat is None else None),
+            now=now,
+        )
+        if keep_until and row.until_at is not None and spec.repeat is not None:
+            spec = Spec(spec.start_local, spec.repeat, row.until_at, spec.count)
+        changed = self.store.change(
+            row.id,
+            text=(text if text is not None else row.text).strip(),
+            start_local=spec.start_local.isoformat(),
+            timezone=zone_name if explicit else row.timezone,
+            zone_used=zone_name,
+            repeat=spec.repeat.text if spec.repeat else None,
+            repeat_kind=spec.repeat.kind if spec.repeat else None,
+            until_at=spec.until,
+            count=spec.count,
+            fired_count=0,
+            status=ACTIVE,
+            pause_reason=None,
+            failures=0,
+            next_fire_at=first,
+        )
+        assert changed is not None
+        return self.view(changed)
+
+    def resume(self, user_id: int, schedule_id: int) -> dict[str, Any]:
+        """Resume a paused schedule from its next occurrence after now."""
+        row = self._owned(user_id, schedule_id, None)
+        if row.status != PAUSED:
+            raise ScheduleInputError(f"schedule {schedule_id} is not paused")
+        nxt = self._next_from_now(row, self.clock())
+        changed = self.store.change(
+            row.id,
+            status=ACTIVE if nxt is not None else "done",
+            pause_reason=None,
+            failures=0,
+            next_fire_at=nxt,
+        )
+        assert changed is not None
+        return self.view(changed)
+
+    def _next_from_now(self, row: ScheduleRow, now: datetime) -> datetime | None:
+        if row.next_fire_at is not None and row.next_fire_at > now:
+            return row.next_fire_at
+        if row.repeat is None:
+            return now  # a paused one-shot that missed its time: deliver it now
+        zone = ZoneInfo(self.zone_of(row))
+        found = occurrences_after(self.spec_of(row), zone, now, 1)
+        return found[0] if found else None
+
+    # ------------------------------------------------------------------ the delivery job's side
+
+    def fire_due(self, limit: int = 500) -> list[int]:
+        """Turn every schedule whose time has come into a firing and advance it; returns firing ids.
+
+        A repeating schedule missed for several occurrences (the bot was down) fires once, with `missed`
+        saying how many more it stood for; its next time is the first occurrence after now.
+        """
+        now = self.clock()
+        fired: list[int] = []
+        zones: dict[int, str] = {}  # one look-up per user, not per schedule: 500 may fall due at 09:00
+        while True:
+            rows = self.store.due_schedules(now, limit)
+            if not rows:
+                return fired
+            changes: list[tuple[ScheduleRow, int, datetime | None, str | None]] = []
+            for row in rows:
+                assert row.next_fire_at is not None
+                start: datetime | None = None
+                try:
+                    if row.timezone is None and row.user_id not in zones:
+                        zones[row.user_id] = self.zone_of_user(row.user_id)
+                    zone = ZoneInfo(row.timezone or zones[row.user_id])
+                    spec = self.spec_of(row)
+                    consumed, nxt = advance(spec, zone, row.next_fire_at, now, row.fired_count)
+                    start = rebased_start(spec, zone, nxt) if nxt is not None else None
+                except Exception:  # one broken row must not stop every other reminder
+                    log.exception("schedule %s: could not compute its next time; it fires once more", row.id)
+                    consumed, nxt = 1, None
+                changes.append((row, consumed, nxt, start.isoformat() if start else None))
+            fired.extend(self.store.fire(changes, now))
+            if len(rows) < limit:
+                return fired
+
+    def due_firings(self, limit: int, exclude: Sequence[int] = ()) -> list[FiringRow]:
+        """Firings to send now (excluding the ones already being sent by this process)."""
+        return self.store.due_firings(self.clock(), limit, exclude)
+
+    def next_wake(self) -> datetime | None:
+        """When something next needs doing: a schedule falls due or a firing may be (re)tried."""
+        times = [t for t in (self.store.next_schedule_time(), self.store.next_firing_time()) if t]
+        return min(times) if times else None
+
+    def mark_sending(self, ids: Sequence[int]) -> None:
+        """Record that these firings are about to be sent (before the request leaves)."""
+        self.store.set_firings(ids, status="sending")
+
+    def outcome_sent(self, message_id: int | None) -> dict[str, Any]:
+        """The row values of a delivered firing."""
+        return {"status": "sent", "message_id": message_id, "sent_at": self.clock(), "error": None}
+
+    def outcome_retry(self, attempts: int, error: str, wait_s: float | None = None) -> dict[str, Any]:
+        """The row values of a transient failure: due again after a backoff, or failed after the last try."""
+        if attempts >= MAX_SEND_ATTEMPTS:
+            return {
+                "status": "failed",
+                "attempts": attempts,
+                "error": f"gave up after {attempts} tries: {error}",
+            }
+        wait = wait_s if wait_s is not None else backoff(attempts)
+        return {
+            "status": "due",
+            "attempts": attempts,
+            "error": error,
+            "not_before": self.clock() + timedelta(seconds=wait),
+        }
+
+    @staticmethod
+    def outcome_failed(attempts: int, error: str) -> dict[str, Any]:
+        """The row values of a firing that cannot be delivered."""
+        return {"status": "failed", "attempts": attempts, "error": error}
+
+    def record(self, results: Sequence[tuple[int, dict[str, Any]]]) -> None:
+        """Store the outcomes of several firings at once."""
+        self.store.mark_many(results)
+
+    def pause_chat(self, chat_id: int, reason: str) -> int:
+        """Pause every active schedule delivered to a chat (the user blocked the bot: 403)."""
+        self.store.cancel_pending(chat_id=chat_id)
+        count = self.store.set_status_for_chat(chat_id, PAUSED, reason)
+        log.warning("paused %d schedules of chat %s (%s)", count, chat_id, reason)
+        return count
+
+    def task_succeeded(self, schedule_id: int) -> None:
+        """A task ran: its count of consecutive failures starts again."""
+        row = self.store.get(schedule_id)
+        if row is not None and row.failures:
+            self.store.change(schedule_id, failures=0)
+
+    def task_failed(self, schedule_id: int) -> bool:
+        """Count a failed task run; after FAILURES_BEFORE_PAUSE in a row it is paused (returns True)."""
+        row = self.store.get(schedule_id)
+        if row is None:
+            return False
+        failures = row.failures + 1
+        if failures >= FAILURES_BEFORE_PAUSE and row.status == ACTIVE:
+            self.store.change(schedule_id, failures=failures, status=PAUSED, pause_reason="failures")
+            return True
+        self.store.change(schedule_id, failures=failures)
+        return False
+
+    def recover(self) -> tuple[list[FiringRow], list[FiringRow]]:
+        """At start: firings cut by a restart while being sent. Messages (and task answers already
+        produced) are sent again marked as a possible repeat; a task whose turn was cut is not re-run
+        (that would cost money again): it is failed, and the bot's restart notice tells the user.
+        Returns (to resend, failed)."""
+        resend, failed = [], []
+        for f in self.store.firings_in("sending"):
+            if f.kind == "message" or f.result_text is not None:
+                resend.append(f)
+            else:
+                failed.append(f)
+        self.store.set_firings([f.id for f in resend], status="due", resend=True, not_before=self.clock())
+        self.store.set_firings([f.id for f in failed], status="failed", error="interrupted by a restart")
+        for f in failed:
+            self.task_failed(f.schedule_id)
+        return resend, failed
+
+    def reconcile_zones(self) -> int:
+        """Recompute the next time of schedules that follow a user whose zone changed (/timezone)."""
+        now = self.clock()
+        moved = 0
+        for row, zone_name in self.store.floating_with_stale_zone(self.default_timezone):
+            try:
+                zone = ZoneInfo(zone_name)
+            except (ZoneInfoNotFoundError, ValueError):
+                continue
+            nxt = row.next_fire_at
+            if row.status == ACTIVE and row.next_fire_at is not None:
+                # The occurrence that was next keeps its wall-clock time in the new zone; if that is now
+                # past, the following occurrence is next (nothing fires for the zone change itself).
+                old_wall = wall(row.next_fire_at, ZoneInfo(row.zone_used))
+                moved_time = localize(old_wall, zone)
+                if moved_time > now:
+                    nxt = moved_time
+                else:
+                    found = occurrences_after(self.spec_of(row), zone, now, 1)
+                    nxt = found[0] if found else None
+            self.store.change(
+                row.id,
+                zone_used=zone_name,
+                next_fire_at=nxt,
+                status=row.status if nxt is not None or row.status != ACTIVE else "done",
+            )
+            moved += 1
+        return moved
+
+    def repair(self) -> int:
+        """At start: give an active schedule without a next time one (or end it)."""
+        now = self.clock()
+        fixed = 0
+        for row in self.store.active_without_time():
+            nxt = self._next_from_now(row, now)
+            self.store.change(row.id, next_fire_at=nxt, status=ACTIVE if nxt else "done")
+            fixed += 1
+        return fixed
+
+    # ------------------------------------------------------------------ buttons
+
+    def _owned_firing(self, user_id: int, firing_id: int) -> FiringRow:
+        f = self.store.firing(firing_id)
+        if f is None or f.user_id != user_id:
+            raise ScheduleInputError("this reminder is not yours")
+        return f
+
+    def snooze(self, user_id: int, firing_id: int, minutes: int) -> datetime:
+        """Deliver a fired reminder again in `minutes`; returns when (UTC)."""
+        f = self._owned_firing(user_id, firing_id)
+        if f.ack is not None:
+            raise ScheduleInputError(f"this reminder is already {f.ack}")
+        row = self.store.get(f.schedule_id)
+        assert row is not None
+        when = self.clock() + timedelta(minutes=minutes)
+        self.store.add_firing(row, when, snoozed=True, now=self.clock())
+        self.store.set_firings([f.id], ack="snoozed")
+        return when
+
+    def done(self, user_id: int, firing_id: int) -> FiringRow:
+        """Mark a fired reminder as done (a repeating one keeps its future occurrences)."""
+        f = self._owned_firing(user_id, firing_id)
+        if f.ack == "done":
+            raise ScheduleInputError("this reminder is already done")
+        self.store.set_firings([f.id], ack="done")
+        return f
+
+    def schedule_for_firing(self, firing: FiringRow) -> ScheduleRow | None:
+        """The schedule a firing belongs to."""
+        return self.store.get(firing.schedule_id)
+
+    def local(self, user_id: int, instant: datetime) -> str:
+        """An instant as the user's local 'HH:MM' (with the date when it is not today)."""
+        zone = ZoneInfo(self.zone_of_user(user_id))
+        local, today = instant.astimezone(zone), self.clock().astimezone(zone).date()
+        return f"{local:%H:%M}" if local.date() == today else f"{local:%a %d %b %H:%M}"

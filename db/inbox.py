@@ -1,0 +1,125 @@
+"""The inbox: user messages stored the moment they arrive, until their chat's turn takes them.
+
+A queued message lives here, not in `messages`, so nothing that reads the history (the model's context,
+/retry's last message, edits) sees it before its own turn; the turn start moves it into `messages` in the
+same transaction that deletes it here, so it is always in exactly one of the two tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Engine, Table, bindparam, delete, insert, select, update
+
+from db.models import ChatSession, InboxMessage, Message, utcnow
+
+_INBOX: Table = InboxMessage.__table__  # type: ignore[assignment]
+_MESSAGES: Table = Message.__table__  # type: ignore[assignment]
+_SESSIONS: Table = ChatSession.__table__  # type: ignore[assignment]
+_INSERT = insert(_INBOX)
+_INSERT_MESSAGE = insert(_MESSAGES)
+_DELETE = delete(_INBOX).where(_INBOX.c.id == bindparam("iid"))
+_TOUCH_SESSION = (
+    update(_SESSIONS).where(_SESSIONS.c.id == bindparam("sid")).values(last_activity_at=bindparam("at"))
+)
+
+
+@dataclass(frozen=True)
+class Queued:
+    """A message waiting in the inbox."""
+
+    id: int
+    user_id: int
+    chat_id: int
+    chat_type: str
+    first_name: str | None
+    username: str | None
+    content: str
+    tg_message_id: int | None
+    received_at: datetime
+
+
+class Inbox:
+    """Messages that arrived and wait for their chat's turn."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def put(
+        self,
+        user_id: int,
+        chat_id: int,
+        chat_type: str,
+        content: str,
+        *,
+        first_name: str | None = None,
+        username: str | None = None,
+        tg_message_id: int | None = None,
+    ) -> int:
+        """Store a message that just arrived; returns its inbox id."""
+        row = {
+            "user_id": user_id,
+            "chat_id": chat_id,
+            "chat_type": chat_type,
+            "first_name": first_name,
+            "username": username,
+            "content": content,
+            "tg_message_id": tg_message_id,
+            "received_at": utcnow(),
+        }
+        with self._engine.begin() as conn:
+            key = conn.execute(_INSERT, row).inserted_primary_key
+            assert key is not None
+            return int(key[0])
+
+    def edit(self, inbox_id: int, content: str) -> None:
+        """The user edited a message still waiting: its turn will use the new text."""
+        with self._engine.begin() as conn:
+            conn.execute(update(_INBOX).where(_INBOX.c.id == inbox_id).values(content=content))
+
+    def discard(self, inbox_ids: Sequence[int]) -> None:
+        """Forget waiting messages that will not be answered."""
+        if inbox_ids:
+            with self._engine.begin() as conn:
+                conn.execute(_DELETE, [{"iid": i} for i in inbox_ids])
+
+    def waiting(self) -> list[Queued]:
+        """Every waiting message, in arrival order (at start-up: what a stopped process left)."""
+        with self._engine.connect() as conn:
+            rows = conn.execute(select(_INBOX).order_by(_INBOX.c.id)).all()
+        return [Queued(*row) for row in rows]
+
+    def store_turn(
+        self,
+        session_id: str,
+        user_id: int,
+        chat_id: int,
+        messages: Sequence[tuple[str, int | None]],
+        inbox_ids: Sequence[int] = (),
+        status: str = "pending",
+    ) -> list[int]:
+        """Store a turn's user messages ((text, Telegram id), in order) in the session's history and take
+        them out of the inbox, in one transaction; returns their message ids."""
+        now = utcnow()
+        ids = []
+        with self._engine.begin() as conn:
+            for text, tg_message_id in messages:
+                row = {
+                    "session_id": session_id,
+                    "user_id": user_id,
+                    "chat_id": chat_id,
+                    "role": "user",
+                    "content": text,
+                    "status": status,
+                    "created_at": now,
+                    "tg_message_id": tg_message_id,
+                }
+                key = conn.execute(_INSERT_MESSAGE, row).inserted_primary_key
+                assert key is not None
+                ids.append(int(key[0]))
+            if inbox_ids:
+                conn.execute(_DELETE, [{"iid": i} for i in inbox_ids])
+            conn.execute(_TOUCH_SESSION, {"sid": session_id, "at": now})
+        return ids

@@ -1,0 +1,135 @@
+"""Rows of `media_files`: one per file a user sent (the bytes live hash-named under MEDIA_DIR)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import Engine, Table, insert, select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from db.models import MediaFile, utcnow
+
+_TABLE: Table = MediaFile.__table__  # type: ignore[assignment]
+_INSERT = insert(_TABLE)  # built once
+
+
+@dataclass(frozen=True)
+class MediaRow:
+    """A media_files row as plain data."""
+
+    id: int
+    user_id: int
+    chat_id: int
+    session_id: str | None
+    message_id: int | None
+    kind: str
+    file_name: str
+    mime_type: str | None
+    size: int
+    sha256: str | None
+    duration_s: int | None
+    text_chars: int | None
+    status: str
+    detail: str | None
+
+
+def _row(m: MediaFile) -> MediaRow:
+    return MediaRow(
+        m.id,
+        m.user_id,
+        m.chat_id,
+        m.session_id,
+        m.message_id,
+        m.kind,
+        m.file_name,
+        m.mime_type,
+        m.size,
+        m.sha256,
+        m.duration_s,
+        m.text_chars,
+        m.status,
+        m.detail,
+    )
+
+
+class MediaFiles:
+    """Writes and reads `media_files`."""
+
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self._sm = sessions
+        # Core statements for the writes: they run on the event loop in the middle of a voice turn.
+        self._engine: Engine = sessions.kw["bind"]
+
+    def add(
+        self,
+        *,
+        user_id: int,
+        chat_id: int,
+        kind: str,
+        file_name: str,
+        mime_type: str | None,
+        size: int,
+        sha256: str | None,
+        status: str,
+        duration_s: int | None = None,
+        text_chars: int | None = None,
+        detail: str | None = None,
+    ) -> int:
+        """Store a row (not yet linked to a message); returns its id."""
+        values = {
+            "user_id": user_id,
+            "chat_id": chat_id,
+            "session_id": None,
+            "message_id": None,
+            "kind": kind,
+            "file_name": file_name[:255],
+            "mime_type": (mime_type or None) and mime_type[:128],
+            "size": size,
+            "sha256": sha256,
+            "status": status,
+            "duration_s": duration_s,
+            "text_chars": text_chars,
+            "detail": detail,
+            "created_at": utcnow(),
+        }
+        with self._engine.begin() as conn:
+            key = conn.execute(_INSERT, values).inserted_primary_key
+            assert key is not None
+            return int(key[0])
+
+    def link(self, ids: Sequence[int], message_id: int, session_id: str) -> None:
+        """Attach rows to the user message (and session) they came with."""
+        if not ids:
+            return
+        with self._engine.begin() as conn:
+            conn.execute(
+                update(_TABLE)
+                .where(_TABLE.c.id.in_(list(ids)))
+                .values(message_id=message_id, session_id=session_id)
+            )
+
+    def set_status(self, file_id: int, status: str, detail: str | None = None) -> None:
+        """Record what became of a file (transcribed, failed, ...)."""
+        with self._engine.begin() as conn:
+            conn.execute(update(_TABLE).where(_TABLE.c.id == file_id).values(status=status, detail=detail))
+
+    def get(self, file_id: int) -> MediaRow | None:
+        """One row by id."""
+        with self._sm() as s:
+            m = s.get(MediaFile, file_id)
+            return None if m is None else _row(m)
+
+    def for_session(self, session_id: str) -> list[MediaRow]:
+        """Every file of a session, oldest first."""
+        with self._sm() as s:
+            q = select(MediaFile).where(MediaFile.session_id == session_id).order_by(MediaFile.id)
+            return [_row(m) for m in s.scalars(q)]
+
+    def for_messages(self, message_ids: Sequence[int]) -> list[MediaRow]:
+        """The files of some messages, oldest first."""
+        if not message_ids:
+            return []
+        with self._sm() as s:
+            q = select(MediaFile).where(MediaFile.message_id.in_(list(message_ids))).order_by(MediaFile.id)
+            return [_row(m) for m in s.scalars(q)]

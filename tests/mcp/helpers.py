@@ -1,0 +1,63 @@
+"""Helpers for the MCP tests: the probe server's command, a free port, waiting for a condition."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+PROBE = str(Path(__file__).with_name("probe_server.py"))
+ROOT = str(Path(__file__).resolve().parents[2])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def stdio_entry(**extra: object) -> dict[str, object]:
+    return {"command": sys.executable, "args": [PROBE], **extra}
+
+
+async def until(predicate: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> None:
+    """Wait until `predicate()` holds (polled), or fail naming `what`."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def wait_port(port: int, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"nothing listens on port {port}")
+
+
+@contextmanager
+def process(
+    args: list[str], port: int | None = None, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A subprocess (waited for its port, when given), ended afterwards."""
+    proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        if port is not None:
+            wait_port(port)
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
