@@ -14,6 +14,7 @@ from bot.control import Incoming, TurnRunner
 from core_tools.types import ToolContext
 from db.engine import make_engine
 from db.models import InboxMessage, Message
+from tests import harness
 from tests.bot.test_process import bot_env, start_bot
 from tests.fakes.openai_api import FakeLLM, call, hang, text, tool_calls
 from tests.fakes.telegram_api import FakeTelegram
@@ -38,7 +39,8 @@ async def test_kill_9_while_a_message_waits_then_restart_answers_it(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
 ) -> None:
     llm.script(hang(60))
-    db = tmp_path / "data" / "assistant.db"
+    # The harness's database (a fresh PostgreSQL one on that run), so the restarted bot below finds it.
+    url = harness.DATABASE_URL or f"sqlite:///{tmp_path / 'data' / 'assistant.db'}"
     env = bot_env(
         tmp_path,
         TELEGRAM_BOT_TOKEN=TOKEN,
@@ -47,7 +49,7 @@ async def test_kill_9_while_a_message_waits_then_restart_answers_it(
         OPENAI_API_KEY="sk-test",
         OPENAI_BASE_URL=llm.base_url,
         LLM_MAX_RETRIES="0",
-        DATABASE_URL=f"sqlite:///{db}",
+        DATABASE_URL=url,
     )
     proc = await start_bot(tmp_path, env=env, capture=False)
     try:
@@ -55,7 +57,7 @@ async def test_kill_9_while_a_message_waits_then_restart_answers_it(
         tg.push_text(OWNER, "Plan my trip to Lisbon")
         await llm.wait_for_requests(1, timeout=30)  # its turn runs (the LLM stream hangs)
         tg.push_text(OWNER, "Also find me a hotel in Alfama")
-        engine = make_engine(f"sqlite:///{db}")
+        engine = make_engine(url)
         try:
             await tg.wait_for(lambda: waiting(engine), timeout=15, what="the second message stored")
             assert waiting(engine) == ["Also find me a hotel in Alfama"]
