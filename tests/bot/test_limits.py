@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import select
 
+from core_tools.usage import tokens_str
 from db.models import CodeExecution, LLMCall, Message
 from tests.fakes.openai_api import FakeLLM, Step, call, text, tool_calls
 from tests.fakes.telegram_api import FakeTelegram
@@ -111,6 +112,8 @@ def generate_fan_out(n: int, program: str, delay: float) -> Any:
     """A responder: a user message gets `n` parallel generate calls; each generation answers `program`."""
 
     def respond(body: dict[str, Any]) -> Step:
+        if "tools" not in body and any(m["role"] == "tool" for m in body["messages"]):
+            return text("All done.")  # the turn's closing answer without tools (a cap stopped tool use)
         if "tools" not in body:  # the focused generation request
             return text(f"```python\n{program}\n```", delay=delay)
         if body["messages"][-1]["role"] == "user":
@@ -157,21 +160,28 @@ async def test_parallel_generations_cannot_pass_a_daily_token_cap_together(
     # Each generation's reply is about 500 tokens; a request's completion may be at most 600.
     program = "# " + "x" * 1900 + "\nprint(1)"
     llm.default = generate_fan_out(20, program, delay=0.3)
-    # The first request (system prompt and every tool's schema, ~2.1k tokens with the schedule tool) plus
-    # two generations (~0.6k each) stay under the cap, so the turn ends with its own answer; a third is
-    # refused.
-    cap = 3400
     async with running_bot(
         tmp_path,
         tg,
         llm,
-        budget_daily_tokens=cap,
+        budget_daily_tokens=10**7,
         llm_max_completion_tokens=600,
         code_max_jobs=20,
         code_max_jobs_per_user=20,
         code_max_concurrent=20,
         code_max_concurrent_per_user=20,
     ) as h:
+        # The cap is measured, not guessed: a first request (system prompt and every tool's schema, which
+        # grow with every tool added) plus about two generations (~0.6k each) fit, a third does not.
+        llm.script(text("Hello."))
+        tg.push_text(OWNER, "hi")
+        await h.final_text(OWNER, "Hello.")
+        with h.services.engine.connect() as conn:
+            warmup = [
+                r["prompt_tokens"] + r["completion_tokens"] for r in conn.execute(select(LLMCall)).mappings()
+            ]
+        cap = sum(warmup) + warmup[0] + 1400
+        h.services.usage_service.set_cap(by=OWNER, user_id=OWNER, period="daily", kind="tokens", limit=cap)
         tg.push_text(OWNER, "write twenty programs")
         await h.final_text(OWNER, "All done.", timeout=60)
         with h.services.engine.connect() as conn:
@@ -186,7 +196,10 @@ async def test_parallel_generations_cannot_pass_a_daily_token_cap_together(
         results = tool_results(llm.requests[-1])
         stopped = [r for r in results if not r.get("success")]
         assert len(stopped) == 20 - len(generations)
-        assert all("Usage cap reached: your daily token cap is 3.4k tokens" in r["error"] for r in stopped)
+        assert all(
+            f"Usage cap reached: your daily token cap is {tokens_str(cap)} tokens" in r["error"]
+            for r in stopped
+        )
         assert h.services.usage_service.reserved(OWNER) == 0  # every reservation was settled
 
         # The next message is refused with the same clear words, and it stays stored.
