@@ -5,6 +5,7 @@ nothing, new rows get new ids."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from sqlalchemy import func, select
 
 from core_tools.tools.memory import MemoryStore
 from db.engine import make_engine, make_sessionmaker
-from db.models import Memory, Message
+from db.models import CodeJob, Memory, Message, Schedule, ScheduleFiring
 from tests.bot.test_process import bot_env, run_bot
 from tests.db.test_memories import TinyEmbedder
 from tests.fakes.openai_api import FakeLLM, text
@@ -46,6 +47,33 @@ async def test_migrate_db_copies_everything_and_is_safe_to_rerun(
     await store.store(7, "long", "Another user's beagle called Rex")
     store.embedder = None
     await store.store(OWNER, "short", "The plumber comes on Monday")  # no vector: embedder down
+    # The later features' tables: a string id, JSON, booleans, a foreign key, times.
+    fired = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
+    with make_sessionmaker(source)() as s, s.begin():
+        job = CodeJob(
+            id="job1", user_id=OWNER, chat_id=OWNER, task="plot", result={"stdout": "42", "ok": True}
+        )
+        schedule = Schedule(
+            user_id=OWNER,
+            chat_id=OWNER,
+            kind="message",
+            text="Water the plants",
+            start_local="09:00",
+            zone_used="UTC",
+            next_fire_at=fired,
+        )
+        s.add_all([job, schedule])
+        s.flush()
+        s.add(
+            ScheduleFiring(
+                schedule_id=schedule.id,
+                user_id=OWNER,
+                chat_id=OWNER,
+                due_at=fired,
+                not_before=fired,
+                snoozed=True,
+            )
+        )
     with make_sessionmaker(source)() as s:
         messages = s.execute(select(func.count()).select_from(Message)).scalar_one()
     source.dispose()
@@ -59,9 +87,16 @@ async def test_migrate_db_copies_everything_and_is_safe_to_rerun(
     assert "memories: vector index rebuilt for 8 dimensions" in out
     assert "memories: 4 re-indexed (3 with a vector)" in out
     assert "every count agrees" in out and "Traceback" not in out + err
+    for table in ("code_jobs", "schedules", "schedule_firings"):
+        assert f"{table}: 1 row(s) copied, the target has 1" in out
 
     pg = make_engine(target)
     try:
+        with make_sessionmaker(pg)() as s:
+            assert s.get(CodeJob, "job1").result == {"stdout": "42", "ok": True}  # type: ignore[union-attr]
+            firing = s.execute(select(ScheduleFiring)).scalar_one()
+            assert firing.snoozed is True and firing.resend is False and firing.due_at == fired
+            assert s.execute(select(Schedule.text)).scalar_one() == "Water the plants"
         moved = MemoryStore(make_sessionmaker(pg), TinyEmbedder())
         found = await moved.recall(OWNER, "beagle")
         assert [m["content"] for m in found][:1] == ["Our dog is a beagle named Max"]
