@@ -21,8 +21,10 @@ import pytest
 from core_tools.errors import ToolError
 from core_tools.sandbox import Isolation, detect_isolation
 from core_tools.sandbox import service as service_module
+from core_tools.sandbox.model import FileLimits
 from core_tools.sandbox.pool import SandboxPool
 from core_tools.sandbox.service import ServiceExecutor
+from tests.bot.test_stop import processes_with
 from tests.deploy.test_service import REPO
 from tests.fakes.openai_api import FakeLLM, call, text, tool_calls
 from tests.fakes.telegram_api import FakeTelegram
@@ -245,3 +247,35 @@ async def test_pool_never_waits_for_a_hanging_service_on_the_event_loop(
         hanging.close()
         for conn in accepted:
             conn.close()
+
+
+async def test_files_and_a_stop_go_through_the_pool(services: Callable[..., TcpService]) -> None:
+    a = services()
+    pool = SandboxPool([ServiceExecutor(a.url, token=TOKEN)])
+    code = (
+        "rows = open('in/data.csv').read().split()\n"
+        "open('out/n.txt', 'w').write(str(len(rows)))\n"
+        "print(rows[0])"
+    )
+    result = await pool.run(code, files_in={"data.csv": b"x,y\n1,4\n"}, files_out=FileLimits(2, 1000))
+    assert result.success, result.stderr
+    assert result.stdout == "x,y\n"
+    assert [(f.name, f.data) for f in result.files_out] == [("n.txt", b"2")]
+
+    # A stopped turn cancels its run: the pool's connection closes after "started", and the service kills
+    # the run (it would sleep 319 s) instead of finishing it.
+    marker = "319.5"
+    run = asyncio.create_task(
+        pool.run(f"import subprocess\nsubprocess.run(['sleep', '{marker}'])\n", "python", 20)
+    )
+    while not processes_with(marker):
+        await asyncio.sleep(0.05)
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    for _ in range(100):
+        if not processes_with(marker) and (await a.state())["running"] == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert processes_with(marker) == []
+    assert (await a.state())["running"] == 0
