@@ -157,10 +157,10 @@ async def test_parallel_generations_cannot_pass_a_daily_token_cap_together(
     # Each generation's reply is about 500 tokens; a request's completion may be at most 600.
     program = "# " + "x" * 1900 + "\nprint(1)"
     llm.default = generate_fan_out(20, program, delay=0.3)
-    # The first request (system prompt and every tool's schema, ~2.1k tokens with the schedule tool) plus
-    # two generations (~0.6k each) stay under the cap, so the turn ends with its own answer; a third is
-    # refused.
-    cap = 3400
+    # The first request (system prompt and every tool's schema, ~2.9k tokens with the schedule, MCP paging
+    # and media tools) plus two generations (~0.6k each) stay under the cap, so the turn ends with its own
+    # answer; a third is refused.
+    cap = 4300
     async with running_bot(
         tmp_path,
         tg,
@@ -186,7 +186,7 @@ async def test_parallel_generations_cannot_pass_a_daily_token_cap_together(
         results = tool_results(llm.requests[-1])
         stopped = [r for r in results if not r.get("success")]
         assert len(stopped) == 20 - len(generations)
-        assert all("Usage cap reached: your daily token cap is 3.4k tokens" in r["error"] for r in stopped)
+        assert all("Usage cap reached: your daily token cap is 4.3k tokens" in r["error"] for r in stopped)
         assert h.services.usage_service.reserved(OWNER) == 0  # every reservation was settled
 
         # The next message is refused with the same clear words, and it stays stored.

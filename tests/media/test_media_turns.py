@@ -77,7 +77,8 @@ async def test_stop_ends_a_photo_turn_mid_stream(tmp_path: Path, tg: FakeTelegra
         # The chat is free, and the next turn still sees the photo with its message.
         tg.push_text(OWNER, "and now?")
         await h.final_text(OWNER, "Next answer.")
-        assert len(images([m for m in llm.requests[1]["messages"] if m["role"] == "user"][0]["content"])) == 1
+        first_user = next(m for m in llm.requests[1]["messages"] if m["role"] == "user")
+        assert len(images(first_user["content"])) == 1
 
 
 async def test_a_group_photo_is_answered_only_with_a_caption_mention_or_a_reply(
