@@ -6,7 +6,7 @@ import contextlib
 import logging
 from typing import Any
 
-from telegram import BotCommand, Update
+from telegram import BotCommand, Message, Update, User
 from telegram.error import TelegramError
 from telegram.ext import (
     Application,
@@ -21,7 +21,7 @@ from telegram.ext import (
 
 from bot.code_commands import CodeCommands
 from bot.commands import COMMANDS, help_text
-from bot.control import STOP_NOTES, ChatLocks, Incoming, TurnRunner
+from bot.control import ChatLocks, Incoming, TurnRunner
 from bot.groups import Access, addressed, is_group, turn_text
 from bot.media import register_media_handlers
 from bot.memory_commands import MemoryCommands, schedule_jobs
@@ -34,10 +34,7 @@ log = logging.getLogger(__name__)
 
 Ctx = ContextTypes.DEFAULT_TYPE
 
-NOT_SUPPORTED = (
-    "Sorry, I can only read text messages for now: stickers, photos, voice messages and files are not "
-    "supported yet. Please describe what you need in words."
-)
+ALBUMS_REMEMBERED = 200  # albums addressed to the bot in groups, whose other items count as addressed too
 GROUP_REFUSAL = (
     "This group is not on my list of chats, so I do not answer here.\n"
     "Its chat id is {chat_id}. If you run this bot, add it to ALLOWED_CHAT_IDS."
@@ -73,12 +70,28 @@ class Handlers:
             model_for=self.models.for_chat,
             locks=self.locks,
         )
+        self._albums_for_bot: dict[str, None] = {}  # insertion-ordered: the oldest is forgotten first
+
+    def _for_bot(self, msg: Message | None, bot: User) -> bool:
+        """A group message addressed to the bot; an album's items count when its captioned one is (only
+        one item of an album carries the caption with the @mention)."""
+        if msg is None:
+            return False
+        album = msg.media_group_id
+        if addressed(msg, bot):
+            if album is not None:
+                self._albums_for_bot[album] = None
+                while len(self._albums_for_bot) > ALBUMS_REMEMBERED:
+                    del self._albums_for_bot[next(iter(self._albums_for_bot))]
+            return True
+        return album is not None and album in self._albums_for_bot
 
     async def gate(self, update: object, context: Ctx) -> None:
         """Who is served where: anyone else gets a polite refusal with their id, and nothing else runs.
 
-        In a group only messages addressed to the bot (mention, reply, command) and button presses get
-        through; an unlisted group is told its id once it addresses the bot, other talk is ignored."""
+        In a group only messages addressed to the bot (mention, also in a caption; reply; command) and
+        button presses get through, voice notes, photos and files alike; an unlisted group is told its id
+        once it addresses the bot, other talk is ignored."""
         if not isinstance(update, Update):
             return
         user, chat = update.effective_user, update.effective_chat
@@ -88,7 +101,7 @@ class Handlers:
         chat_id, kind = (chat.id, str(chat.type)) if chat is not None else (user.id, "private")
         query = update.callback_query
         msg = update.message or update.edited_message
-        if is_group(kind) and query is None and (msg is None or not addressed(msg, context.bot.bot)):
+        if is_group(kind) and query is None and not self._for_bot(msg, context.bot.bot):
             raise ApplicationHandlerStop  # group talk that is not for the bot
         if self.access.serves(chat_id, kind, user.id):
             if chat is None and query is None:
@@ -196,11 +209,6 @@ class Handlers:
         if notice:
             await msg.reply_text(notice)
 
-    async def unsupported(self, update: Update, context: Ctx) -> None:
-        """Stickers, photos, voice...: say so."""
-        if update.effective_message is not None:
-            await update.effective_message.reply_text(NOT_SUPPORTED)
-
     async def on_error(self, update: object, context: Ctx) -> None:
         """The one global error handler: log the traceback, apologise briefly, keep serving."""
         log.error("error while handling an update", exc_info=context.error)
@@ -263,6 +271,9 @@ def resume_waiting(app: Application[Any, Any, Any, Any, Any, Any]) -> None:
                 q.chat_type,
                 tg_message_id=q.tg_message_id,
                 inbox_id=q.id,
+                media_ids=tuple((q.media or {}).get("ids") or ()),
+                heard=(q.media or {}).get("heard"),
+                speak=bool((q.media or {}).get("speak")),
             )
             for q in served
         ]
@@ -326,7 +337,7 @@ def build_application(services: Services) -> Application[Any, Any, Any, Any, Any
     app.add_handler(MessageHandler(new & filters.TEXT & ~filters.COMMAND, h.text))
     app.add_handler(MessageHandler(new & filters.COMMAND, h.help))  # an unknown command: show what exists
     # Voice, photos, files; and everything else gets a clear "not supported" (bot/media.py).
-    register_media_handlers(app, services, h.locks, STOP_NOTES)
+    register_media_handlers(app, services, h.runner)
     app.add_error_handler(h.on_error)
     app.bot_data["handlers"] = h
     return app

@@ -6,6 +6,10 @@ while a turn runs are queued and, when it ends, go into the next turn together (
 is off). The handler task of the message that found the chat idle drives the chat until its queue is
 empty, so PTB still owns every task (shutdown cancels them); the turn itself runs in a task of its own
 that `/stop` cancels.
+
+Voice notes, photos and files (bot/media.py) come here once downloaded, transcribed or read, as an
+`Incoming` carrying their media rows (and, for a voice note, the transcript the answer quotes), so they
+queue, merge, stop and wait in the inbox exactly like text.
 """
 
 from __future__ import annotations
@@ -13,12 +17,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 
-from telegram import Bot
+from telegram import Bot, MessageEntity
 
+from bot.render import TELEGRAM_LIMIT, Rendered, render, utf16_len
 from bot.streaming import StreamingReply, typing_indicator
 from core_tools.agent import Agent, TurnControl, TurnInput, TurnResult
 from core_tools.errors import BudgetExceeded, LLMUnavailable
@@ -35,6 +40,39 @@ STOP_NOTES = {
 STOPPED_MARK = "(stopped)"
 NOTHING_RUNS = "Nothing is running in this chat, so there is nothing to stop."
 NOT_YOURS = "Only the person who asked, or the bot's owner, can {action} this."
+NO_VISION_NOTE = "(The model I use cannot see images, so I only read the text that came with it.)"
+HEARD_COLLAPSE_CHARS = 200  # a longer transcript is shown as a collapsed (expandable) quote
+
+
+def with_heard(transcript: str, answer: str) -> list[Rendered]:
+    """The answer with a quoted "heard: ..." line on top (collapsed when the transcript is long)."""
+    quote = f"heard: \u201c{transcript}\u201d"
+    if utf16_len(quote) > TELEGRAM_LIMIT - 100:
+        quote = quote[: TELEGRAM_LIMIT - 110] + "\u2026\u201d"
+    kind = (
+        MessageEntity.EXPANDABLE_BLOCKQUOTE
+        if len(transcript) > HEARD_COLLAPSE_CHARS
+        else MessageEntity.BLOCKQUOTE
+    )
+    head = Rendered(quote, (MessageEntity(kind, 0, utf16_len(quote)),))
+    parts = render(answer) or [Rendered("(empty answer)", ())]
+    first = parts[0]
+    shift = utf16_len(quote) + 2
+    if shift + utf16_len(first.text) > TELEGRAM_LIMIT:
+        return [head, *parts]
+    moved = tuple(
+        MessageEntity(
+            e.type,
+            e.offset + shift,
+            e.length,
+            url=e.url,
+            user=e.user,
+            language=e.language,
+            custom_emoji_id=e.custom_emoji_id,
+        )
+        for e in first.entities
+    )
+    return [Rendered(f"{quote}\n\n{first.text}", head.entities + moved), *parts[1:]]
 
 
 class ChatLocks:
@@ -72,6 +110,15 @@ class Incoming:
     rerun_of: int | None = None  # a stored user message to answer again (/retry, an edit)
     reply_to: int | None = None  # the Telegram message the answer refers to (an edit)
     inbox_id: int | None = None  # where it waits in the database (db/inbox.py) until its turn stores it
+    media_ids: tuple[int, ...] = ()  # media_files rows of a voice note, photo, album or file
+    heard: str | None = None  # a voice note's transcript: the answer quotes it on top
+    speak: bool = False  # a voice note: the answer also goes out as a voice note
+
+    def media(self) -> dict[str, object] | None:
+        """What the inbox keeps of the media (None for plain text)."""
+        if not self.media_ids and self.heard is None:
+            return None
+        return {"ids": list(self.media_ids), "heard": self.heard, "speak": self.speak}
 
 
 @dataclass
@@ -109,6 +156,7 @@ class TurnRunner:
         edit_interval_s: float = 1.0,
         model_for: Callable[[int], str | None] = lambda chat_id: None,
         locks: ChatLocks | None = None,
+        speak: Callable[[Bot, Incoming, str], Awaitable[None]] | None = None,
     ) -> None:
         self.agent = agent
         self.conversations = conversations
@@ -118,6 +166,7 @@ class TurnRunner:
         self.edit_interval_s = edit_interval_s
         self.model_for = model_for
         self.locks = locks or ChatLocks()
+        self.speak = speak  # the answer to a voice note as a voice note too (bot/media.py)
         self._states: dict[int, ChatState] = {}
         self._numbers = 0
 
@@ -140,6 +189,7 @@ class TurnRunner:
                 first_name=item.first_name,
                 username=item.username,
                 tg_message_id=item.tg_message_id,
+                media=item.media(),
             )
         state = self._states.setdefault(item.chat_id, ChatState())
         state.queue.append(item)
@@ -227,6 +277,8 @@ class TurnRunner:
             rerun_of=head.rerun_of,
             model=self.model_for(head.chat_id),
             inbox_ids=tuple(b.inbox_id for b in batch if b.inbox_id is not None),
+            media_ids=head.media_ids,
+            more_media=tuple(b.media_ids for b in batch[1:]),
         )
         self._numbers += 1
         number = self._numbers
@@ -254,7 +306,9 @@ class TurnRunner:
             running.released.set()
         if task.cancelled() and turn.inbox_ids and not control.message_ids:
             self._keep_unstarted(turn, head.chat_type)
-        await self._deliver(reply, task)
+        answer = await self._deliver(reply, task, batch)
+        if answer is not None and self.speak is not None and any(b.speak for b in batch):
+            await self.speak(bot, head, answer)  # still in the chat's lock: before the next turn's answer
 
     def _keep_unstarted(self, turn: TurnInput, chat_type: str) -> None:
         """A turn stopped before it began stored nothing: keep its messages as a stopped turn's are kept
@@ -262,12 +316,21 @@ class TurnRunner:
         conv = self.conversations
         session = conv.current_session(turn.user_id, turn.chat_id, chat_type=chat_type)
         texts = ((turn.text, turn.tg_message_id), *turn.more)
-        conv.inbox.store_turn(session.id, turn.user_id, turn.chat_id, texts, turn.inbox_ids, status="stopped")
+        ids = conv.inbox.store_turn(
+            session.id, turn.user_id, turn.chat_id, texts, turn.inbox_ids, status="stopped"
+        )
+        media = self.agent.media
+        for media_ids, msg_id in zip((turn.media_ids, *turn.more_media), ids, strict=False):
+            if media is not None and media_ids:
+                media.link(media_ids, msg_id, session.id)
 
-    async def _deliver(self, reply: StreamingReply, task: asyncio.Task[TurnResult]) -> None:
+    async def _deliver(
+        self, reply: StreamingReply, task: asyncio.Task[TurnResult], batch: list[Incoming]
+    ) -> str | None:
+        """Show how the turn ended; returns the answer when there is one."""
         if task.cancelled():  # stopped before the turn began
             await reply.finish_plain(STOPPED_MARK)
-            return
+            return None
         exc = task.exception()
         if isinstance(exc, BudgetExceeded):
             await reply.finish_plain(str(exc))
@@ -291,11 +354,19 @@ class TurnRunner:
             if result.stopped_by == "user":
                 partial = result.text.strip()
                 await reply.finish(f"{partial}\n\n{STOPPED_MARK}" if partial else STOPPED_MARK)
-                return
+                return None
             answer = result.text.strip() or "(I have no answer to that.)"
             if result.stopped_by in STOP_NOTES:
                 answer = f"{answer}\n\n{STOP_NOTES[result.stopped_by]}"
-            await reply.finish(answer)
+            if result.images_dropped and any(b.media_ids for b in batch):
+                answer = f"{answer}\n\n{NO_VISION_NOTE}"
+            heard = [b.heard for b in batch if b.heard is not None]
+            if heard:
+                await reply.finish_rendered(with_heard(" / ".join(heard), answer))
+            else:
+                await reply.finish(answer)
+            return answer
+        return None
 
     # ------------------------------------------------------------------ control
 

@@ -3,7 +3,8 @@
 A private chat is served for ALLOWED_USER_IDS. A group or supergroup is served when ALLOWED_CHAT_IDS lists
 it (for every member), or with GROUPS_ALLOWED_SPEAKERS for the speakers in ALLOWED_USER_IDS. In a group the
 bot answers only a message that mentions it, replies to it or is a command for it; the message goes into the
-group's turn with the speaker's name.
+group's turn with the speaker's name. A photo or file counts by its caption (a mention there) or a reply; a
+voice note, which normally has no caption, only when it replies to the bot.
 """
 
 from __future__ import annotations
@@ -60,12 +61,13 @@ def _entity_text(msg: Message, entity: MessageEntity) -> str:
 
 
 def addressed(msg: Message, bot: User) -> bool:
-    """In a group: does the message mention the bot, reply to it, or give it a command?"""
+    """In a group: does the message (its text, or a photo's or file's caption) mention the bot, reply to it,
+    or give it a command?"""
     reply = msg.reply_to_message
     if reply is not None and reply.from_user is not None and reply.from_user.id == bot.id:
         return True
     name = f"@{bot.username}".lower() if bot.username else None
-    for entity in msg.entities or ():
+    for entity in msg.entities or msg.caption_entities or ():
         if entity.type == MessageEntity.MENTION and name and _entity_text(msg, entity).lower() == name:
             return True
         if entity.type == MessageEntity.TEXT_MENTION and entity.user is not None and entity.user.id == bot.id:
@@ -116,8 +118,14 @@ def quoted_context(msg: Message, bot: User) -> str | None:
 
 def turn_text(msg: Message, bot: User, chat_type: str) -> str:
     """What goes into the turn for a text message: quote context, the speaker in groups, the text."""
-    text = msg.text or ""
-    if is_group(chat_type):
+    return frame(msg, bot, chat_type, msg.text or "")
+
+
+def frame(msg: Message, bot: User, chat_type: str, text: str, *, strip_mention: bool = True) -> str:
+    """What goes into the turn for a message whose content is `text` (a text, or what a voice note, photo
+    or file became): quote context, and in groups the speaker and (`strip_mention`) the text without the
+    bot's @name."""
+    if is_group(chat_type) and strip_mention:
         text = without_mention(text, bot)
     quoted = quoted_context(msg, bot)
     if quoted:

@@ -1,28 +1,28 @@
 """Voice notes, photos and files: Telegram downloads (getFile) in, photos/documents/voice notes out.
 
 What a file becomes (a transcript, an image part, extracted text) is decided in core_tools.media; this
-module only talks to Telegram and runs the turn like a text message. Every message gets a stored row,
-also when its file cannot be used, so nothing the user sent is lost.
+module only talks to Telegram and hands the message, once downloaded, transcribed or read, to the chat's
+TurnRunner like a text message (queue, bursts, /stop, the inbox, group rules). Every message gets a stored
+row, also when its file cannot be used, so nothing the user sent is lost.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from telegram import InputFile, Message, MessageEntity, Update
+from telegram import Bot, InputFile, Message, Update
 from telegram.error import BadRequest, TelegramError
 from telegram.ext import Application, ContextTypes, MessageHandler, filters
 
-from bot.render import TELEGRAM_LIMIT, Rendered, render, utf16_len
-from bot.streaming import StreamingReply, typing_indicator
+from bot.control import Incoming, TurnRunner
+from bot.groups import frame, is_group, without_mention
+from bot.streaming import typing_indicator
 from bot.wiring import Services
 from core_tools.agent import TurnInput
-from core_tools.errors import BudgetExceeded, LLMUnavailable, MediaError
+from core_tools.errors import BudgetExceeded, MediaError
 from core_tools.media import SUPPORTED
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,6 @@ Ctx = ContextTypes.DEFAULT_TYPE
 MAX_DOWNLOAD_BYTES = 20 * 1024 * 1024  # the Bot API's getFile limit
 IMAGE_MAX_BYTES = 10 * 1024 * 1024  # the largest photo size at most this big goes to the model
 ALBUM_WAIT_S = 1.0  # an album arrives as one update per item: gather them this long into one turn
-HEARD_COLLAPSE_CHARS = 200  # a longer transcript is shown as a collapsed (expandable) quote
 IMAGE_TYPES = {"image/jpeg", "image/png", "image/webp", "image/gif"}
 WHAT_I_READ = f"I understand text, voice notes and audio, photos, and files ({SUPPORTED})."
 
@@ -57,45 +56,14 @@ def _duration(seconds: int) -> str:
     return f"{seconds // 60}:{seconds % 60:02d}"
 
 
-def with_heard(transcript: str, answer: str) -> list[Rendered]:
-    """The answer with a quoted "heard: ..." line on top (collapsed when the transcript is long)."""
-    quote = f"heard: \u201c{transcript}\u201d"
-    if utf16_len(quote) > TELEGRAM_LIMIT - 100:
-        quote = quote[: TELEGRAM_LIMIT - 110] + "\u2026\u201d"
-    kind = (
-        MessageEntity.EXPANDABLE_BLOCKQUOTE
-        if len(transcript) > HEARD_COLLAPSE_CHARS
-        else MessageEntity.BLOCKQUOTE
-    )
-    head = Rendered(quote, (MessageEntity(kind, 0, utf16_len(quote)),))
-    parts = render(answer) or [Rendered("(empty answer)", ())]
-    first = parts[0]
-    shift = utf16_len(quote) + 2
-    if shift + utf16_len(first.text) > TELEGRAM_LIMIT:
-        return [head, *parts]
-    moved = tuple(
-        MessageEntity(
-            e.type,
-            e.offset + shift,
-            e.length,
-            url=e.url,
-            user=e.user,
-            language=e.language,
-            custom_emoji_id=e.custom_emoji_id,
-        )
-        for e in first.entities
-    )
-    return [Rendered(f"{quote}\n\n{first.text}", head.entities + moved), *parts[1:]]
-
-
 class MediaHandlers:
     """Handlers of voice, audio, round videos, photos, documents and everything else that is not text."""
 
-    def __init__(self, services: Services, locks: Any, stop_notes: Mapping[str, str]) -> None:
+    def __init__(self, services: Services, runner: TurnRunner) -> None:
         self.services = services
         self.settings = services.settings
-        self.locks = locks  # bot.app.ChatLocks: turns in a chat run in order
-        self.stop_notes = stop_notes
+        self.runner = runner  # the same per-chat queue, stop and inbox as text messages
+        self.locks = runner.locks  # a message stored without a turn still waits for the running one
         self._albums: dict[str, _Album] = {}
 
     # ------------------------------------------------------------------ helpers
@@ -105,6 +73,33 @@ class MediaHandlers:
         assert msg and user and chat
         return TurnInput(
             user.id, chat.id, text, user.first_name, user.username, str(chat.type), media_ids=tuple(media_ids)
+        )
+
+    def _incoming(
+        self,
+        update: Update,
+        context: Ctx,
+        text: str,
+        media_ids: list[int],
+        *,
+        heard: str | None = None,
+        speak: bool = False,
+    ) -> Incoming:
+        """The message for the chat's TurnRunner; in a group with the speaker and without the @mention."""
+        msg, user, chat = update.effective_message, update.effective_user, update.effective_chat
+        assert msg and user and chat
+        return Incoming(
+            user.id,
+            chat.id,
+            # The captions in `text` lost the @name already (_caption); a file's own text stays as it is.
+            frame(msg, context.bot.bot, str(chat.type), text, strip_mention=False),
+            user.first_name,
+            user.username,
+            str(chat.type),
+            tg_message_id=msg.message_id,
+            media_ids=tuple(media_ids),
+            heard=heard,
+            speak=speak,
         )
 
     def _record(
@@ -164,42 +159,6 @@ class MediaHandlers:
         assert update.effective_message is not None
         await update.effective_message.reply_text(reply)
 
-    async def _answer(self, context: Ctx, turn: TurnInput, heard: str | None = None) -> str | None:
-        """Run one turn like a text message (the caller holds the chat lock); the answer, or None."""
-        reply = StreamingReply(context.bot, turn.chat_id, min_interval=self.settings.stream_edit_interval_s)
-        # A voice turn is already "typing" since its transcription started.
-        typing = typing_indicator(context.bot, turn.chat_id) if heard is None else contextlib.nullcontext()
-        async with typing:
-            try:
-                result = await self.services.agent.run_turn(turn, reply)
-            except BudgetExceeded as exc:
-                await reply.finish_plain(str(exc))
-                return None
-            except LLMUnavailable as exc:
-                await reply.finish_plain(
-                    f"Sorry, I could not get an answer: {exc}. Your message is saved; "
-                    "please try again in a moment."
-                )
-                return None
-            except TimeoutError:
-                await reply.finish_plain(
-                    "Sorry, that took too long and I stopped. Your message is saved; try again, "
-                    "or ask for something smaller."
-                )
-                return None
-        answer = result.text.strip() or "(I have no answer to that.)"
-        if result.stopped_by is not None and result.stopped_by in self.stop_notes:
-            answer = f"{answer}\n\n{self.stop_notes[result.stopped_by]}"
-        if result.images_dropped:
-            answer = (
-                f"{answer}\n\n(The model I use cannot see images, so I only read the text that came with it.)"
-            )
-        if heard is not None:
-            await reply.finish_rendered(with_heard(heard, answer))
-        else:
-            await reply.finish(answer)
-        return answer
-
     # ------------------------------------------------------------------ voice, audio, round videos
 
     async def audio_in(self, update: Update, context: Ctx) -> None:
@@ -209,7 +168,7 @@ class MediaHandlers:
         kind, item, name = _audio_item(msg)
         duration = int(getattr(item, "duration", 0) or 0)
         mime = getattr(item, "mime_type", None) or ("video/mp4" if kind == "video_note" else "audio/ogg")
-        caption = (msg.caption or "").strip()
+        caption = _caption(msg, context)
         label = f"[{kind.replace('_', ' ')}, {_duration(duration)}"
         limit = self.settings.voice_max_seconds
         try:
@@ -257,15 +216,19 @@ class MediaHandlers:
                 [file_id],
             )
             return
-        async with self.locks.hold(chat.id), typing_indicator(context.bot, chat.id):
-            turn = self._turn(update, "", [file_id])
+        assert update.effective_user is not None
+        # Transcribed before it queues (it enters the chat's queue once it is text), "typing" meanwhile.
+        async with typing_indicator(context.bot, chat.id):
             try:
-                heard = await audio.transcribe(data, name, duration, user_id=turn.user_id, session_id=None)
+                heard = await audio.transcribe(
+                    data, name, duration, user_id=update.effective_user.id, session_id=None
+                )
             except (MediaError, BudgetExceeded) as exc:
                 self.services.media.rows.set_status(file_id, "failed", str(exc))
-                self.services.agent.record_only(
-                    self._turn(update, f"{label}, not transcribed: {exc}]", [file_id]), "failed"
-                )
+                async with self.locks.hold(chat.id):
+                    self.services.agent.record_only(
+                        self._turn(update, f"{label}, not transcribed: {exc}]", [file_id]), "failed"
+                    )
                 if isinstance(exc, BudgetExceeded):
                     await msg.reply_text(f"{exc}\nYour voice note is saved.")
                 else:
@@ -275,29 +238,30 @@ class MediaHandlers:
                         "note is saved; send it again once that is fixed, or type your message."
                     )
                 return
-            if not heard:
-                self.services.media.rows.set_status(file_id, "empty", "no words heard")
+        if not heard:
+            self.services.media.rows.set_status(file_id, "empty", "no words heard")
+            async with self.locks.hold(chat.id):
                 self.services.agent.record_only(
                     self._turn(update, f"{label}, no words heard]", [file_id]), "unsupported"
                 )
-                await msg.reply_text("I could not hear any words in that recording. Could you say it again?")
-                return
-            self.services.media.rows.set_status(file_id, "transcribed", None)
-            # The transcript is the user's message from now on, exactly like typed text.
-            text = f"{heard}\n\n{caption}" if caption else heard
-            answer = await self._answer(context, self._turn(update, text, [file_id]), heard=heard)
-        if answer is not None and kind == "voice" and audio.can_speak:
-            await self._speak(context, chat.id, answer, update)
+            await msg.reply_text("I could not hear any words in that recording. Could you say it again?")
+            return
+        self.services.media.rows.set_status(file_id, "transcribed", None)
+        # The transcript is the user's message from now on, exactly like typed text.
+        text = f"{heard}\n\n{caption}" if caption else heard
+        item = self._incoming(update, context, text, [file_id], heard=heard, speak=kind == "voice")
+        await self.runner.submit(context.bot, item)
 
-    async def _speak(self, context: Ctx, chat_id: int, answer: str, update: Update) -> None:
-        """The answer as a voice note too (TTS_MODEL); a failure leaves the text answer alone."""
+    async def speak(self, bot: Bot, item: Incoming, answer: str) -> None:
+        """The answer to a voice note as a voice note too (TTS_MODEL); a failure leaves the text alone."""
         audio = self.services.audio
-        assert audio is not None and update.effective_user is not None
+        if audio is None or not audio.can_speak:
+            return
         try:
-            voice = await audio.speak(answer[:4000], user_id=update.effective_user.id)
-            await context.bot.send_voice(chat_id, InputFile(voice, filename="answer.ogg"))
+            voice = await audio.speak(answer[:4000], user_id=item.user_id)
+            await bot.send_voice(item.chat_id, InputFile(voice, filename="answer.ogg"))
         except (MediaError, BudgetExceeded, TelegramError) as exc:
-            log.info("no voice answer for chat %s: %s", chat_id, exc)
+            log.info("no voice answer for chat %s: %s", item.chat_id, exc)
 
     # ------------------------------------------------------------------ photos and files
 
@@ -395,7 +359,7 @@ class MediaHandlers:
     async def _add(self, album: _Album, msg: Message, part: Any) -> None:
         text, row, problem = await part
         album.items += 1
-        caption = (msg.caption or "").strip()
+        caption = _caption(msg, album.context)
         if caption:
             album.texts.append(caption)
         album.texts.append(text)
@@ -423,8 +387,7 @@ class MediaHandlers:
                 + "; ".join(album.problems)
                 + ". I answer with the rest."
             )
-        async with self.locks.hold(chat.id):
-            await self._answer(context, self._turn(update, text, album.media_ids))
+        await self.runner.submit(context.bot, self._incoming(update, context, text, album.media_ids))
 
     # ------------------------------------------------------------------ everything else
 
@@ -449,6 +412,14 @@ class MediaHandlers:
         await self._refuse(update, stand_in, f"{what} are not supported. {WHAT_I_READ}", [])
 
 
+def _caption(msg: Message, context: Ctx) -> str:
+    """The message's caption; in a group without the bot's @name (how the user called it)."""
+    caption = (msg.caption or "").strip()
+    if caption and is_group(str(msg.chat.type)):
+        caption = without_mention(caption, context.bot.bot)
+    return caption
+
+
 def _audio_item(msg: Message) -> tuple[str, Any, str]:
     """(kind, the Telegram object, a file name) of a voice note, audio file or round video."""
     if msg.voice is not None:
@@ -460,13 +431,12 @@ def _audio_item(msg: Message) -> tuple[str, Any, str]:
 
 
 def register_media_handlers(
-    app: Application[Any, Any, Any, Any, Any, Any],
-    services: Services,
-    locks: Any,
-    stop_notes: Mapping[str, str],
+    app: Application[Any, Any, Any, Any, Any, Any], services: Services, runner: TurnRunner
 ) -> MediaHandlers:
-    """Add the handlers for everything that is not text or a command (after those handlers)."""
-    h = MediaHandlers(services, locks, stop_notes)
+    """Add the handlers for everything that is not text or a command (after those handlers); their turns
+    go through `runner`, which also speaks the answers to voice notes."""
+    h = MediaHandlers(services, runner)
+    runner.speak = h.speak
     services.files.bot = app.bot
     app.add_handler(MessageHandler(filters.VOICE | filters.AUDIO | filters.VIDEO_NOTE, h.audio_in))
     app.add_handler(MessageHandler(filters.PHOTO, h.photo_in))

@@ -123,6 +123,7 @@ class TurnInput:
     purpose: str = "chat"
     # Rows of media_files (voice, photos, documents) that came with this message, linked once it is stored.
     media_ids: tuple[int, ...] = ()
+    more_media: tuple[tuple[int, ...], ...] = ()  # the same for each message of `more`, in order
 
     @property
     def kind(self) -> str:
@@ -344,8 +345,10 @@ class Agent:
             # One transaction: into the history (after the previous turn's rows), out of the inbox.
             texts = ((turn.text, turn.tg_message_id), *turn.more)
             ids = conv.inbox.store_turn(session.id, turn.user_id, turn.chat_id, texts, turn.inbox_ids)
-        if self.media is not None and turn.media_ids:
-            self.media.link(turn.media_ids, ids[0], session.id)
+        if self.media is not None:
+            for media_ids, msg_id in zip((turn.media_ids, *turn.more_media), ids, strict=False):
+                if media_ids:
+                    self.media.link(media_ids, msg_id, session.id)
         control.message_ids = ids
         if self.budget is not None:
             try:

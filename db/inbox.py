@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Engine, Table, bindparam, delete, insert, select, update
 
@@ -39,6 +40,7 @@ class Queued:
     content: str
     tg_message_id: int | None
     received_at: datetime
+    media: dict[str, Any] | None = None  # a voice note, photo or file: {"ids", "heard", "speak"}
 
 
 class Inbox:
@@ -57,8 +59,10 @@ class Inbox:
         first_name: str | None = None,
         username: str | None = None,
         tg_message_id: int | None = None,
+        media: dict[str, Any] | None = None,
     ) -> int:
-        """Store a message that just arrived; returns its inbox id."""
+        """Store a message that just arrived (`media`: what a voice note, photo or file brought); returns
+        its inbox id."""
         row = {
             "user_id": user_id,
             "chat_id": chat_id,
@@ -68,6 +72,7 @@ class Inbox:
             "content": content,
             "tg_message_id": tg_message_id,
             "received_at": utcnow(),
+            "media": media,
         }
         with self._engine.begin() as conn:
             key = conn.execute(_INSERT, row).inserted_primary_key

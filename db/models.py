@@ -171,6 +171,8 @@ class InboxMessage(Base):
     content: Mapped[str] = mapped_column(Text)
     tg_message_id: Mapped[int | None] = mapped_column(BigInteger)
     received_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # A voice note, photo or file (migration 0013): {"ids": media rows, "heard": transcript, "speak": bool}.
+    media: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class ChatSettings(Base):

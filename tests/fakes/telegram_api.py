@@ -657,9 +657,12 @@ class FakeTelegram:
         caption: str | None = None,
         data: bytes | None = None,
         media_group_id: str | None = None,
+        reply_to: JsonDict | None = None,
     ) -> int:
         """Queue a photo message (two sizes, downloadable via getFile) from ``user_id``; returns update_id."""
         msg = self._incoming(user_id, chat_id, self._users.get(user_id, {}).get("first_name", "Ann"), None)
+        if reply_to is not None:
+            msg["reply_to_message"] = reply_to
         if media_group_id is not None:
             msg["media_group_id"] = media_group_id
         payload = data if data is not None else b"\xff\xd8\xff\xe0fake-jpeg\xff\xd9"
@@ -678,6 +681,9 @@ class FakeTelegram:
         msg["photo"] = sizes
         if caption is not None:
             msg["caption"] = caption
+            entities = _text_entities(caption)  # mentions in a caption get entities too
+            if entities:
+                msg["caption_entities"] = entities
         return self.push_update({"message": msg})
 
     def push_voice(
@@ -691,9 +697,12 @@ class FakeTelegram:
         chat_id: int | None = None,
         caption: str | None = None,
         file_size: int | None = None,
+        reply_to: JsonDict | None = None,
     ) -> int:
         """Queue a voice note (or ``kind`` "audio" / "video_note") with downloadable bytes; returns its id."""
         msg = self._incoming(user_id, chat_id, self._users.get(user_id, {}).get("first_name", "Ann"), None)
+        if reply_to is not None:
+            msg["reply_to_message"] = reply_to
         file_id = self.add_file(data, f"{kind}/file.oga", size=file_size)
         item: JsonDict = {
             "file_id": file_id,
@@ -710,6 +719,9 @@ class FakeTelegram:
         msg[kind] = item
         if caption is not None:
             msg["caption"] = caption
+            entities = _text_entities(caption)  # mentions in a caption get entities too
+            if entities:
+                msg["caption_entities"] = entities
         return self.push_update({"message": msg})
 
     def push_document(
@@ -738,6 +750,9 @@ class FakeTelegram:
         msg["document"] = doc
         if caption is not None:
             msg["caption"] = caption
+            entities = _text_entities(caption)  # mentions in a caption get entities too
+            if entities:
+                msg["caption_entities"] = entities
         if media_group_id is not None:
             msg["media_group_id"] = media_group_id
         return self.push_update({"message": msg})
