@@ -139,12 +139,39 @@ async def bench_turns(turns: int) -> None:
                             samples.append(time.perf_counter() - started)
                 assert len(llm.transcription_requests) == turns + 1
                 del h
+            floor = await bare_voice_requests(tg, llm, audio, turns)
     t, v = statistics.median(text_times), statistics.median(voice_times)
     print(
         f"2. a turn, update to final answer, median of {turns} (fake Bot API and LLM; transcription instant)"
     )
     print(f"   text turn   {t * 1000:7.1f} ms")
     print(f"   voice turn  {v * 1000:7.1f} ms  ({v / t:.2f}x a text turn; target <= 1.5x)")
+    print(
+        f"   floor: the three requests a voice note adds (getFile, the download, the transcription), made "
+        f"bare with PTB's Bot and the openai client: {floor * 1000:.1f} ms -> text turn + them = "
+        f"{(t + floor) / t:.2f}x a text turn"
+    )
+
+
+async def bare_voice_requests(tg: FakeTelegram, llm: FakeLLM, audio: bytes, turns: int) -> float:
+    """Median time of getFile + download + transcription with the bare clients, no bot around them."""
+    from openai import AsyncOpenAI, DefaultAioHttpClient
+    from telegram import Bot
+
+    times: list[float] = []
+    async with (
+        Bot(TOKEN, base_url=tg.base_url, base_file_url=tg.base_file_url) as bot,
+        AsyncOpenAI(base_url=llm.base_url, api_key="k", http_client=DefaultAioHttpClient()) as client,
+    ):
+        for i in range(turns + 1):
+            file_id = tg.add_file(audio, "voice/file.oga")
+            started = time.perf_counter()
+            tg_file = await bot.get_file(file_id)
+            data = bytes(await tg_file.download_as_bytearray())
+            await client.audio.transcriptions.create(model="whisper-1", file=("voice.oga", data))
+            if i:
+                times.append(time.perf_counter() - started)
+    return statistics.median(times)
 
 
 async def bench_chart(runs: int) -> None:
