@@ -113,6 +113,7 @@ class Incoming:
     media_ids: tuple[int, ...] = ()  # media_files rows of a voice note, photo, album or file
     heard: str | None = None  # a voice note's transcript: the answer quotes it on top
     speak: bool = False  # a voice note: the answer also goes out as a voice note
+    typing_at: float | None = None  # when "typing" was last shown for it (its transcription), monotonic
 
     def media(self) -> dict[str, object] | None:
         """What the inbox keeps of the media (None for plain text)."""
@@ -293,7 +294,7 @@ class TurnRunner:
         task = asyncio.create_task(self.agent.run_turn(turn, reply, control))
         running = state.running = Running(number, head.user_id, control, task)
         try:
-            async with typing_indicator(bot, head.chat_id):
+            async with typing_indicator(bot, head.chat_id, last_sent=head.typing_at):
                 await asyncio.wait({task})
             if control.stop_requested and self.code is not None and control.message_ids:
                 await self.code.cancel_turn(control.message_ids[0])  # its background jobs stop too

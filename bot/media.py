@@ -84,6 +84,7 @@ class MediaHandlers:
         *,
         heard: str | None = None,
         speak: bool = False,
+        typing_at: float | None = None,
     ) -> Incoming:
         """The message for the chat's TurnRunner; in a group with the speaker and without the @mention."""
         msg, user, chat = update.effective_message, update.effective_user, update.effective_chat
@@ -100,6 +101,7 @@ class MediaHandlers:
             media_ids=tuple(media_ids),
             heard=heard,
             speak=speak,
+            typing_at=typing_at,
         )
 
     def _record(
@@ -218,7 +220,7 @@ class MediaHandlers:
             return
         assert update.effective_user is not None
         # Transcribed before it queues (it enters the chat's queue once it is text), "typing" meanwhile.
-        async with typing_indicator(context.bot, chat.id):
+        async with typing_indicator(context.bot, chat.id) as typing:
             try:
                 heard = await audio.transcribe(
                     data, name, duration, user_id=update.effective_user.id, session_id=None
@@ -249,7 +251,9 @@ class MediaHandlers:
         self.services.media.rows.set_status(file_id, "transcribed", None)
         # The transcript is the user's message from now on, exactly like typed text.
         text = f"{heard}\n\n{caption}" if caption else heard
-        item = self._incoming(update, context, text, [file_id], heard=heard, speak=kind == "voice")
+        item = self._incoming(
+            update, context, text, [file_id], heard=heard, speak=kind == "voice", typing_at=typing.last_sent
+        )
         await self.runner.submit(context.bot, item)
 
     async def speak(self, bot: Bot, item: Incoming, answer: str) -> None:

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 
 from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, MessageEntity, ReplyParameters
 from telegram.constants import ChatAction
@@ -219,20 +220,38 @@ def _too_long(error_text: str) -> bool:
     return "too long" in text or "too_long" in text
 
 
+@dataclass
+class Typing:
+    """When a typing indicator last sent "typing" (monotonic seconds), so a block that follows can wait."""
+
+    last_sent: float | None = None
+
+
 @contextlib.asynccontextmanager
-async def typing_indicator(bot: Bot, chat_id: int, every: float = 4.5) -> AsyncIterator[None]:
-    """Show "typing..." until the block ends; a failing sendChatAction is logged and ignored."""
+async def typing_indicator(
+    bot: Bot, chat_id: int, every: float = 4.5, last_sent: float | None = None
+) -> AsyncIterator[Typing]:
+    """Show "typing..." until the block ends; a failing sendChatAction is logged and ignored.
+
+    `last_sent`: when a block just before this one sent it (a voice note's transcription before its turn);
+    "typing" shows for about 5 s, so the first send waits until `every` has passed since then.
+    """
+    state = Typing(last_sent)
 
     async def loop() -> None:
         while True:
-            try:
-                await bot.send_chat_action(chat_id, ChatAction.TYPING)
-            except TelegramError as exc:
-                log.debug("sendChatAction failed: %s", exc)
-            await asyncio.sleep(every)
+            wait = 0.0 if state.last_sent is None else state.last_sent + every - time.monotonic()
+            if wait <= 0:
+                state.last_sent = time.monotonic()
+                try:
+                    await bot.send_chat_action(chat_id, ChatAction.TYPING)
+                except TelegramError as exc:
+                    log.debug("sendChatAction failed: %s", exc)
+                wait = every
+            await asyncio.sleep(wait)
 
     task = asyncio.create_task(loop())
     try:
-        yield
+        yield state
     finally:
         task.cancel()

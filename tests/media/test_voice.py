@@ -47,6 +47,8 @@ async def test_voice_note_is_transcribed_answered_shown_and_accounted(
         usage = h.services.usage_service.queries.model_usage(OWNER, since, since.replace(year=2100))
         spend = spend_of([u for u in usage if u.purpose == "transcribe"], PriceTable())
         assert abs(spend.cost - 0.0005) < 1e-9
+        # "typing" showed from the transcription on; the turn right after it did not send it a second time.
+        assert len(tg.calls_to("sendChatAction")) == 1
 
 
 async def test_long_transcript_is_collapsed_and_audio_and_round_video_work(
