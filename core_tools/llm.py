@@ -263,23 +263,7 @@ class LLMClient:
         error: str | None,
         model: str,
     ) -> None:
-        if self._recorder is None:
-            return
-        try:
-            self._recorder.record_llm_call(
-                user_id=user_id,
-                session_id=session_id,
-                purpose=purpose,
-                model=model,
-                prompt_tokens=usage.prompt_tokens,
-                completion_tokens=usage.completion_tokens,
-                cached_tokens=usage.cached_tokens,
-                tokens_estimated=usage.estimated,
-                duration_ms=int((time.monotonic() - started) * 1000),
-                error=error,
-            )
-        except Exception:
-            log.exception("could not record an LLM call")
+        _record_call(self._recorder, user_id, session_id, purpose, model, usage, started, error)
 
     async def _stream(
         self,
@@ -342,6 +326,38 @@ class LLMClient:
             for i, c in sorted(calls.items())
         ]
         return LLMReply("".join(content), tool_calls, usage, finish, model)
+
+
+def _record_call(
+    recorder: LLMCallRecorder | None,
+    user_id: int | None,
+    session_id: str | None,
+    purpose: str,
+    model: str,
+    usage: Usage,
+    started: float,
+    error: str | None,
+    audio_seconds: int = 0,
+) -> None:
+    """One row of the LLM-call log (chat, transcription and speech alike); a failing write is only logged."""
+    if recorder is None:
+        return
+    try:
+        recorder.record_llm_call(
+            user_id=user_id,
+            session_id=session_id,
+            purpose=purpose,
+            model=model,
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            cached_tokens=usage.cached_tokens,
+            tokens_estimated=usage.estimated,
+            duration_ms=int((time.monotonic() - started) * 1000),
+            error=error,
+            audio_seconds=audio_seconds,
+        )
+    except Exception:
+        log.exception("could not record an LLM call (%s)", purpose)
 
 
 def _explain_audio(exc: Exception, what: str, setting: str) -> str:
@@ -491,21 +507,7 @@ class AudioClient:
         error: str | None,
         audio_seconds: int,
     ) -> None:
-        if self._recorder is None:
-            return
-        try:
-            self._recorder.record_llm_call(
-                user_id=user_id,
-                session_id=session_id,
-                purpose=purpose,
-                model=model,
-                prompt_tokens=prompt,
-                completion_tokens=completion,
-                cached_tokens=0,
-                tokens_estimated=False,
-                duration_ms=int((time.monotonic() - started) * 1000),
-                error=error,
-                audio_seconds=audio_seconds,
-            )
-        except Exception:
-            log.exception("could not record an audio call")
+        usage = Usage(prompt, completion, 0)
+        _record_call(
+            self._recorder, user_id, session_id, purpose, model, usage, started, error, audio_seconds
+        )
