@@ -19,9 +19,10 @@ from telegram.ext import (
     filters,
 )
 
+from bot.cluster import ChatLocks
 from bot.code_commands import CodeCommands
 from bot.commands import COMMANDS, help_text
-from bot.control import ChatLocks, Incoming, TurnRunner
+from bot.control import Incoming, TurnRunner
 from bot.groups import Access, addressed, is_group, turn_text
 from bot.media import register_media_handlers
 from bot.memory_commands import MemoryCommands, schedule_jobs
@@ -59,16 +60,20 @@ class Handlers:
         )
         self.allowed = set(self.access.users)
         self.models = ModelChoice(settings.models, services.conversations, services.usage_service.prices)
-        self.locks = ChatLocks()
+        replica = services.replica
+        self.locks = ChatLocks(replica.chats)
         self.runner = TurnRunner(
             services.agent,
             services.conversations,
             services.code,
+            replica.chats,
             debounce_s=settings.message_debounce_ms / 1000,
             merge_bursts=settings.message_merge_bursts,
             edit_interval_s=settings.stream_edit_interval_s,
             model_for=self.models.for_chat,
             locks=self.locks,
+            max_chats=settings.max_concurrent_turns,
+            on_free=replica.kick,
         )
         self._albums_for_bot: dict[str, None] = {}  # insertion-ordered: the oldest is forgotten first
 
@@ -85,6 +90,13 @@ class Handlers:
                     del self._albums_for_bot[next(iter(self._albums_for_bot))]
             return True
         return album is not None and album in self._albums_for_bot
+
+    async def once(self, update: object, context: Ctx) -> None:
+        """Each Telegram update is handled once, however often it is delivered (Telegram retries a webhook
+        delivery it got no answer for; behind a load balancer two processes may get the same one)."""
+        if isinstance(update, Update) and not self.services.replica.cluster.first_delivery(update.update_id):
+            log.info("update %s was already handled; dropped", update.update_id)
+            raise ApplicationHandlerStop
 
     async def gate(self, update: object, context: Ctx) -> None:
         """Who is served where: anyone else gets a polite refusal with their id, and nothing else runs.
@@ -132,6 +144,7 @@ class Handlers:
             user.username,
             str(chat.type),
             tg_message_id=msg.message_id,
+            update_id=update.update_id,
         )
 
     async def start(self, update: Update, context: Ctx) -> None:
@@ -223,68 +236,47 @@ class Handlers:
 
 
 async def on_startup(app: Application[Any, Any, Any, Any, Any, Any]) -> None:
-    """Publish the command menu, tell users whose message was cut by a restart, and answer the messages
-    that were still waiting for their turn."""
+    """Join the other processes on the database (if any), publish the command menu, and start looking for
+    chats nobody drives: messages a stopped process left waiting, and turns it could not finish (their
+    users are told), are answered from here on."""
     services: Services = app.bot_data["services"]
+    h: Handlers = app.bot_data["handlers"]
+    replica = services.replica
+    replica.join()
     await services.start()
     try:
         await app.bot.set_my_commands([BotCommand(c.name, c.description) for c in COMMANDS])
     except TelegramError as exc:  # non-essential
         log.warning("setMyCommands failed: %s", exc)
-    for pending in services.conversations.take_pending():
-        snippet = pending.content if len(pending.content) <= 80 else pending.content[:77] + "..."
-        try:
-            await app.bot.send_message(
-                pending.chat_id,
-                f"I was restarted while answering your message \u201c{snippet}\u201d and could not finish. "
-                "Please send it again if you still need an answer.",
-            )
-        except TelegramError as exc:
-            log.warning("could not tell chat %s about an interrupted message: %s", pending.chat_id, exc)
-    resume_waiting(app)
+    drop_unserved(app)
+
+    def drive(chat_id: int) -> None:
+        app.create_task(h.runner.drive(app.bot, chat_id), name=f"drive-{chat_id}")
+
+    def stop(chat_id: int, turn: int) -> None:
+        h.runner.stop_here(chat_id, turn)
+
+    replica.on_orphan = drive
+    replica.on_stop = stop
+    replica.running_turns = h.runner.running
+    replica.free_chats = h.runner.free
+
+    async def begin(context: Ctx) -> None:
+        replica.start()  # once the application runs: the chats it drives are tasks PTB waits for at stop
+
+    assert app.job_queue is not None
+    app.job_queue.run_once(begin, 0, name="replica", job_kwargs={"misfire_grace_time": None})
 
 
-def resume_waiting(app: Application[Any, Any, Any, Any, Any, Any]) -> None:
-    """Queue the messages a stopped process left in the inbox, in order, and answer them once running.
-
-    They are queued now, before any update is handled, so a new message of the same chat comes after
-    them; the answering runs as a job, which PTB's shutdown waits for like a handler."""
+def drop_unserved(app: Application[Any, Any, Any, Any, Any, Any]) -> None:
+    """Messages left waiting by users or chats no longer allowed are refused, as the gate would now."""
     services: Services = app.bot_data["services"]
     h: Handlers = app.bot_data["handlers"]
     waiting = services.conversations.inbox.waiting()
-    served = [q for q in waiting if h.access.serves(q.chat_id, q.chat_type, q.user_id)]
-    gone = [q.id for q in waiting if q.id not in {s.id for s in served}]
-    if gone:  # the allowlist changed while they waited: refused, as the gate would now
+    gone = [q.id for q in waiting if not h.access.serves(q.chat_id, q.chat_type, q.user_id)]
+    if gone:
         log.info("dropped %d waiting message(s) of users or chats no longer allowed", len(gone))
         services.conversations.inbox.discard(gone)
-    if not served:
-        return
-    log.info("answering %d message(s) left waiting by the previous run", len(served))
-    chats = h.runner.restore(
-        [
-            Incoming(
-                q.user_id,
-                q.chat_id,
-                q.content,
-                q.first_name,
-                q.username,
-                q.chat_type,
-                tg_message_id=q.tg_message_id,
-                inbox_id=q.id,
-                media_ids=tuple((q.media or {}).get("ids") or ()),
-                heard=(q.media or {}).get("heard"),
-                speak=bool((q.media or {}).get("speak")),
-            )
-            for q in served
-        ]
-    )
-
-    async def answer(context: Ctx) -> None:
-        await h.runner.resume(context.bot, chats)
-
-    assert app.job_queue is not None
-    # No misfire grace limit: the job is due now but the scheduler only starts once the bot runs.
-    app.job_queue.run_once(answer, 0, name="answer-waiting", job_kwargs={"misfire_grace_time": None})
 
 
 async def on_shutdown(app: Application[Any, Any, Any, Any, Any, Any]) -> None:
@@ -303,7 +295,7 @@ def build_application(services: Services) -> Application[Any, Any, Any, Any, Any
         .token(settings.telegram_bot_token.get_secret_value())
         .base_url(base_url)
         .base_file_url(base_url.replace("/bot", "/file/bot", 1))
-        .concurrent_updates(True)  # order within a chat comes from the TurnRunner and ChatLocks
+        .concurrent_updates(True)  # order within a chat comes from the inbox and the chat's lease
         .post_init(on_startup)
         .post_shutdown(on_shutdown)
         .build()
@@ -311,6 +303,7 @@ def build_application(services: Services) -> Application[Any, Any, Any, Any, Any
     app.bot_data["services"] = services
     services.notifier.bot = app.bot
     h = Handlers(services)
+    app.add_handler(TypeHandler(Update, h.once), group=-2)
     app.add_handler(TypeHandler(Update, h.gate), group=-1)
     app.add_handler(CommandHandler("start", h.start))
     app.add_handler(CommandHandler("help", h.help))

@@ -102,6 +102,7 @@ class MediaHandlers:
             heard=heard,
             speak=speak,
             typing_at=typing_at,
+            update_id=update.update_id,
         )
 
     def _record(

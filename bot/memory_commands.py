@@ -31,6 +31,7 @@ ORIGIN_NOTES = {
 TIMEZONE_USAGE = "Usage: /timezone Area/City, for example /timezone Europe/Berlin"
 LAYER_TITLES = {"long": "Long-term", "mid": "Mid-term", "short": "Short-term", "session": "This session"}
 ROLLOVER_CHECK_S = 60.0
+CODE_JOBS_CHECK_S = 30.0
 
 
 def _line(m: dict[str, Any]) -> str:
@@ -179,6 +180,18 @@ async def expiry_job(context: Ctx) -> None:
         log.info("removed %d expired memories", removed)
 
 
+async def prune_job(context: Ctx) -> None:
+    """Hourly: forget processes dead long ago and Telegram update ids past the retry window."""
+    services: Services = context.application.bot_data["services"]
+    services.replica.prune()
+
+
+async def code_jobs_job(context: Ctx) -> None:
+    """Report background code jobs whose process died (another process of several, or this one's past)."""
+    services: Services = context.application.bot_data["services"]
+    await services.code.recover()
+
+
 async def reembed_job(context: Ctx) -> None:
     """Once at start: embed memories stored without a vector or with another embedder."""
     services: Services = context.application.bot_data["services"]
@@ -206,18 +219,35 @@ def schedule_jobs(app: Application[Any, Any, Any, Any, Any, Any]) -> None:
         raise RuntimeError("python-telegram-bot was installed without its job-queue extra")
     # `first` is soon after start: a rollover due while the bot was down is caught up right away, and
     # misfire_grace_time=None lets a late run still happen instead of being skipped (DESIGN.md, APScheduler).
+    replica = app.bot_data["services"].replica
     jq.run_repeating(
-        rollover_job,
+        replica.exclusive("session-rollover", rollover_job),
         interval=ROLLOVER_CHECK_S,
         first=1.0,
         name="session-rollover",
         job_kwargs={"misfire_grace_time": None, "coalesce": True},
     )
     jq.run_repeating(
-        expiry_job,
+        replica.exclusive("memory-expiry", expiry_job),
         interval=timedelta(days=1),
         first=30.0,
         name="memory-expiry",
+        job_kwargs={"misfire_grace_time": None, "coalesce": True},
+    )
+    jq.run_repeating(
+        replica.exclusive("prune", prune_job),
+        interval=timedelta(hours=1),
+        first=60.0,
+        name="prune",
+        job_kwargs={"misfire_grace_time": None, "coalesce": True},
+    )
+    # A background code job whose process died is reported by whichever process holds this job (at start,
+    # a restarted process reports its own predecessor's at once: Services.start).
+    jq.run_repeating(
+        replica.exclusive("code-jobs", code_jobs_job),
+        interval=CODE_JOBS_CHECK_S,
+        first=CODE_JOBS_CHECK_S,
+        name="code-jobs",
         job_kwargs={"misfire_grace_time": None, "coalesce": True},
     )
     jq.run_once(reembed_job, when=2.0, name="memory-reembed")

@@ -16,7 +16,7 @@ from telegram.ext import (
     TypeHandler,
 )
 
-from bot.control import ChatLocks
+from bot.cluster import ChatLocks
 from bot.schedule_jobs import ScheduleRunner
 from bot.wiring import Services
 from core_tools.schedule.rules import ScheduleInputError

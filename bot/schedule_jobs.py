@@ -20,7 +20,7 @@ from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup
 from telegram.error import BadRequest, Forbidden, RetryAfter, TelegramError
 from telegram.ext import Application, ContextTypes, Job
 
-from bot.control import ChatLocks
+from bot.cluster import ChatLocks
 from bot.render import render
 from bot.wiring import Services
 from core_tools.agent import TurnInput
@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 
 Ctx = ContextTypes.DEFAULT_TYPE
 SAFETY_INTERVAL_S = 30.0
+LOOK_S = 5.0  # how often the process holding the reminders looks for schedules other processes created
+LEASE = "reminders"  # the job lease: one process fires and delivers at a time (bot/cluster.py)
 MAX_WAIT_S = 300.0  # re-look at least this often even when nothing is due (clock jumps, missed wake-ups)
 BATCH = 500
 SEND_CONCURRENCY = 16  # requests in flight at once
@@ -110,6 +112,13 @@ class ScheduleRunner:
             name="schedule-safety",
             job_kwargs={"misfire_grace_time": None, "coalesce": True},
         )
+        jq.run_repeating(
+            self._look_job,
+            interval=LOOK_S,
+            first=LOOK_S,
+            name="schedule-look",
+            job_kwargs={"misfire_grace_time": None, "coalesce": True},
+        )
 
     def wake(self) -> None:
         """Something may be due sooner than the armed time (a schedule was created or snoozed)."""
@@ -132,14 +141,36 @@ class ScheduleRunner:
         )
         self._armed_for = target
 
+    def _leading(self) -> tuple[bool, bool]:
+        """(this process fires the schedules now, it has just taken that over: recover first)."""
+        return self.services.replica.holds_job(LEASE)
+
     async def _startup_job(self, context: Ctx) -> None:
-        await self.startup()
+        if self._leading()[0]:
+            await self.startup()
 
     async def _tick_job(self, context: Ctx) -> None:
         self._job, self._armed_for = None, None
-        await self.tick()
+        held, fresh = self._leading()
+        if fresh:
+            await self.startup()  # the process that held it died: its cut deliveries are recovered
+        elif held:
+            await self.tick()
+
+    async def _look_job(self, context: Ctx) -> None:
+        held, fresh = self._leading()
+        if fresh:
+            await self.startup()
+        elif held:
+            self.arm(self.service.next_wake())
 
     async def _safety_job(self, context: Ctx) -> None:
+        held, fresh = self._leading()
+        if fresh:
+            await self.startup()
+            return
+        if not held:
+            return
         try:
             if self.service.reconcile_zones():
                 log.info("schedules moved to a new time zone")

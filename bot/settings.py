@@ -123,6 +123,11 @@ class Settings(BaseSettings):
     code_queue_wait_s: float = Field(default=60.0, ge=0, le=600)
     code_max_jobs: int = Field(default=4, ge=1, le=64)
     code_max_jobs_per_user: int = Field(default=2, ge=1, le=64)
+    # Several processes on one database (webhook mode behind a load balancer, PostgreSQL): a process that
+    # stopped heart-beating this long is dead and its chats and jobs move on; chats one process drives at
+    # once.
+    replica_lease_s: float = Field(default=15.0, ge=1, le=600)
+    max_concurrent_turns: int = Field(default=50, ge=0, le=10000)
     # Memory: layers long (permanent), mid and short (with TTLs), session (until the session ends).
     memory_mid_ttl_days: int = Field(default=90, ge=1)
     memory_short_ttl_days: int = Field(default=14, ge=1)

@@ -11,6 +11,7 @@ from pathlib import Path
 from pydantic import SecretStr
 from sqlalchemy import Engine
 
+from bot.cluster import Replica
 from bot.notify import TelegramNotifier
 from bot.outfiles import TelegramFiles
 from bot.settings import Settings
@@ -44,6 +45,7 @@ from db.executions import Executions
 from db.jobs import Jobs
 from db.media import MediaFiles
 from db.migrate import upgrade
+from db.replicas import Cluster
 from db.results import ToolResults
 from db.schedules import Schedules
 from db.usage import UsageLog, UsageQueries
@@ -74,6 +76,16 @@ class Services:
     media: MediaService | None = None
     audio: AudioClient | None = None
     files: TelegramFiles = field(default_factory=TelegramFiles)
+    replica: Replica = field(default=None)  # type: ignore[assignment]  # set in __post_init__ when not given
+
+    def __post_init__(self) -> None:
+        if self.replica is None:
+            self.replica = Replica(
+                Cluster(self.engine, timedelta(seconds=self.settings.replica_lease_s)),
+                self.settings.replica_lease_s,
+            )
+        self.code.alive = self.replica.alive
+        self.code.runner = self.replica.id
 
     async def start(self) -> None:
         """Report code jobs a restart interrupted; connect the MCP servers (a failing one is retried)."""
@@ -84,7 +96,9 @@ class Services:
                 log.info("MCP %s", line)
 
     async def aclose(self) -> None:
-        """Deliver pending notices, then release connections."""
+        """Sign off (other processes take this one's chats at once), deliver pending notices, then release
+        connections."""
+        await self.replica.leave()
         await self.code.aclose()
         if self.mcp is not None:
             await self.mcp.aclose()

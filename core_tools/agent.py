@@ -341,6 +341,7 @@ class Agent:
             conv.supersede_answer(session.id, turn.rerun_of)
             conv.set_status(turn.rerun_of, "pending")
             ids = [turn.rerun_of]
+            conv.inbox.discard(turn.inbox_ids)  # a re-run waited in the inbox as a request only
         else:
             # One transaction: into the history (after the previous turn's rows), out of the inbox.
             texts = ((turn.text, turn.tg_message_id), *turn.more)

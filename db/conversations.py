@@ -456,10 +456,14 @@ class Conversations:
                 rows = [*conn.execute(_HISTORY_BETWEEN, params).all(), *rows]
         return [StoredMessage(*row) for row in rows]
 
-    def take_pending(self) -> list[PendingMessage]:
-        """User messages left pending by a process that died; marks them interrupted."""
+    def take_pending(self, chat_id: int | None = None) -> list[PendingMessage]:
+        """User messages left pending by a process that died (in one chat, or everywhere); marks them
+        interrupted."""
+        query = select(Message).where(Message.role == "user", Message.status == "pending")
+        if chat_id is not None:
+            query = query.where(Message.chat_id == chat_id)
         with self._sm.begin() as s:
-            rows = s.scalars(select(Message).where(Message.role == "user", Message.status == "pending")).all()
+            rows = s.scalars(query).all()
             out = [PendingMessage(m.id, m.user_id, m.chat_id, m.content or "") for m in rows]
             for m in rows:
                 m.status = "interrupted"

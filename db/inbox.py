@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, Table, bindparam, delete, insert, select, update
+from sqlalchemy import Engine, Table, bindparam, delete, func, insert, select, update
 
 from db.models import ChatSession, InboxMessage, Message, utcnow
 
@@ -41,6 +41,9 @@ class Queued:
     tg_message_id: int | None
     received_at: datetime
     media: dict[str, Any] | None = None  # a voice note, photo or file: {"ids", "heard", "speak"}
+    update_id: int | None = None  # the Telegram update it came in
+    rerun_of: int | None = None  # a /retry or an edit: the stored user message to answer again
+    reply_to: int | None = None  # the Telegram message the answer refers to (an edit)
 
 
 class Inbox:
@@ -60,9 +63,12 @@ class Inbox:
         username: str | None = None,
         tg_message_id: int | None = None,
         media: dict[str, Any] | None = None,
+        update_id: int | None = None,
+        rerun_of: int | None = None,
+        reply_to: int | None = None,
     ) -> int:
-        """Store a message that just arrived (`media`: what a voice note, photo or file brought); returns
-        its inbox id."""
+        """Store a message that just arrived (`media`: what a voice note, photo or file brought; `rerun_of`:
+        a /retry or an edit of a stored one); returns its inbox id."""
         row = {
             "user_id": user_id,
             "chat_id": chat_id,
@@ -73,6 +79,9 @@ class Inbox:
             "tg_message_id": tg_message_id,
             "received_at": utcnow(),
             "media": media,
+            "update_id": update_id,
+            "rerun_of": rerun_of,
+            "reply_to": reply_to,
         }
         with self._engine.begin() as conn:
             key = conn.execute(_INSERT, row).inserted_primary_key
@@ -83,6 +92,22 @@ class Inbox:
         """The user edited a message still waiting: its turn will use the new text."""
         with self._engine.begin() as conn:
             conn.execute(update(_INBOX).where(_INBOX.c.id == inbox_id).values(content=content))
+
+    def edit_waiting(self, chat_id: int, user_id: int, tg_message_id: int, content: str) -> bool:
+        """The user edited a message that still waits (in whichever process): its turn uses the new text.
+        True when one was waiting."""
+        with self._engine.begin() as conn:
+            done = conn.execute(
+                update(_INBOX)
+                .where(
+                    _INBOX.c.chat_id == chat_id,
+                    _INBOX.c.user_id == user_id,
+                    _INBOX.c.tg_message_id == tg_message_id,
+                    _INBOX.c.rerun_of.is_(None),
+                )
+                .values(content=content)
+            ).rowcount
+        return bool(done)
 
     def discard(self, inbox_ids: Sequence[int]) -> None:
         """Forget waiting messages that will not be answered."""
@@ -95,6 +120,30 @@ class Inbox:
         with self._engine.connect() as conn:
             rows = conn.execute(select(_INBOX).order_by(_INBOX.c.id)).all()
         return [Queued(*row) for row in rows]
+
+    def waiting_in(self, chat_id: int) -> list[Queued]:
+        """A chat's waiting messages in the order Telegram gave them (update id, then arrival)."""
+        with self._engine.connect() as conn:
+            rows = conn.execute(
+                select(_INBOX)
+                .where(_INBOX.c.chat_id == chat_id)
+                .order_by(_INBOX.c.update_id.asc().nulls_first(), _INBOX.c.id)
+            ).all()
+        return [Queued(*row) for row in rows]
+
+    def latest_in(self, chat_id: int) -> int:
+        """The newest inbox id of a chat (0 when none waits): the debounce watches it grow."""
+        with self._engine.connect() as conn:
+            found = conn.execute(select(func.max(_INBOX.c.id)).where(_INBOX.c.chat_id == chat_id)).scalar()
+        return int(found or 0)
+
+    def has_waiting(self, chat_id: int) -> bool:
+        """Whether any message of the chat waits."""
+        with self._engine.connect() as conn:
+            return (
+                conn.execute(select(_INBOX.c.id).where(_INBOX.c.chat_id == chat_id).limit(1)).first()
+                is not None
+            )
 
     def store_turn(
         self,

@@ -161,6 +161,7 @@ class InboxMessage(Base):
     `messages` (new ids: after the previous turn's rows) in the same transaction that deletes it here."""
 
     __tablename__ = "inbox"
+    __table_args__ = (Index("ix_inbox_chat", "chat_id", "id"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     user_id: Mapped[int] = mapped_column(BigInteger)
@@ -173,6 +174,58 @@ class InboxMessage(Base):
     received_at: Mapped[datetime] = mapped_column(default=utcnow)
     # A voice note, photo or file (migration 0013): {"ids": media rows, "heard": transcript, "speak": bool}.
     media: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # Migration 0014: the Telegram update it came in (a chat's queue is in update order: two processes can
+    # store two quick messages out of order); a /retry or an edit waits here too, with what it re-runs.
+    update_id: Mapped[int | None] = mapped_column(BigInteger)
+    rerun_of: Mapped[int | None] = mapped_column(Integer)
+    reply_to: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class Replica(Base):
+    """A running bot process (migration 0014); dead once its heartbeat is older than REPLICA_LEASE_S."""
+
+    __tablename__ = "replicas"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    host: Mapped[str] = mapped_column(String(255))  # hostname/boot id: where `pid` means something
+    pid: Mapped[int] = mapped_column(Integer)
+    pid_start: Mapped[str] = mapped_column(String(32))  # when that pid started (a reused pid is another)
+    started_at: Mapped[datetime] = mapped_column(default=utcnow)
+    heartbeat_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ChatLease(Base):
+    """Which process drives a chat, the turn it runs and a /stop asked for it (migration 0014)."""
+
+    __tablename__ = "chat_leases"
+    __table_args__ = (Index("ix_chat_leases_holder", "holder"),)
+
+    chat_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    holder: Mapped[str] = mapped_column(String(64))
+    since: Mapped[datetime] = mapped_column(default=utcnow)
+    turn: Mapped[int | None] = mapped_column(BigInteger)
+    turn_owner: Mapped[int | None] = mapped_column(BigInteger)
+    stop: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class JobLease(Base):
+    """Which process runs a periodic job (migration 0014)."""
+
+    __tablename__ = "job_leases"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(64))
+    since: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class UpdateSeen(Base):
+    """A Telegram update already handled (migration 0014): a second delivery of it is dropped."""
+
+    __tablename__ = "updates_seen"
+    __table_args__ = (Index("ix_updates_seen_at", "seen_at"),)
+
+    update_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    seen_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class ChatSettings(Base):

@@ -179,6 +179,9 @@ class CodeTool:
         # Background jobs as rows (their state survives a restart), and who runs them: "host:pid".
         self.jobs_db = jobs_db
         self.runner = f"{socket.gethostname()}:{os.getpid()}"
+        # Whether the process that runs a job (by `runner`) is alive; set where several processes share the
+        # database (bot/cluster.py), else the host:pid test below.
+        self.alive: Callable[[str], bool] | None = None
         self._closing = False
         # Parallel tool calls of one reply run concurrently: these bound what they can start at once.
         self.runs = Slots(self.limits.max_runs, self.limits.max_runs_per_user)
@@ -441,6 +444,8 @@ class CodeTool:
     def _stale(self, runner: str) -> bool:
         """Whether the process that ran a job is gone: this very process at its start (a container's pid
         repeats), a pid no longer alive here, or another host's (a container recreated)."""
+        if self.alive is not None:
+            return not self.alive(runner)
         host, _, pid = runner.rpartition(":")
         if host != socket.gethostname() or not pid.isdigit():
             return True

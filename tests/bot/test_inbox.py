@@ -178,7 +178,7 @@ async def test_a_turn_stopped_before_it_began_keeps_its_message_as_stopped(
 ) -> None:
     async with running_bot(tmp_path, tg, llm) as h:
         s = h.services
-        runner = TurnRunner(s.agent, s.conversations, s.code, debounce_s=0)
+        runner = TurnRunner(s.agent, s.conversations, s.code, s.replica.chats, debounce_s=0)
         item = Incoming(OWNER, OWNER, "never mind", "Ann", None, "private", tg_message_id=42)
         submitted = asyncio.create_task(runner.submit(s.notifier.bot, item))
         # Runs right after the submit's first step, which creates the turn's task but does not start it.
