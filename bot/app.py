@@ -303,7 +303,7 @@ def build_application(services: Services) -> Application[Any, Any, Any, Any, Any
     app.bot_data["services"] = services
     services.notifier.bot = app.bot
     h = Handlers(services)
-    app.add_handler(TypeHandler(Update, h.once), group=-2)
+    app.add_handler(TypeHandler(Update, h.once), group=-3)  # first of all: a duplicate goes no further
     app.add_handler(TypeHandler(Update, h.gate), group=-1)
     app.add_handler(CommandHandler("start", h.start))
     app.add_handler(CommandHandler("help", h.help))
