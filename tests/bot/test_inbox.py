@@ -4,7 +4,6 @@ message stays out of the running turn's history until its own turn."""
 from __future__ import annotations
 
 import asyncio
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +14,10 @@ from core_tools.types import ToolContext
 from db.engine import make_engine
 from db.models import InboxMessage, Message
 from tests import harness
-from tests.bot.test_process import bot_env, start_bot
 from tests.fakes.openai_api import FakeLLM, call, hang, text, tool_calls
 from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import FRIEND, OWNER, STRANGER, TOKEN, running_bot
+from tests.harness import FRIEND, OWNER, STRANGER, running_bot
+from tests.processes import bot_process, fake_env
 
 
 def waiting(engine: Engine) -> list[str]:
@@ -41,18 +40,8 @@ async def test_kill_9_while_a_message_waits_then_restart_answers_it(
     llm.script(hang(60))
     # The harness's database (a fresh PostgreSQL one on that run), so the restarted bot below finds it.
     url = harness.DATABASE_URL or f"sqlite:///{tmp_path / 'data' / 'assistant.db'}"
-    env = bot_env(
-        tmp_path,
-        TELEGRAM_BOT_TOKEN=TOKEN,
-        TELEGRAM_API_BASE_URL=tg.base_url,
-        ALLOWED_USER_IDS=str(OWNER),
-        OPENAI_API_KEY="sk-test",
-        OPENAI_BASE_URL=llm.base_url,
-        LLM_MAX_RETRIES="0",
-        DATABASE_URL=url,
-    )
-    proc = await start_bot(tmp_path, env=env, capture=False)
-    try:
+    env = fake_env(tmp_path, tg, llm, url)
+    async with bot_process(tmp_path, env) as proc:
         await tg.wait_for_call("getUpdates", timeout=30)
         tg.push_text(OWNER, "Plan my trip to Lisbon")
         await llm.wait_for_requests(1, timeout=30)  # its turn runs (the LLM stream hangs)
@@ -63,12 +52,7 @@ async def test_kill_9_while_a_message_waits_then_restart_answers_it(
             assert waiting(engine) == ["Also find me a hotel in Alfama"]
         finally:
             engine.dispose()
-        proc.send_signal(signal.SIGKILL)
-        await proc.wait()
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+        await proc.kill()
     llm.script(text("Casa Alfama has rooms."))
     async with running_bot(tmp_path, tg, llm) as h:
         notice = await h.final_text(OWNER, "I was restarted")

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import socket
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,43 +11,7 @@ import pytest
 from tests.fakes.openai_api import FakeLLM, hang, text
 from tests.fakes.telegram_api import FakeTelegram
 from tests.harness import OWNER, TOKEN, running_bot
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def bot_env(tmp_path: Path, **values: str) -> dict[str, str]:
-    """A clean environment: nothing of the test runner's leaks in; the repo is importable from tmp_path."""
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "PYTHONPATH": str(REPO)}
-    env.update(values)
-    return env
-
-
-async def start_bot(
-    tmp_path: Path, *args: str, env: dict[str, str], capture: bool = True
-) -> asyncio.subprocess.Process:
-    """Start `python -m bot ...` in tmp_path with exactly `env`; output piped, or dropped for long runs."""
-    out = asyncio.subprocess.PIPE if capture else asyncio.subprocess.DEVNULL
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bot",
-        *args,
-        cwd=tmp_path,
-        env=env,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=out,
-        stderr=out,
-    )
-
-
-async def run_bot(
-    tmp_path: Path, *args: str, env: dict[str, str], stdin: bytes | None = None, timeout: float = 30
-) -> tuple[int, str, str]:
-    """Run `python -m bot ...` to its end; returns the exit code, stdout and stderr."""
-    proc = await start_bot(tmp_path, *args, env=env)
-    out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+from tests.processes import bot_env, bot_process, fake_env, free_port, run_bot, start_bot
 
 
 async def test_missing_settings_stop_start_up_with_one_line_each(tmp_path: Path) -> None:
@@ -77,28 +38,12 @@ async def test_kill_9_mid_turn_then_restart_tells_the_user(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
 ) -> None:
     llm.script(hang(60))
-    db_url = f"sqlite:///{tmp_path / 'data' / 'assistant.db'}"
-    env = bot_env(
-        tmp_path,
-        TELEGRAM_BOT_TOKEN=TOKEN,
-        TELEGRAM_API_BASE_URL=tg.base_url,
-        ALLOWED_USER_IDS=str(OWNER),
-        OPENAI_API_KEY="sk-test",
-        OPENAI_BASE_URL=llm.base_url,
-        LLM_MAX_RETRIES="0",
-        DATABASE_URL=db_url,
-    )
-    proc = await start_bot(tmp_path, env=env, capture=False)
-    try:
+    env = fake_env(tmp_path, tg, llm, f"sqlite:///{tmp_path / 'data' / 'assistant.db'}")
+    async with bot_process(tmp_path, env) as proc:
         await tg.wait_for_call("getUpdates", timeout=30)
         tg.push_text(OWNER, "Plan my trip to Lisbon")
         await llm.wait_for_requests(1, timeout=30)
-        proc.send_signal(signal.SIGKILL)
-        await proc.wait()
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+        await proc.kill()
     llm.script(text("Sure, let us plan Lisbon."))
     async with running_bot(tmp_path, tg, llm) as h:
         notice = await h.final_text(OWNER, "I was restarted")
@@ -171,14 +116,6 @@ async def test_wrong_base_url_is_one_line_without_the_token(tmp_path: Path, tg: 
         f"Start-up failed: the Bot API answered 404 Not Found: check TELEGRAM_API_BASE_URL (now {base}) "
         "and TELEGRAM_BOT_TOKEN."
     ]
-
-
-def free_port() -> int:
-    """A loopback port nobody listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 async def test_debug_webhook_run_logs_neither_token_nor_secrets(
