@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Engine, Table, bindparam, insert, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from db.inbox import Inbox
@@ -173,6 +174,13 @@ class Conversations:
         # Hot path: the same user a moment ago with the same names needs no database round trip.
         if seen is not None and seen[0] == (first_name, username) and now - seen[1] < LAST_SEEN_RESOLUTION:
             return
+        try:
+            self._upsert_user(user_id, first_name, username, now)
+        except IntegrityError:  # another process created the user a moment ago: now it is an update
+            self._upsert_user(user_id, first_name, username, now)
+        self._seen[user_id] = ((first_name, username), now)
+
+    def _upsert_user(self, user_id: int, first_name: str | None, username: str | None, now: datetime) -> None:
         with self._sm.begin() as s:
             user = s.get(User, user_id)
             if user is None:
@@ -182,10 +190,10 @@ class Conversations:
                 user.username = username or user.username
                 user.last_seen_at = now
                 self._timezones[user_id] = user.timezone
-        self._seen[user_id] = ((first_name, username), now)
 
     def user_timezone(self, user_id: int) -> str | None:
-        """The user's IANA time zone, if they set one (cached: this process is the only writer)."""
+        """The user's IANA time zone, if they set one (cached; refreshed when the user is next seen, at most a
+        minute later, when another process changed it)."""
         if user_id in self._timezones:
             return self._timezones[user_id]
         with self._engine.connect() as conn:

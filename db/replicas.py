@@ -131,8 +131,10 @@ class Cluster:
     def first_delivery(self, update_id: int) -> bool:
         """Record a Telegram update; False when it was already handled (a duplicate or retried delivery)."""
         stmt = self._insert(_SEEN).values(update_id=update_id, seen_at=utcnow())
+        stmt = stmt.on_conflict_do_nothing(index_elements=["update_id"]).returning(_SEEN.c.update_id)
+        # RETURNING, not rowcount: psycopg reports no reliable rowcount for an upsert that did nothing.
         with self._engine.begin() as conn:
-            return bool(conn.execute(stmt.on_conflict_do_nothing(index_elements=["update_id"])).rowcount)
+            return conn.execute(stmt).first() is not None
 
     # ------------------------------------------------------------------ jobs
 
@@ -164,9 +166,9 @@ class Cluster:
                 "stop": None,
             },
             where=_CHATS.c.holder.not_in(self._live()),
-        )
+        ).returning(_CHATS.c.chat_id)
         with self._engine.begin() as conn:
-            return bool(conn.execute(stmt).rowcount)
+            return conn.execute(stmt).first() is not None
 
     def release_chat(self, chat_id: int, replica_id: str, *, only_if_idle: bool = False) -> bool:
         """Let a chat go; with `only_if_idle`, only when nothing waits in its inbox (else the caller keeps

@@ -94,7 +94,7 @@ async def test_every_update_delivered_twice_is_answered_once(
         )
     except AssertionError as exc:
         wrong = not_once()
-        raise AssertionError(f"{str(exc)[:200]}\n{len(wrong)} not answered exactly once: {wrong}") from None
+        raise AssertionError(f"{str(exc)[:200]}\n{len(wrong)} not answered exactly once: {wrong}" + cluster.logs(60)) from None
     wrong = not_once()
     shown = dict(list(wrong.items())[:4])
     assert not wrong, (
