@@ -234,7 +234,7 @@ async def test_the_reminders_lease_moves_when_its_holder_dies(
         return [str(f[0]) for f in rows]
 
     # The row says "sent" once the Bot API answered the send, a moment after the message is visible.
-    await tg.wait_for(lambda: statuses() == ["sent"], timeout=10, what=f"the firing marked sent: {statuses()}")
+    await tg.wait_for(lambda: statuses() == ["sent"], timeout=10, what=f"the firing sent: {statuses()}")
     assert len(reminded()) == 1
 
 
