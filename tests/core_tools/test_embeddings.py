@@ -22,7 +22,7 @@ from core_tools.embeddings import (
 )
 from core_tools.errors import BudgetExceeded
 from core_tools.tools.memory import MemoryStore
-from core_tools.usage import Hold
+from core_tools.usage.reservations import Hold
 from db.models import LLMCall
 from db.usage import UsageLog
 from tests.fakes.openai_api import FakeLLM, estimate_tokens, fake_embedding
