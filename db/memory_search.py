@@ -22,8 +22,8 @@ from db.memories import (
     ROW_COLUMNS,
     MemoryRow,
     active_filter,
-    normalise,
 )
+from db.memory_words import normalise
 from db.models import Embedding, Memory
 from db.recall import MAX_QUERY_TERMS, RecallBackend, recall_backend
 from db.recall_sqlite import (  # SQLite's candidate searches, re-exported for bench/bench_memory.py

@@ -27,7 +27,7 @@ down_revision: str | None = "0003"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-# Migrations do not import application code: the same DDL, shard count and center are in db/memories.py.
+# Migrations do not import application code: the same DDL, shard count and center are in db/memory_vectors.py.
 SHARDS = 8
 CENTER_SAMPLE = 100
 CENTER_DDL = (

@@ -160,7 +160,7 @@ async def test_store_and_recall_through_the_api_are_accounted_per_user(
     assert not any("failed" in r.message for r in caplog.records)
     assert (2, "embedding") in gate.checked and len(calls(db_sessions)) == 2
     # Budget refusals do not hide a real failure's warning later.
-    assert store._warned is False
+    assert store.embedding._warned is False
     await emb.aclose()
 
 
