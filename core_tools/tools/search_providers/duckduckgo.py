@@ -6,13 +6,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from core_tools.tools.search_providers.base import (
-    ProviderError,
-    RawResult,
-    SearchType,
-    raw_results,
-    type_name,
-)
+from core_tools.tools.search_providers import base
 
 
 class DDGSLike(Protocol):
@@ -50,24 +44,24 @@ class DuckDuckGoProvider:
 
         return DDGS(timeout=max(1, round(self._timeout_s)))
 
-    def _run(self, query: str, type: SearchType, count: int) -> list[dict[str, Any]]:
+    def _run(self, query: str, type: base.SearchType, count: int) -> list[dict[str, Any]]:
         ddgs = self._factory()
         kwargs = {"region": self._region, "safesearch": self._safesearch, "max_results": count}
         return ddgs.news(query, **kwargs) if type == "news" else ddgs.text(query, **kwargs)
 
-    async def search(self, query: str, type: SearchType, count: int) -> list[RawResult]:
-        """Run the ddgs search off the event loop; its exceptions become ProviderError."""
+    async def search(self, query: str, type: base.SearchType, count: int) -> list[base.RawResult]:
+        """Run the ddgs search off the event loop; its exceptions become base.ProviderError."""
         try:
             rows = await asyncio.to_thread(self._run, query, type, count)
         except Exception as exc:  # ddgs raises its own hierarchy and whatever its HTTP stack raises
             if _has_class(exc, "RatelimitException"):
-                raise ProviderError("rate limited") from exc
+                raise base.ProviderError("rate limited") from exc
             if _has_class(exc, "TimeoutException"):
-                raise ProviderError("timed out") from exc
+                raise base.ProviderError("timed out") from exc
             if "no results" in str(exc).lower():
                 return []
-            raise ProviderError(f"failed: {type_name(exc)}: {str(exc)[:150]}") from exc
+            raise base.ProviderError(f"failed: {base.type_name(exc)}: {str(exc)[:150]}") from exc
         if not isinstance(rows, list):
-            raise ProviderError("malformed response (results is not a list)")
+            raise base.ProviderError("malformed response (results is not a list)")
         url_key_name = "url" if type == "news" else "href"
-        return raw_results(rows, "title", url_key_name, "body", "date")
+        return base.raw_results(rows, "title", url_key_name, "body", "date")

@@ -4,15 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from core_tools.tools.search_providers.base import (
-    ProviderError,
-    RawResult,
-    SearchType,
-    json_payload,
-    raw_results,
-    results_list,
-    status_error,
-)
+from core_tools.tools.search_providers import base
 
 
 class TavilyProvider:
@@ -26,7 +18,7 @@ class TavilyProvider:
         self._headers = {"Authorization": f"Bearer {api_key}"}
         self._url = base_url.rstrip("/") + "/search"
 
-    async def search(self, query: str, type: SearchType, count: int) -> list[RawResult]:
+    async def search(self, query: str, type: base.SearchType, count: int) -> list[base.RawResult]:
         """POST a basic-depth search to Tavily."""
         body = {
             "query": query,
@@ -36,8 +28,8 @@ class TavilyProvider:
         }
         resp = await self._client.post(self._url, json=body, headers=self._headers)
         if resp.status_code in (432, 433):
-            raise ProviderError(f"plan usage limit reached (HTTP {resp.status_code})")
+            raise base.ProviderError(f"plan usage limit reached (HTTP {resp.status_code})")
         if resp.status_code >= 400:
-            raise status_error(resp, key_setting="TAVILY_API_KEY")
-        items = results_list(json_payload(resp), "results")
-        return raw_results(items, "title", "url", "content", "published_date")
+            raise base.status_error(resp, key_setting="TAVILY_API_KEY")
+        items = base.results_list(base.json_payload(resp), "results")
+        return base.raw_results(items, "title", "url", "content", "published_date")
