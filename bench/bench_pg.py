@@ -33,8 +33,7 @@ from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from db import memories as q
-from db import memory_search
+from db import memory_search, memory_vectors, memory_words
 from db.engine import make_engine, make_sessionmaker
 from db.migrate import upgrade
 from db.recall import recall_backend
@@ -91,16 +90,16 @@ def build_sqlite(url: str, per_user: int, others: int, seed: int) -> float:
             cur.executemany(
                 "INSERT INTO memories_vec(memory_id, user_id, shard, layer, embedding)"
                 " VALUES (?,?,?,?,vec_quantize_binary(?))",
-                [(r, u, r % q.SHARDS, la, v.tobytes()) for r, u, la, _w, v in batch],
+                [(r, u, r % memory_vectors.SHARDS, la, v.tobytes()) for r, u, la, _w, v in batch],
             )
             cur.executemany(
                 "INSERT INTO memories_fts(rowid, content) VALUES (?, ?)",
-                [(r, q.fts_text(u, w)) for r, u, _la, w, _v in batch],
+                [(r, memory_words.fts_text(u, w)) for r, u, _la, w, _v in batch],
             )
             cur.execute("COMMIT")
         cur.close()
     with make_sessionmaker(engine)() as s, s.begin():
-        q.recenter(s)  # what the app does once CENTER_SAMPLE vectors exist
+        memory_vectors.recenter(s)  # what the app does once CENTER_SAMPLE vectors exist
     engine.dispose()
     return time.perf_counter() - started
 

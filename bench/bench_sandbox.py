@@ -4,21 +4,17 @@ Prints the round trip of `print(1)` through LocalExecutor next to a bare interpr
 in the same run, and checks that concurrent executions do not see each other's output or files.
 Then the memory a run that forks six 200 MB children holds on the host, under each memory bound (the run's
 own cgroup and the watchdog): the executor runs in a child process inside a measuring cgroup whose peak
-the kernel records (needs a writable cgroup v1 memory hierarchy; target: CODE_MEMORY_MB + a few MB).
+the kernel records (tests/measuring_cgroup.py; needs a writable cgroup v1 memory hierarchy; target:
+CODE_MEMORY_MB + a few MB).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
-import json
-import os
 import statistics
-import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -26,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core_tools.sandbox import LocalExecutor, SandboxLimits, describe
 from core_tools.sandbox.isolation import find_interpreters
+from tests.measuring_cgroup import FORKS, measured_run, own_memory_cgroup
 
 
 def _stats(samples: list[float]) -> tuple[float, float]:
@@ -46,66 +43,11 @@ async def _time(runs: int, call: Callable[[], Awaitable[None]]) -> list[float]:
     return samples
 
 
-FORKS = """
-import os, time
-pids = []
-for _ in range(6):
-    pid = os.fork()
-    if pid == 0:
-        block = bytearray(200 * 1024 * 1024)
-        for i in range(0, len(block), 4096):
-            block[i] = 1
-        time.sleep(5)
-        os._exit(0)
-    pids.append(pid)
-print([os.waitpid(pid, 0)[1] for pid in pids])
-"""
-
-
-def _memory_cgroup() -> Path | None:
-    """Our own cgroup in a writable v1 memory hierarchy (not its root), to measure children in."""
-    for line in Path("/proc/self/cgroup").read_text().splitlines():
-        _id, controllers, path = line.split(":", 2)
-        own = Path("/sys/fs/cgroup/memory") / path.lstrip("/")
-        if "memory" in controllers.split(",") and path != "/" and os.access(own, os.W_OK):
-            return own
-    return None
-
-
-async def _held_child(measure: Path, use_cgroups: bool) -> None:
-    """In the measuring cgroup: run FORKS once and print what the host held for it, as JSON."""
-    executor = LocalExecutor(SandboxLimits(), cgroups=use_cgroups)
-    assert (await executor.run("print(1)")).success
-    base = int((measure / "memory.usage_in_bytes").read_text())
-    (measure / "memory.max_usage_in_bytes").write_text("0")
-    result = await executor.run(FORKS)
-    peak = int((measure / "memory.max_usage_in_bytes").read_text())
-    report = {"held": peak - base, "bound": executor.memory_bound, "limit_mb": executor.limits.memory_mb}
-    print(json.dumps({**report, "result": dataclasses.asdict(result)}))
-
-
 def _held_by_forking_run(use_cgroups: bool) -> str:
     """One line: the peak memory the host gave a run of FORKS, measured by the kernel."""
-    own = _memory_cgroup()
-    if own is None:
+    if own_memory_cgroup() is None:
         return "not measured: no writable cgroup v1 memory hierarchy here"
-    measure = own / f"bench-measure-{uuid.uuid4().hex[:8]}"
-    measure.mkdir()
-    try:
-        join = f'echo $$ > {measure / "cgroup.procs"} && exec "$@"'
-        child = [sys.executable, __file__, "--held-child", str(measure)]
-        child += [] if use_cgroups else ["--no-cgroups"]
-        done = subprocess.run(
-            ["/bin/sh", "-c", join, "sh", *child], capture_output=True, text=True, timeout=120, check=True
-        )
-    finally:
-        for _ in range(500):
-            try:
-                measure.rmdir()
-                break
-            except OSError:
-                time.sleep(0.01)
-    report = json.loads(done.stdout)
+    report = measured_run(FORKS, cgroups=use_cgroups, prefix="bench-measure")
     result = report["result"]
     held_mb = report["held"] / (1024 * 1024)
     return (
@@ -119,12 +61,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--concurrent", type=int, default=20)
-    parser.add_argument("--held-child", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--no-cgroups", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.held_child is not None:
-        await _held_child(args.held_child, not args.no_cgroups)
-        return
 
     executor = LocalExecutor(SandboxLimits())
     print(describe(executor))

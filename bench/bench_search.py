@@ -20,7 +20,9 @@ sys.path.insert(
     0, str(Path(__file__).resolve().parents[1])
 )  # so `core_tools` and `tests` import from a checkout
 
-from core_tools.tools.search import BraveProvider, SearchTool, SearxngProvider
+from core_tools.tools.search import SearchTool
+from core_tools.tools.search_providers.brave import BraveProvider
+from core_tools.tools.search_providers.searxng import SearxngProvider
 from core_tools.types import ToolContext
 from tests.core_tools.fake_search import (
     FakeServer,

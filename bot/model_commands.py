@@ -10,7 +10,7 @@ from telegram.error import TelegramError
 from telegram.ext import ContextTypes
 
 from bot.groups import Access, is_group
-from core_tools.usage import PriceTable
+from core_tools.usage.prices import PriceTable
 from db.conversations import Conversations
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,5 @@
-"""/usage and /budget: the Telegram side of usage and cost control; core_tools.usage does the work."""
+"""/usage and /budget: the Telegram side of usage and cost control; core_tools.usage does the work and
+bot/usage_report.py words the replies."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from telegram.ext import Application, CommandHandler, ContextTypes
 
 from bot.args import parse_decimal, parse_user_id
 from bot.render import plain_chunks
-from core_tools.usage import PERIODS, REPORT_PERIODS, UsageService
+from bot.usage_report import format_all, format_budgets, format_report
+from core_tools.usage.caps import PERIODS, REPORT_PERIODS
+from core_tools.usage.service import UsageService
 
 log = logging.getLogger(__name__)
 
@@ -107,9 +110,10 @@ class UsageHandlers:
             if not self.service.is_owner(user_id):
                 await self._reply(update, "Only the owner can see everyone's usage. /usage shows yours.")
                 return
-            await self._reply(update, self.service.format_all(period))
+            await self._reply(update, format_all(self.service.usage_of_all(period)))
             return
-        await self._reply(update, self.service.format_report(self.service.report(user_id, period)))
+        report = self.service.report(user_id, period)
+        await self._reply(update, format_report(report, self.service.clock()))
 
     async def budget(self, update: Update, context: Ctx) -> None:
         """/budget [USER_ID [daily|monthly AMOUNT|off|default [usd|tokens]]] (owner only)."""
@@ -119,14 +123,14 @@ class UsageHandlers:
             return
         args = context.args or []
         if not args:
-            await self._reply(update, f"{self.service.format_budgets()}\n\n{BUDGET_HELP}")
+            await self._reply(update, f"{format_budgets(self.service)}\n\n{BUDGET_HELP}")
             return
         if len(args) == 1:
             user_id = parse_user_id(args[0])
             if user_id is None:
                 await self._reply(update, BUDGET_HELP)
                 return
-            await self._reply(update, self.service.format_budgets(user_id))
+            await self._reply(update, format_budgets(self.service, user_id))
             return
         change = parse_budget_change(args)
         if change is None:
@@ -144,7 +148,7 @@ class UsageHandlers:
                 limit=change.limit,
             )
         known = "" if s.queries.users([change.user_id]) else "\n(This user has not talked to me yet.)"
-        await self._reply(update, f"Done.\n{s.format_budgets(change.user_id)}{known}")
+        await self._reply(update, f"Done.\n{format_budgets(s, change.user_id)}{known}")
 
 
 def register_usage_handlers(app: Application[Any, Any, Any, Any, Any, Any], service: UsageService) -> None:

@@ -4,7 +4,8 @@ The candidate searches differ by database (db.recall: FTS5 and sqlite-vec bit ve
 db.recall_sqlite; tsvector and pgvector on PostgreSQL, in db.recall_postgres). Everything after them is
 shared: the exact cosine re-scoring under the visibility filter and the weighted reciprocal-rank fusion.
 
-Writing rows, words and vectors is db.memories. Every function here is synchronous and takes a Session.
+Writing rows is db.memories (words: db.memory_words, vectors: db.memory_vectors). Every function here is
+synchronous and takes a Session.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from db.memories import (
     ROW_COLUMNS,
     MemoryRow,
     active_filter,
-    normalise,
 )
+from db.memory_words import normalise
 from db.models import Embedding, Memory
 from db.recall import MAX_QUERY_TERMS, RecallBackend, recall_backend
 from db.recall_sqlite import (  # SQLite's candidate searches, re-exported for bench/bench_memory.py

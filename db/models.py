@@ -56,7 +56,8 @@ class UTCDateTime(TypeDecorator[datetime]):
 class Embedding(TypeDecorator[bytes]):
     """A vector as float32 little-endian bytes in Python: a BLOB on SQLite, a pgvector `vector` on PostgreSQL.
 
-    Every caller reads and writes bytes (db.memories.f32), so the write path is the same on both databases.
+    Every caller reads and writes bytes (db.memory_vectors.f32), so the write path is the same on both
+    databases.
     """
 
     impl = LargeBinary

@@ -23,7 +23,8 @@ from typing import Any
 from sqlalchemy import Float, text, update
 from sqlalchemy.orm import Session
 
-from db.memories import CENTER_SAMPLE, STOPWORDS, f32, fts_words
+from db.memory_vectors import CENTER_SAMPLE, f32
+from db.memory_words import STOPWORDS, fts_words
 from db.models import Memory
 from db.recall import content_terms
 

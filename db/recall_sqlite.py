@@ -19,23 +19,20 @@ from typing import Any
 from sqlalchemy import ColumnElement, func, select, text, update
 from sqlalchemy.orm import Session
 
-from db.memories import (
+from db.memory_vectors import (
     CENTER_DDL,
     CENTER_SAMPLE,
     SHARDS,
-    STOPWORDS,
     VEC_DDL,
     VEC_TABLE,
     bit_width,
     f32,
-    fts_text,
-    fts_words,
     get_center,
-    owner_prefix,
     quantized,
     quantized_bits,
     recenter,
 )
+from db.memory_words import STOPWORDS, fts_text, fts_words, owner_prefix
 from db.models import Memory
 from db.recall import content_terms
 

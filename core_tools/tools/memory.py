@@ -1,7 +1,8 @@
 """Layered memories (long / mid / short / session) with TTLs, judged writes, history and hybrid recall.
 
 `MemoryStore` is the async facade the bot, the agent and the `memory` tool (core_tools.tools.memory_tool) use:
-it embeds off the event loop, then runs the short synchronous queries of `db.memories` in a worker thread.
+it embeds off the event loop (core_tools.tools.memory_embedding), then runs the short synchronous queries of
+`db.memories` in a worker thread; core_tools.tools.memory_views shapes what the model sees.
 
 Writes: a new memory is compared with the few most similar current memories of its layer and an LLM judgement
 (core_tools.memory_judge) decides ADD / UPDATE / SUPERSEDE / NONE; the model's explicit `supersedes` also
@@ -13,8 +14,6 @@ Without an LLM or over a cap, a store adds. Every add, update, supersede and for
 from __future__ import annotations
 
 import asyncio
-import functools
-import logging
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any, TypeVar
@@ -23,14 +22,16 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from core_tools import recall_dates
 from core_tools.embeddings import Embedder
-from core_tools.errors import BudgetExceeded, ToolError
+from core_tools.errors import ToolError
 from core_tools.memory_judge import ADD, Candidate, Decision, MemoryJudge, content_tokens, key_tokens, overlap
 from core_tools.memory_write import Write, apply_undo, apply_write
 from core_tools.prompts import MEMORY_NOTE, memory_block
+from core_tools.tools.memory_embedding import MemoryEmbedding, in_worker
+from core_tools.tools.memory_views import change_view, iso, memory_view
 from db import memories as q
 from db import memory_history as h
-from db import memory_search
-from db.models import Memory, MemoryChange, utcnow
+from db import memory_search, memory_words
+from db.models import utcnow
 
 __all__ = [
     "DATA_NOTE",
@@ -38,11 +39,8 @@ __all__ = [
     "MemoryStore",
     "content_tokens",
     "key_tokens",
-    "memory_view",
     "overlap",
 ]
-
-log = logging.getLogger(__name__)
 
 LAYER_CATEGORIES: dict[str, tuple[str, ...]] = {
     "long": ("fact", "preference", "relationship"),
@@ -73,53 +71,6 @@ CANDIDATES = 5  # existing memories the judge compares a new one with (Mem0 uses
 ORIGINS = ("user", "tool", "model", "extraction", "summary")
 
 
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat(timespec="seconds")
-
-
-def memory_view(mem: Memory | q.MemoryRow, relevance: float | None = None) -> dict[str, Any]:
-    """A memory as the model sees it."""
-    out: dict[str, Any] = {
-        "id": mem.public_id,
-        "layer": mem.layer,
-        "category": mem.category,
-        "content": mem.content,
-        "created_at": _iso(mem.created_at),
-        "origin": mem.origin or "model",
-    }
-    if mem.updated_at != mem.created_at:
-        out["updated_at"] = _iso(mem.updated_at)
-    if mem.untrusted:
-        out["untrusted"] = True
-    if mem.said_at is not None:
-        out["said_at"] = _iso(mem.said_at)
-    if mem.event_at is not None:
-        out["event_at"] = _iso(mem.event_at)
-    if mem.certainty is not None:
-        out["certainty"] = mem.certainty
-    if mem.expires_at is not None:
-        out["expires_at"] = _iso(mem.expires_at)
-    if relevance is not None:
-        out["relevance"] = relevance
-    return out
-
-
-def change_view(c: MemoryChange) -> dict[str, Any]:
-    """A history row as /memory history shows it."""
-    return {
-        "change": c.id,
-        "memory_id": c.memory_id,
-        "action": c.action,
-        "actor": c.actor,
-        "old_text": c.old_text,
-        "new_text": c.new_text,
-        "related_id": c.related_id,
-        "reason": c.reason,
-        "at": _iso(c.created_at),
-        "undone": c.undone_at is not None,
-    }
-
-
 class MemoryStore:
     """Async facade over db.memories: validates, embeds (off the loop), judges writes, recalls, expires."""
 
@@ -140,7 +91,7 @@ class MemoryStore:
         timezone_of: Callable[[int], tzinfo] | None = None,
     ) -> None:
         self._sessions = sessions
-        self.embedder = embedder
+        self.embedding = MemoryEmbedding(sessions, embedder)
         self.now = now
         self.ttl: dict[str, timedelta | None] = {
             "long": None,
@@ -156,67 +107,21 @@ class MemoryStore:
         self.date_weight = date_weight
         # The user's time zone for dates in recall queries ("yesterday" is the user's); UTC when unset.
         self.timezone_of = timezone_of
-        self._vec_dim: int | None = None
-        self._warned = False
-        self._warned_budget = False
 
     # -- plumbing -------------------------------------------------------------------------------------
 
     async def _db(self, fn: Callable[[Session], T]) -> T:
         """Run a short synchronous DB function in a worker thread and commit."""
+        return await in_worker(self._sessions, fn)
 
-        def run() -> T:
-            with self._sessions() as s, s.begin():
-                return fn(s)
+    @property
+    def embedder(self) -> Embedder | None:
+        """The embedder in use (None: keyword recall only); set it to switch without re-embedding."""
+        return self.embedding.embedder
 
-        return await asyncio.to_thread(run)
-
-    def _warn_once(self, message: str, exc: BaseException | None = None) -> None:
-        if not self._warned:
-            self._warned = True
-            log.warning("memory: %s; recall falls back to keyword search (%r)", message, exc)
-
-    async def _usable_embedder(self) -> Embedder | None:
-        emb = self.embedder
-        if emb is None:
-            return None
-        if self._vec_dim is None:
-            self._vec_dim = await self._db(q.vec_dim)
-        if self._vec_dim != emb.dim:
-            # Vectors of another size cannot go into memories_vec until reembed() rebuilds it.
-            self._warn_once(f"embedder {emb.id} has dim {emb.dim}, the vector table {self._vec_dim}")
-            return None
-        return emb
-
-    def _embed_failed(self, emb: Embedder, exc: Exception) -> None:
-        if isinstance(exc, BudgetExceeded):
-            # The user is at a usage cap (a paid embeddings endpoint): their recall is keyword-only until
-            # it resets; not an embedder fault, so it has its own once-only line.
-            if not self._warned_budget:
-                self._warned_budget = True
-                log.warning("memory: embedding refused by the budget; recall falls back to keyword search")
-            return
-        self._warn_once(f"embedder {emb.id} failed", exc)
-
-    async def _embed_query(self, text: str, user_id: int) -> tuple[list[float] | None, str | None]:
-        emb = await self._usable_embedder()
-        if emb is None or not text.strip():
-            return None, None
-        try:
-            return await emb.embed_query(text, user_id=user_id), emb.id
-        except Exception as exc:  # any embedder failure degrades to keywords; the turn goes on
-            self._embed_failed(emb, exc)
-            return None, None
-
-    async def _embed_passage(self, text: str, user_id: int) -> tuple[list[float] | None, str | None]:
-        emb = await self._usable_embedder()
-        if emb is None:
-            return None, None
-        try:
-            return (await emb.embed_passages([text], user_id=user_id))[0], emb.id
-        except Exception as exc:  # store still saves the row; reembed() adds the vector later
-            self._embed_failed(emb, exc)
-            return None, None
+    @embedder.setter
+    def embedder(self, embedder: Embedder | None) -> None:
+        self.embedding.embedder = embedder
 
     def _expiry(self, layer: str, now: datetime) -> datetime | None:
         ttl = self.ttl[layer]
@@ -273,18 +178,21 @@ class MemoryStore:
         if origin not in ORIGINS:
             raise ToolError(f"unknown origin {origin!r}")
         sid = session_id if layer == "session" else None
-        vector, emb_id = await self._embed_passage(content, user_id)
+        vector, emb_id = await self.embedding.embed_passage(content, user_id)
         decision = ADD
         if dedupe and not supersedes:
             found = await self._candidates(user_id, layer, sid, content, vector, emb_id)
-            same = next((c for c in found if q.normalise(c.content) == q.normalise(content)), None)
+            same = next(
+                (c for c in found if memory_words.normalise(c.content) == memory_words.normalise(content)),
+                None,
+            )
             if same is not None:  # the very same words: nothing to judge
                 decision = Decision("NONE", same.id, reason="same text")
             elif found and self.judge is not None:
                 decision = await self.judge.decide(user_id, content, found, session_id)
         merged_vec: tuple[list[float] | None, str | None] = (None, None)
         if decision.action == "UPDATE" and decision.text:
-            merged_vec = await self._embed_passage(decision.text, user_id)
+            merged_vec = await self.embedding.embed_passage(decision.text, user_id)
         now = self.now()
         expires = self._expiry(layer, now)
 
@@ -399,8 +307,8 @@ class MemoryStore:
                 named = await asyncio.to_thread(recall_dates.find_period, query, now, tz)
         # "What did I do last June?" says nothing but the period: its own vector matches no event, so the
         # period's rows are ranked by a fixed first-person statement instead (chosen by bench_memory --eval).
-        only_period = named is not None and recall_dates.asks_only_for_period(query, q.STOPWORDS)
-        vector, emb_id = await self._embed_query(PERIOD_QUERY if only_period else query, user_id)
+        only_period = named is not None and recall_dates.asks_only_for_period(query, memory_words.STOPWORDS)
+        vector, emb_id = await self.embedding.embed_query(PERIOD_QUERY if only_period else query, user_id)
 
         def search(s: Session) -> list[dict[str, Any]]:
             hits = memory_search.hybrid_search(
@@ -477,7 +385,7 @@ class MemoryStore:
             for r in h.recent_adds(s, user_id, since, limit):
                 if r.memory.expires_at is not None and r.memory.expires_at <= now:
                     continue
-                out.append({**memory_view(r.memory), "by": r.actor, "at": _iso(r.at)})
+                out.append({**memory_view(r.memory), "by": r.actor, "at": iso(r.at)})
             return out
 
         return await self._db(work)
@@ -493,7 +401,7 @@ class MemoryStore:
             return None
         # The restored text needs a vector again (outside the transaction: embedding is slow).
         text_ = found.old_text if found.action in ("update", "forget") else None
-        vector, emb_id = await self._embed_passage(text_, user_id) if text_ else (None, None)
+        vector, emb_id = await self.embedding.embed_passage(text_, user_id) if text_ else (None, None)
         now = self.now()
         change_id = found.id
 
@@ -557,36 +465,4 @@ class MemoryStore:
         When the dimension differs from the vector table's, the table is dropped and recreated with the new
         dimension first (every row is then re-embedded); recall is keyword-only for rows not yet done.
         """
-        if embedder is not None:
-            self.embedder = embedder
-        emb = self.embedder
-        if emb is None:
-            return 0
-        dim = await self._db(q.vec_dim)
-        if dim != emb.dim:
-            log.warning("memory: rebuilding the vector table for %s (dim %s -> %s)", emb.id, dim, emb.dim)
-            await self._db(lambda s: q.rebuild_vec_table(s, emb.dim))
-        self._vec_dim = emb.dim
-        self._warned = False
-        done, after = 0, 0
-        while True:
-            rows = await self._db(functools.partial(_rows_to_embed, emb.id, after, batch))
-            if not rows:
-                return done
-            try:  # a maintenance job, not a user's request: accounted without a user
-                vectors = await emb.embed_passages([c for _, c in rows])
-            except Exception as exc:  # try again at the next start; the rows keep working by keyword
-                log.warning("memory: reembed stopped after %d rows: %r", done, exc)
-                return done
-            pairs = [(i, v) for (i, _), v in zip(rows, vectors, strict=True)]
-            await self._db(functools.partial(_store_vectors, pairs, emb.id))
-            done += len(rows)
-            after = rows[-1][0]
-
-
-def _rows_to_embed(embedder_id: str, after: int, batch: int, s: Session) -> list[tuple[int, str]]:
-    return q.rows_to_embed(s, embedder_id, after, batch)
-
-
-def _store_vectors(pairs: list[tuple[int, list[float]]], embedder_id: str, s: Session) -> None:
-    q.store_vectors(s, pairs, embedder_id)
+        return await self.embedding.reembed(embedder, batch)

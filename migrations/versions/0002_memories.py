@@ -22,7 +22,7 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 # Migrations do not import application code, so the DDL of the virtual tables is repeated in
-# db/memories.py (which rebuilds memories_vec when the embedding dimension changes).
+# db/memory_vectors.py (which rebuilds memories_vec when the embedding dimension changes).
 FTS_DDL = (
     "CREATE VIRTUAL TABLE memories_fts USING fts5("
     "content, owner, tokenize='porter unicode61 remove_diacritics 2')"

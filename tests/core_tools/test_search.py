@@ -12,18 +12,12 @@ import pytest
 from ddgs.exceptions import RatelimitException
 
 from core_tools.errors import ToolError
-from core_tools.tools.search import (
-    UNTRUSTED_WEB_NOTE,
-    BraveProvider,
-    DuckDuckGoProvider,
-    SearchTool,
-    SearxngProvider,
-    TavilyProvider,
-    build_search_tool,
-    clean_url,
-    parse_date,
-    url_key,
-)
+from core_tools.tools.search import UNTRUSTED_WEB_NOTE, SearchTool, build_search_tool
+from core_tools.tools.search_providers.brave import BraveProvider
+from core_tools.tools.search_providers.duckduckgo import DuckDuckGoProvider
+from core_tools.tools.search_providers.searxng import SearxngProvider
+from core_tools.tools.search_providers.tavily import TavilyProvider
+from core_tools.tools.search_results import clean_url, parse_date, url_key
 from core_tools.tools.web import PageFetcher, is_public_address
 from core_tools.types import ToolContext
 from tests.core_tools.fake_search import (

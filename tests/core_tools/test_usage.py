@@ -13,20 +13,16 @@ import pytest
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from bot.usage_report import format_budgets, format_report
 from core_tools.agent import Agent, AgentConfig, TurnInput
 from core_tools.embeddings import OpenAIEmbedder
 from core_tools.errors import BudgetExceeded
 from core_tools.llm import LLMClient
 from core_tools.registry import ToolRegistry
 from core_tools.types import ChatMessage, ToolContext
-from core_tools.usage import (
-    Caps,
-    ModelPrice,
-    PriceTable,
-    UsageService,
-    parse_prices,
-    window,
-)
+from core_tools.usage.caps import Caps, window
+from core_tools.usage.prices import ModelPrice, PriceTable, parse_prices
+from core_tools.usage.service import UsageService
 from db.conversations import Conversations
 from db.engine import make_engine, make_sessionmaker
 from db.migrate import upgrade
@@ -200,9 +196,9 @@ def test_owner_overrides_and_notice_once(db: tuple[Engine, sessionmaker[Session]
     assert svc.over_budget(USER) is not None
     svc.set_cap(by=OWNER, user_id=USER, period="daily", kind=None, limit=None)  # explicitly no cap
     assert svc.over_budget(USER) is None
-    assert "daily cost: no cap" in svc.format_budgets(USER)
+    assert "daily cost: no cap" in format_budgets(svc, USER)
     svc.reset_cap(user_id=USER, period="daily", kind=None)  # back to the $5 default
-    assert "daily cost: $1.00 of $5.00 (default)" in svc.format_budgets(USER)
+    assert "daily cost: $1.00 of $5.00 (default)" in format_budgets(svc, USER)
     with pytest.raises(ValueError):
         svc.set_cap(by=OWNER, user_id=USER, period="weekly", kind="cost", limit=1)
 
@@ -273,7 +269,7 @@ async def test_accounting_per_purpose_with_and_without_usage(
     assert by["chat"].tokens == chat.prompt_tokens + chat.completion_tokens
     assert by["chat"].cost == pytest.approx((chat.prompt_tokens * 1.0 + chat.completion_tokens * 2.0) / 1e6)
     assert rep.spend.estimated_calls == 1
-    out = svc.format_report(rep)
+    out = format_report(rep, svc.clock())
     assert out.startswith("Usage today") and "By purpose:" in out and "  code_generate: 1 call" in out
     assert "Tokens: ~" in out and "their tokens are estimated" in out and "$" in out
 
@@ -284,7 +280,7 @@ async def test_unknown_price_is_shown_as_unknown(db: tuple[Engine, sessionmaker[
     svc = service(sm, Clock(now), Caps(daily_usd=0.0001))
     add_call(sm, now - timedelta(seconds=1), 5000, 5000, model="llama3.1:8b")
     svc.check(USER)  # an unpriced model adds nothing to a cost cap
-    out = svc.format_report(svc.report(USER, "today"))
+    out = format_report(svc.report(USER, "today"), svc.clock())
     assert "Estimated cost: unknown for llama3.1:8b" in out and "cost unknown" in out
 
 
@@ -351,7 +347,7 @@ async def test_turn_crossing_the_cap_stops_tool_use(
         users = s.scalars(select(Message).where(Message.role == "user")).all()
         assert [(m.content, m.status) for m in users] == [("find x " * 20, "answered"), ("and y?", "refused")]
     await a.llm.close()
-    out = svc.format_report(svc.report(USER, "today"))
+    out = format_report(svc.report(USER, "today"), svc.clock())
     assert "Stopped: budget stop 1, refused (cap) 1" in out
     assert "Tool calls: 1: lookup 1" in out and "Turns: 1" in out
 
@@ -370,7 +366,7 @@ async def test_loop_protection_is_counted(db: tuple[Engine, sessionmaker[Session
     result = await a.run_turn(TurnInput(USER, USER, "again"), Sink())
     assert result.stopped_by == "repeat_guard"
     await a.llm.close()
-    out = svc.format_report(svc.report(USER, "week"))
+    out = format_report(svc.report(USER, "week"), svc.clock())
     assert "Stopped: chain limit 1, repeated calls 1" in out and "Turns: 2" in out
 
 
@@ -403,7 +399,7 @@ def test_reservations_count_against_caps_until_released(db: tuple[Engine, sessio
         svc.check(USER)  # the agent's pre-turn check sees the reservations too
     holds.append(svc.reserve(USER, "final", "fake-model", 10, 10))  # never refused, but it counts
     svc.reserve(OTHER, "chat", "fake-model", 10, 10).release()  # other users are not affected
-    assert "(+1.1k tokens reserved by running requests)" in svc.format_report(svc.report(USER))
+    assert "(+1.1k tokens reserved by running requests)" in format_report(svc.report(USER), svc.clock())
     for hold in holds:
         hold.release()
         hold.release()  # idempotent

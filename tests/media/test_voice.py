@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core_tools.usage import PriceTable, spend_of
+from core_tools.usage.prices import PriceTable, spend_of
 from db.models import LLMCall, MediaFile, Message
 from tests.fakes.openai_api import FakeLLM, text
 from tests.fakes.telegram_api import FakeTelegram
@@ -131,7 +131,7 @@ async def test_voice_answer_comes_back_as_a_voice_note_with_tts(
 
 
 def test_a_transcription_price_per_minute_can_be_set_in_llm_prices() -> None:
-    from core_tools.usage import parse_prices
+    from core_tools.usage.prices import parse_prices
 
     table = PriceTable(parse_prices('{"local-whisper": {"per_minute": 0.01}}'))
     assert table.cost("local-whisper", 0, 0, 0, audio_seconds=90) == 0.015
