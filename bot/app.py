@@ -251,7 +251,8 @@ async def on_startup(app: Application[Any, Any, Any, Any, Any, Any]) -> None:
     drop_unserved(app)
 
     def drive(chat_id: int) -> None:
-        app.create_task(h.runner.drive(app.bot, chat_id), name=f"drive-{chat_id}")
+        if app.running:  # not while stopping: what still waits is answered by the next start, or another
+            app.create_task(h.runner.drive(app.bot, chat_id), name=f"drive-{chat_id}")
 
     def stop(chat_id: int, turn: int) -> None:
         h.runner.stop_here(chat_id, turn)
