@@ -52,8 +52,7 @@ pytestmark = pytest.mark.skipif(
 def _stack(project: str, env_file: Path, upstream_conf: Path) -> Stack:
     """A compose project of the scale file with the test override's variables set."""
     ports = {
-        name: str(_free_port())
-        for name in ("PG", "BOT", "BOT2", "PROXY", "SANDBOX1", "SANDBOX2", "SEARXNG")
+        name: str(_free_port()) for name in ("PG", "BOT", "BOT2", "PROXY", "SANDBOX1", "SANDBOX2", "SEARXNG")
     }
     env = {
         **os.environ,
