@@ -210,6 +210,24 @@ async def test_replicas_behind_the_proxy_answer_every_update(stack: Stack, tmp_p
         coded = time.monotonic()
         assert PRINTED in answer and "isolation: bwrap" in answer, answer
 
+        # One replica stops (an upgrade, a crash): the proxy hands its share to the other, nothing is lost.
+        await stack.arun("stop", "-t", "10", "bot2")
+        again = USERS[:2]
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) as session:
+            for user in again:
+                tg.push_text(user, f"hello from {user}")
+                assert await _post(session, proxy, tg.updates.pop(), SECRET) == 200
+
+        def answered_twice() -> bool:
+            return all(tg.sent_texts(u).count(f"Hello, {u}! END") == 2 for u in again)
+
+        await tg.wait_for(answered_twice, timeout=60, what="the answers with one replica stopped")
+        # Round robin sent one of the two to the stopped replica first: refused there, passed to the other.
+        bot, bot2 = stack.env["DEPLOYTEST_BOT_PORT"], stack.env["DEPLOYTEST_BOT2_PORT"]
+        proxy_log = (await stack.arun("logs", "--no-color", "proxy")).stdout
+        failover = f"upstream=127.0.0.1:{bot2}, 127.0.0.1:{bot} upstream_status=502, 200"
+        assert proxy_log.count(failover) == 1, proxy_log[-3000:]
+
         # The sandboxes as shipped: locked down, holding the token and nothing else of the bot's.
         for service in ("sandbox1", "sandbox2"):
             record = _inspect(await asyncio.to_thread(stack.container, service))
