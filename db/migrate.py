@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -9,10 +10,17 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
+
+from db.engine import make_engine
+
+log = logging.getLogger(__name__)
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 DEFAULT_DATABASE_URL = "sqlite:///data/assistant.db"
+# The session-level advisory lock that serialises upgrades on PostgreSQL: replicas starting together migrate
+# one after the other (the later ones find the schema at head). Any fixed bigint; this one spells "alembic".
+MIGRATION_LOCK_KEY = 0x616C656D626963
 
 # Tables that sqlite-vec and FTS5 create behind a virtual table; Alembic must neither create nor drop them.
 SHADOW_SUFFIXES = (
@@ -49,8 +57,27 @@ def alembic_config(url: str) -> Config:
 
 
 def upgrade(url: str, revision: str = "head") -> None:
-    """Upgrade the database to `revision`."""
-    command.upgrade(alembic_config(url), revision)
+    """Upgrade the database to `revision`; on PostgreSQL one process at a time (an advisory lock)."""
+    engine = make_engine(url)
+    if engine.dialect.name != "postgresql":
+        # SQLite: one file, one bot process; its own write lock already serialises writers.
+        engine.dispose()
+        command.upgrade(alembic_config(url), revision)
+        return
+    try:
+        # A dedicated connection outside Alembic's transaction: the lock is the session's, held until unlock
+        # or until this process dies (PostgreSQL then frees it, so a crashed replica blocks nobody).
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as lock:
+            key = {"key": MIGRATION_LOCK_KEY}
+            if not lock.execute(text("SELECT pg_try_advisory_lock(:key)"), key).scalar():
+                log.info("another process is migrating the database: waiting for it to finish")
+                lock.execute(text("SELECT pg_advisory_lock(:key)"), key)
+            try:
+                command.upgrade(alembic_config(url), revision)
+            finally:
+                lock.execute(text("SELECT pg_advisory_unlock(:key)"), key)
+    finally:
+        engine.dispose()
 
 
 def downgrade(url: str, revision: str = "base") -> None:

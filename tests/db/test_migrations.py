@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,7 +13,14 @@ from alembic import command
 from sqlalchemy import inspect, text
 
 from db.engine import make_engine
-from db.migrate import alembic_config, current_revision, downgrade, head_revision, upgrade
+from db.migrate import (
+    MIGRATION_LOCK_KEY,
+    alembic_config,
+    current_revision,
+    downgrade,
+    head_revision,
+    upgrade,
+)
 from tests.postgres import TestPostgres
 
 
@@ -84,4 +94,52 @@ def test_a_plain_postgresql_url_uses_psycopg(empty_url: str) -> None:
     upgrade(plain)
     engine = make_engine(plain)
     assert engine.dialect.driver == "psycopg" and current_revision(engine) == head_revision()
+    engine.dispose()
+
+
+REPO = Path(__file__).resolve().parents[2]
+# What each bot replica does at start (bot/wiring.py): upgrade to head, with its log lines on stderr.
+UPGRADE = (
+    "import logging, sys\n"
+    "logging.basicConfig(level=logging.INFO)\n"
+    "from db.migrate import upgrade\n"
+    "upgrade(sys.argv[1])"
+)
+
+
+@pytest.mark.postgresql_only
+def test_replicas_starting_together_migrate_once(empty_url: str) -> None:
+    """Three processes upgrade one empty PostgreSQL database at the same moment: all start, one migrates."""
+    engine = make_engine(empty_url)
+    waiting = text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as gate:
+        # The test holds the migration lock first, so that all three reach it before any of them migrates.
+        gate.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+        replicas = [
+            subprocess.Popen(
+                [sys.executable, "-c", UPGRADE, empty_url],
+                cwd=REPO,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(3)
+        ]
+        deadline = time.monotonic() + 60
+        while gate.execute(waiting).scalar() != 3:
+            # Without the lock they do not wait: they migrate at once, together, and some fail.
+            if time.monotonic() > deadline or any(r.poll() is not None for r in replicas):
+                break
+            time.sleep(0.05)
+        gate.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": MIGRATION_LOCK_KEY})
+        outcomes = [(r.wait(timeout=120), *r.communicate()) for r in replicas]
+    assert [rc for rc, _, _ in outcomes] == [0, 0, 0], [err[-2000:] for _, _, err in outcomes]
+    for _, _, err in outcomes:
+        assert "another process is migrating the database: waiting for it to finish" in err, err
+    # One of them ran every migration; the other two found the schema at head and ran none.
+    ran = [err.count("Running upgrade ") for _, _, err in outcomes]
+    assert sorted(ran)[:2] == [0, 0] and max(ran) >= 1, ran
+    assert current_revision(engine) == head_revision()
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM alembic_version")).scalar() == 1
     engine.dispose()

@@ -58,6 +58,10 @@ def _free_port() -> int:
         return port
 
 
+# The shipped file and the test's override of it (test_compose_scale.py runs the scale deploy's pair).
+SINGLE = (REPO / "deploy" / "docker-compose.yml", HERE / "compose.test.yml")
+
+
 @dataclass
 class Stack:
     """One compose project: the shipped file, the test override, and any further overrides."""
@@ -65,10 +69,11 @@ class Stack:
     project: str
     env: dict[str, str]
     overrides: tuple[Path, ...] = ()
+    files: tuple[Path, ...] = SINGLE
 
     def argv(self, *args: str) -> list[str]:
         """A `docker compose` command line for this project."""
-        files = [REPO / "deploy" / "docker-compose.yml", HERE / "compose.test.yml", *self.overrides]
+        files = [*self.files, *self.overrides]
         return ["docker", "compose", "-p", self.project, *(a for f in files for a in ("-f", str(f))), *args]
 
     def run(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
