@@ -13,6 +13,14 @@ user from the table (their rows are scattered among every other user's) and 176 
 covering index; an HNSW index over all users, filtered to the user afterwards, found only 4 % (11 % with
 iterative scans) of the user's true 10 nearest. The center is the mean of the first CENTER_SAMPLE vectors,
 as on SQLite (e5-style vectors share one large direction: plain signs tell them apart badly).
+Migration 0015 turns parallel scans of `memories` off: two workers for a 10 ms scan of 100k index entries
+made it no faster on a busy server and tripled its CPU. HNSW with pgvector 0.8's iterative scans was
+measured again (bench/bench_pg.py --hnsw): it still finds fewer of the user's true nearest than this exact
+bit scan at the same cost, and it reads other users' vectors for every user's query.
+
+Keyword search ranks every row that matches any query word by ts_rank (read from the heap), so, as on
+SQLite, a word in COMMON_TERM_DOCS or more of the user's memories is dropped when the query has a rarer one;
+the counts are estimated from pg_stats (GIN cannot stop counting early).
 """
 
 from __future__ import annotations
@@ -153,8 +161,11 @@ class PostgresRecall:
         s.execute(text(BITS_INDEX))
 
     def keyword_ids(self, s: Session, user_id: int, query_text: str, k: int) -> list[int]:
-        """Any of the query's content words (stemmed by the same configuration), best ts_rank first; a word
-        in about COMMON_TERM_DOCS or more of the user's memories is left out when the query has a rarer one."""
+        """Any of the query's content words (stemmed by the same configuration), best ts_rank first.
+
+        A word in about COMMON_TERM_DOCS or more of the user's memories is left out when the query has a
+        rarer one.
+        """
         # Words are runs of letters and digits, so no tsquery operator can be injected.
         terms = content_terms(fts_words(query_text), STOPWORDS)
         if not terms:
