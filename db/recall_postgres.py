@@ -13,6 +13,14 @@ user from the table (their rows are scattered among every other user's) and 176 
 covering index; an HNSW index over all users, filtered to the user afterwards, found only 4 % (11 % with
 iterative scans) of the user's true 10 nearest. The center is the mean of the first CENTER_SAMPLE vectors,
 as on SQLite (e5-style vectors share one large direction: plain signs tell them apart badly).
+Migration 0015 turns parallel scans of `memories` off: two workers for a 10 ms scan of 100k index entries
+made it no faster on a busy server and tripled its CPU. HNSW with pgvector 0.8's iterative scans was
+measured again (bench/bench_pg.py --hnsw): it still finds fewer of the user's true nearest than this exact
+bit scan at the same cost, and it reads other users' vectors for every user's query.
+
+Keyword search ranks every row that matches any query word by ts_rank (read from the heap), so, as on
+SQLite, a word in COMMON_TERM_DOCS or more of the user's memories is dropped when the query has a rarer one;
+the counts are estimated from pg_stats (GIN cannot stop counting early).
 """
 
 from __future__ import annotations
@@ -35,20 +43,50 @@ TS_CONFIG = "english"  # also in migration 0002
 # Same DDL as migration 0004 (migrations do not import application code).
 BITS_INDEX = "CREATE INDEX ix_memories_user_bits ON memories (user_id, layer) INCLUDE (id, embedding_bits)"
 
+# A query word in this many of the user's memories is left out when the query has a rarer one (as on
+# SQLite, db.recall_sqlite.COMMON_TERM_DOCS): ranking every row that matches a common word is what costs.
+COMMON_TERM_DOCS = 1000
+# GIN has no early stop, so the words' counts cannot be probed cheaply: they are estimated from the
+# planner's statistics of `memories` (kept by ANALYZE/autovacuum), a lexeme's share of the rows
+# (most_common_elems of content_tsv) times the user's estimated rows (most_common_vals of user_id, else an
+# even share of the other rows). Without statistics every estimate is 0 and every word is kept.
+_TERM_DOCS = text(
+    "WITH terms AS MATERIALIZED ("
+    " SELECT n, tsvector_to_array(to_tsvector(CAST(:cfg AS regconfig), t)) AS lexemes"
+    " FROM unnest(CAST(:terms AS text[])) WITH ORDINALITY AS x(t, n)),"
+    " words AS (SELECT e.lexeme, e.freq FROM pg_stats AS s,"
+    " unnest(CAST(CAST(s.most_common_elems AS text) AS text[]), s.most_common_elem_freqs) AS e(lexeme, freq)"
+    " WHERE s.schemaname = current_schema() AND s.tablename = 'memories' AND s.attname = 'content_tsv'),"
+    " owner AS (SELECT coalesce("
+    "(SELECT m.f FROM unnest(CAST(CAST(s.most_common_vals AS text) AS bigint[]), s.most_common_freqs)"
+    " AS m(v, f) WHERE m.v = CAST(:u AS bigint)),"
+    " (1 - coalesce((SELECT sum(f) FROM unnest(s.most_common_freqs) AS f), 0))"
+    " / greatest(CASE WHEN s.n_distinct < 0 THEN -s.n_distinct * c.reltuples ELSE s.n_distinct END"
+    " - coalesce(cardinality(s.most_common_freqs), 0), 1)) * greatest(c.reltuples, 0) AS n"
+    " FROM pg_stats AS s, pg_class AS c WHERE s.schemaname = current_schema() AND s.tablename = 'memories'"
+    " AND s.attname = 'user_id' AND c.oid = to_regclass('memories'))"
+    " SELECT terms.n, coalesce(max(words.freq), 0) * coalesce((SELECT n FROM owner), 0)"
+    " FROM terms LEFT JOIN words ON words.lexeme = ANY(terms.lexemes) GROUP BY terms.n"
+)
+# The user id is cast to bigint: a smallint parameter (psycopg sends small ints so) is no key of btree_gin's
+# (user_id, content_tsv) index, and PostgreSQL then read the word's postings of every user and ANDed them
+# with a bitmap of all the user's rows (15-40 ms at 100k memories a user, bench/bench_pg.py). The query is
+# a bound string, not computed in the statement, so that the planner sees it (and estimates its rows).
 _KEYWORDS = text(
     "SELECT id FROM memories, to_tsquery(CAST(:cfg AS regconfig), :q) AS query "
-    "WHERE user_id = :u AND content_tsv @@ query "
+    "WHERE user_id = CAST(:u AS bigint) AND content_tsv @@ query "
     "ORDER BY ts_rank(content_tsv, query) DESC, id DESC LIMIT :k"
 )
 # The query's bits are computed once (an uncorrelated subquery) against the same center as the rows'.
 _NEAREST = {
     False: text(
-        "SELECT id FROM memories WHERE user_id = :u AND embedding_bits IS NOT NULL "
+        "SELECT id FROM memories WHERE user_id = CAST(:u AS bigint) AND embedding_bits IS NOT NULL "
         "ORDER BY embedding_bits <~> (SELECT binary_quantize(CAST(:q AS vector) - center) "
         "FROM memories_vec_center WHERE id = 1) LIMIT :k"
     ),
     True: text(
-        "SELECT id FROM memories WHERE user_id = :u AND layer = :l AND embedding_bits IS NOT NULL "
+        "SELECT id FROM memories WHERE user_id = CAST(:u AS bigint) AND layer = :l "
+        "AND embedding_bits IS NOT NULL "
         "ORDER BY embedding_bits <~> (SELECT binary_quantize(CAST(:q AS vector) - center) "
         "FROM memories_vec_center WHERE id = 1) LIMIT :k"
     ),
@@ -124,11 +162,19 @@ class PostgresRecall:
         s.execute(text(BITS_INDEX))
 
     def keyword_ids(self, s: Session, user_id: int, query_text: str, k: int) -> list[int]:
-        """Any of the query's content words (stemmed by the same configuration), best ts_rank first."""
+        """Any of the query's content words (stemmed by the same configuration), best ts_rank first.
+
+        A word in about COMMON_TERM_DOCS or more of the user's memories is left out when the query has a
+        rarer one.
+        """
         # Words are runs of letters and digits, so no tsquery operator can be injected.
         terms = content_terms(fts_words(query_text), STOPWORDS)
         if not terms:
             return []
+        if len(terms) > 1:
+            params: dict[str, Any] = {"cfg": TS_CONFIG, "terms": terms, "u": user_id}
+            docs = {int(n): float(d) for n, d in s.execute(_TERM_DOCS, params)}
+            terms = [t for i, t in enumerate(terms, start=1) if docs[i] < COMMON_TERM_DOCS] or terms
         params = {"cfg": TS_CONFIG, "q": " | ".join(terms), "u": user_id, "k": k}
         return [int(r[0]) for r in s.execute(_KEYWORDS, params)]
 
