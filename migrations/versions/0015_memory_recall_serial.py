@@ -1,7 +1,7 @@
 """memories on PostgreSQL: recall's scans run in the backend that asks (no parallel workers)
 
 Revision ID: 0015
-Revises: 0013
+Revises: 0014
 Create Date: 2026-11-23 17:00:00.000000
 
 A recall's bit-vector search reads one user's entries of ix_memories_user_bits (100k index tuples for a user
@@ -22,7 +22,7 @@ from alembic import op
 
 revision: str = "0015"
 # 0014 is written at the same time by someone else; the lead re-chains this one after it at merge.
-down_revision: str | None = "0013"
+down_revision: str | None = "0014"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -105,7 +105,7 @@ def test_recall_scans_run_without_parallel_workers(engine: Engine) -> None:
 
     assert "Gather" not in bits_plan()
     engine.dispose()
-    downgrade(url, "0013")
+    downgrade(url, "0014")
     assert "Gather" in bits_plan()  # before 0015 the user's bit vectors were read by parallel workers
     engine.dispose()
     upgrade(url)
