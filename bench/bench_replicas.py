@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import shutil
 import sys
 import tempfile
 import time
@@ -186,7 +187,7 @@ def report(args: argparse.Namespace, results: list[Result]) -> None:
     )
     header = (
         f"{'replicas':>8} {'msgs':>5} {'posts':>5} {'wall s':>7} {'turns/s':>8} {'once %':>7} "
-        f"{'twice':>5} {'missing':>7} {'LLM req':>7} {'LLM max':>7} {'speed-up':>8}"
+        f"{'twice':>5} {'missing':>7} {'LLM req':>7} {'LLM max':>7} {'dropped':>7} {'speed-up':>8}"
     )
     print(header)
     base = next((r.turns_per_s for r in results if r.replicas == 1), None)
@@ -217,6 +218,10 @@ async def run(args: argparse.Namespace) -> list[Result]:
             results.append(await one_run(args, server, n, root))
     finally:
         server.stop()
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+        else:
+            print(f"replicas' logs kept in {root}")
     return results
 
 
@@ -231,6 +236,7 @@ def main() -> None:
         "--turns-cap", type=int, default=20, help="MAX_CONCURRENT_TURNS per replica; 0: no cap"
     )
     parser.add_argument("--dup-share", type=float, default=0.2, help="share of updates delivered twice")
+    parser.add_argument("--keep", action="store_true", help="keep the replicas' logs (printed where)")
     args = parser.parse_args()
     args.replicas = [int(x) for x in str(args.replicas).split(",") if x.strip()]
     logging.basicConfig(level=logging.WARNING)
