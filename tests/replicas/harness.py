@@ -35,6 +35,9 @@ LEASE_S = 3  # REPLICA_LEASE_S of the tests that kill a replica: one silent this
 # The other tests keep the default, so a replica starved of CPU on a busy machine is not taken for dead.
 CALM_LEASE_S = 15
 START_TIMEOUT_S = 60.0  # a cold start of three processes on a busy two-core machine
+POST_TIMEOUT_S = (
+    15.0  # a webhook POST is answered once the update is queued: at once, unless the loop is stuck
+)
 USERS = [OWNER, *range(1001, 1011)]  # the owner and ten more people, each in a private chat
 
 
@@ -181,15 +184,18 @@ class Cluster:
     # ------------------------------------------------------------------ the load balancer
 
     async def post(self, replica: Replica, update: JsonDict) -> int:
-        """POST one update to one replica as Telegram does; the HTTP status (0: nothing listens)."""
+        """POST one update to one replica as Telegram does; the HTTP status (0: nothing listens; 504: no
+        answer within POST_TIMEOUT_S, as a proxy would say: the replica's event loop is stuck)."""
         if self._http is None:
-            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=POST_TIMEOUT_S))
         headers = {"X-Telegram-Bot-Api-Secret-Token": SECRET}
         try:
             async with self._http.post(replica.url, json=update, headers=headers) as response:
                 status = response.status
         except aiohttp.ClientConnectionError:
             status = 0
+        except TimeoutError:
+            status = 504
         self.posts.append((replica.name, int(update["update_id"]), status))
         return status
 

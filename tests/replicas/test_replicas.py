@@ -131,7 +131,9 @@ async def test_a_chats_turns_run_in_order_across_replicas(
         expected: list[tuple[str, Any]] = []
         for m in messages[: k + 1]:
             expected += [("user", m), ("assistant", answer_of(m))]
-        assert said(request) == expected[:-1], f"turn {k + 1} by {cluster.replica_of(k).name}"
+        assert said(request) == expected[:-1], (
+            f"turn {k + 1} (on {cluster.replica_of(k).name}) did not see every earlier turn complete"
+        )
     assert [cluster.texts(chat, answer_of(m)) for m in messages] == [1] * 5
 
 
