@@ -9,10 +9,7 @@ import pytest
 
 from tests.fakes.openai_api import FakeLLM
 from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER
-from tests.replicas.harness import Cluster
-
-USERS = [OWNER, *range(1001, 1011)]  # the owner and ten more people, each in a private chat
+from tests.replicas.harness import USERS, Cluster
 
 
 @pytest.fixture

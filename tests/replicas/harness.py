@@ -24,14 +24,21 @@ from sqlalchemy import text as sql
 
 from tests.fakes.openai_api import FakeLLM
 from tests.fakes.telegram_api import FakeTelegram
+from tests.harness import OWNER
 from tests.processes import BotProcess, fake_env, free_port
 
 JsonDict = dict[str, Any]
 
 SECRET = "replica-webhook-secret-0123456789"
 HOOK_PATH = "tg-hook"
-LEASE_S = 3  # REPLICA_LEASE_S in the tests: a replica silent this long is dead
+LEASE_S = 3  # REPLICA_LEASE_S of the tests that kill a replica: one silent this long is dead
+# The other tests keep the default, so a replica starved of CPU on a busy machine is not taken for dead.
+CALM_LEASE_S = 15
 START_TIMEOUT_S = 60.0  # a cold start of three processes on a busy two-core machine
+POST_TIMEOUT_S = (
+    15.0  # a webhook POST is answered once the update is queued: at once, unless the loop is stuck
+)
+USERS = [OWNER, *range(1001, 1011)]  # the owner and ten more people, each in a private chat
 
 
 def text_update(tg: FakeTelegram, user_id: int, text: str, chat_id: int | None = None) -> JsonDict:
@@ -89,6 +96,7 @@ class Cluster:
     database_url: str
     users: Sequence[int]
     settings: dict[str, str] = field(default_factory=dict)
+    lease_s: float = CALM_LEASE_S
     replicas: list[Replica] = field(default_factory=list)
     posts: list[tuple[str, int, int]] = field(default_factory=list)  # (replica, update_id, HTTP status)
     _http: aiohttp.ClientSession | None = None
@@ -106,7 +114,7 @@ class Cluster:
             "TELEGRAM_WEBHOOK_SECRET": SECRET,
             "TELEGRAM_WEBHOOK_LISTEN": "127.0.0.1",
             "TELEGRAM_WEBHOOK_PORT": str(port),
-            "REPLICA_LEASE_S": str(LEASE_S),
+            "REPLICA_LEASE_S": f"{self.lease_s:g}",
             "MESSAGE_DEBOUNCE_MS": "0",
             # One turn per message, so "answered exactly once" is one answer and one LLM request each.
             "MESSAGE_MERGE_BURSTS": "false",
@@ -176,15 +184,18 @@ class Cluster:
     # ------------------------------------------------------------------ the load balancer
 
     async def post(self, replica: Replica, update: JsonDict) -> int:
-        """POST one update to one replica as Telegram does; the HTTP status (0: nothing listens)."""
+        """POST one update to one replica as Telegram does; the HTTP status (0: nothing listens; 504: no
+        answer within POST_TIMEOUT_S, as a proxy would say: the replica's event loop is stuck)."""
         if self._http is None:
-            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=POST_TIMEOUT_S))
         headers = {"X-Telegram-Bot-Api-Secret-Token": SECRET}
         try:
             async with self._http.post(replica.url, json=update, headers=headers) as response:
                 status = response.status
         except aiohttp.ClientConnectionError:
             status = 0
+        except TimeoutError:
+            status = 504
         self.posts.append((replica.name, int(update["update_id"]), status))
         return status
 
