@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import itertools
 import os
 import re
 import signal
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +31,26 @@ from pathlib import Path
 _PREFIX = "sandbox-run-"
 _COUNTER = itertools.count()
 _EMPTY_WAIT_S = 5.0  # how long close() waits for killed tasks to leave before giving up on rmdir
+_PR_SET_PDEATHSIG = 1
+# Loaded here, in the parent: a preexec_fn runs after fork, where loading a library is not safe.
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl
+
+
+def die_with_parent(parent_pid: int) -> Callable[[], None]:
+    """A `preexec_fn` step: SIGKILL this child when `parent_pid` dies; exits at once if it already has.
+
+    The kernel clears PR_SET_PDEATHSIG on every uid/gid change, so this must come after the last one
+    (Popen's user=/group= run before preexec_fn; `RunCgroup.joiner` drops privileges itself first).
+    bwrap's own --die-with-parent only starts after bwrap has cloned its sandbox: a service killed in
+    between left the whole run behind. The getppid check closes the window before the prctl.
+    """
+
+    def arm() -> None:
+        _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent_pid:
+            os._exit(1)
+
+    return arm
 
 
 @dataclass(frozen=True)
@@ -184,19 +206,48 @@ def _find_run_parent() -> RunParent | str:
 
 
 def sweep_stale(parent: RunParent) -> int:
-    """Remove run cgroups left by processes that no longer exist (a crash mid-run); how many went."""
+    """Kill and remove run cgroups left by processes that no longer exist (a crash mid-run); how many went.
+
+    Also those named after our own pid: called before we create any, they are a dead predecessor's that
+    had the same pid (a container's service is always pid 1).
+    """
     removed = 0
     for entry in parent.path.glob(f"{_PREFIX}*"):
         match = re.match(rf"{_PREFIX}(\d+)-", entry.name)
-        if match is None or _alive(int(match.group(1))):
+        if match is None:
             continue
-        for pid in _pids(entry):
+        owner = int(match.group(1))
+        if owner != os.getpid() and _alive(owner):
+            continue
+        removed += empty_and_remove(entry)
+    return removed
+
+
+def runs_of(parent: Path, owner: int) -> list[Path]:
+    """The run cgroups created by process `owner` under `parent`."""
+    return sorted(parent.glob(f"{_PREFIX}{owner}-*"))
+
+
+def empty_and_remove(path: Path, wait_s: float = _EMPTY_WAIT_S) -> int:
+    """SIGKILL every process in a cgroup until it is empty (they may fork meanwhile), then remove it.
+
+    1 if it was removed, else 0. Blocking: for startup and for the guardian, never inside the event loop.
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        pids = _pids(path)
+        for pid in pids:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-        with contextlib.suppress(OSError):
-            entry.rmdir()
-            removed += 1
-    return removed
+        try:
+            path.rmdir()
+            return 1
+        except FileNotFoundError:
+            return 1
+        except OSError:
+            if time.monotonic() > deadline:
+                return 0
+            time.sleep(0.005 if pids else 0.001)
 
 
 class RunCgroup:
@@ -241,11 +292,14 @@ class RunCgroup:
         """A `preexec_fn`: the child joins this cgroup before it can allocate, then drops to `drop_to`.
 
         Popen's own user= switch would run before preexec_fn, and uid 65534 may not write cgroup.procs,
-        so the child joins as root and drops privileges itself. Only os-level calls: it runs after fork.
+        so the child joins as root and drops privileges itself; only then may it ask to die with us.
+        Only os-level calls: it runs after fork.
         """
         procs = str(self.path / "cgroup.procs").encode()
+        arm = die_with_parent(os.getpid())
 
         def join() -> None:
+            arm()  # at once: until exec this fork holds a copy of every fd of ours, sockets included
             fd = os.open(procs, os.O_WRONLY)
             try:
                 os.write(fd, b"0")
@@ -255,6 +309,7 @@ class RunCgroup:
                 os.setgroups([])
                 os.setgid(drop_to)
                 os.setuid(drop_to)
+            arm()  # again: the credential change cleared it
 
         return join
 

@@ -16,7 +16,7 @@ from typing import Any
 from core_tools.errors import ToolError
 from core_tools.sandbox import watchdog
 from core_tools.sandbox.categorize import categorize_error
-from core_tools.sandbox.cgroup import RunCgroup, RunParent, find_run_parent
+from core_tools.sandbox.cgroup import RunCgroup, RunParent, die_with_parent, find_run_parent
 from core_tools.sandbox.isolation import (
     SANDBOX_PATH,
     SANDBOX_UID,
@@ -32,7 +32,14 @@ from core_tools.sandbox.isolation import (
     probe_bwrap,
     toolkit_interpreter,
 )
-from core_tools.sandbox.model import ExecutionResult, Executor, FileLimits, Isolation, SandboxLimits
+from core_tools.sandbox.model import (
+    ExecutionResult,
+    Executor,
+    FileLimits,
+    Isolation,
+    RunWatcher,
+    SandboxLimits,
+)
 from core_tools.sandbox.workfiles import (
     IN_DIR,
     OUT_DIR,
@@ -205,11 +212,18 @@ class LocalExecutor:
             self._interpreters["python"] = toolkit
         found: RunParent | str = find_run_parent() if cgroups else "cgroups not used"
         self._run_parent = found if isinstance(found, RunParent) else None
+        # Told of every run's process (the sandbox service's guardian, which kills them if we die).
+        self.guardian: RunWatcher | None = None
         self.memory_bound = (
             found.label
             if isinstance(found, RunParent)
             else f"watchdog sampling the run's processes and tmpfs ({found})"
         )
+
+    @property
+    def run_parent(self) -> RunParent | None:
+        """Where each run gets its own cgroup, or None (the watchdog bounds runs)."""
+        return self._run_parent
 
     def languages(self) -> list[str]:
         """The languages this executor can run right now."""
@@ -283,6 +297,8 @@ class LocalExecutor:
         if cgroup is not None:
             # The child joins the cgroup before exec, as root, and drops privileges itself afterwards.
             kwargs = {"preexec_fn": cgroup.joiner(SANDBOX_UID if os.geteuid() == 0 else None)}
+        else:
+            kwargs["preexec_fn"] = die_with_parent(os.getpid())  # after Popen's own user= switch
         if pipe is not None:
             kwargs["pass_fds"] = (pipe[1],)
         if sandboxed:
@@ -393,6 +409,8 @@ class LocalExecutor:
             start_new_session=True,
             **kwargs,
         )
+        if self.guardian is not None:
+            self.guardian.started(proc.pid)
         tasks = [
             asyncio.create_task(_feed_stdin(proc.stdin, code.encode("utf-8", errors="replace"))),
             asyncio.create_task(_pump(proc.stdout, out)),
@@ -424,7 +442,11 @@ class LocalExecutor:
                 task.cancel()
             if cgroup is not None and over_memory:
                 cgroup.kill()
-            await _stop(proc, sandboxed)
+            try:
+                await _stop(proc, sandboxed)
+            finally:
+                if self.guardian is not None:
+                    self.guardian.finished(proc.pid)
             await asyncio.gather(*watchers, return_exceptions=True)
             if guard is not None:
                 guard.stop()

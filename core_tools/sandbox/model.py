@@ -91,3 +91,13 @@ class Executor(Protocol):
     def languages(self) -> list[str]:
         """The languages this executor can run right now."""
         ...
+
+
+class RunWatcher(Protocol):
+    """Something that must know which runs are live (to kill them if this process dies)."""
+
+    def started(self, pid: int) -> None:
+        """A run's first process (the leader of its own process group) was started."""
+
+    def finished(self, pid: int) -> None:
+        """That run's process was reaped."""

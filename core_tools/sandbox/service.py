@@ -56,6 +56,7 @@ from typing import Any
 
 from core_tools.errors import ToolError
 from core_tools.sandbox.executor import LocalExecutor, describe
+from core_tools.sandbox.guardian import Guardian
 from core_tools.sandbox.model import ExecutionResult, FileLimits, Isolation, SandboxLimits
 from core_tools.types import OutputFile
 
@@ -745,30 +746,37 @@ async def serve(args: argparse.Namespace, token: str | None = None) -> None:
     """Run the service until SIGTERM or SIGINT."""
     limits = SandboxLimits(timeout_s=args.timeout, max_timeout_s=args.max_timeout, memory_mb=args.memory_mb)
     executor = LocalExecutor(limits, allow_unsandboxed=args.allow_unsandboxed, python_env=args.python_env)
-    service = SandboxService(
-        executor,
-        args.socket or "",
-        max_concurrent=args.max_concurrent,
-        queue_timeout_s=args.queue_timeout,
-        socket_mode=int(args.socket_mode, 8),
-        listen=_listen_address(args.listen),
-        token=token,
-    )
-    await service.start()
-    where = " and ".join(
-        x for x in (args.socket, f"tcp port {service.tcp_port}" if args.listen else None) if x
-    )
-    line = f"{describe(executor)}; serving on {where}, {args.max_concurrent} runs at once"
-    if executor.isolation is Isolation.UNAVAILABLE:
-        line += f"; every run will be refused: {USERNS_HINT}"
-    log.info("%s", line)
-    stopping = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stopping.set)
-    await stopping.wait()
-    log.info("stopping: waiting up to %g s for running code", _SHUTDOWN_GRACE_S)
-    await service.stop()
+    # Kills what is left of every run if this process dies; started before any socket exists.
+    guardian = Guardian(os.getpid(), executor.run_parent.path if executor.run_parent else None)
+    executor.guardian = guardian
+    try:
+        service = SandboxService(
+            executor,
+            args.socket or "",
+            max_concurrent=args.max_concurrent,
+            queue_timeout_s=args.queue_timeout,
+            socket_mode=int(args.socket_mode, 8),
+            listen=_listen_address(args.listen),
+            token=token,
+        )
+        await service.start()
+        where = " and ".join(
+            x for x in (args.socket, f"tcp port {service.tcp_port}" if args.listen else None) if x
+        )
+        line = f"{describe(executor)}; serving on {where}, {args.max_concurrent} runs at once"
+        line += f"; runs die with this service (guardian pid {guardian.pid})"
+        if executor.isolation is Isolation.UNAVAILABLE:
+            line += f"; every run will be refused: {USERNS_HINT}"
+        log.info("%s", line)
+        stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stopping.set)
+        await stopping.wait()
+        log.info("stopping: waiting up to %g s for running code", _SHUTDOWN_GRACE_S)
+        await service.stop()
+    finally:
+        await asyncio.to_thread(guardian.close)  # every run is stopped by now: it finds nothing to kill
 
 
 def ping(socket_path: str, token: str | None = None) -> int:
