@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import shutil
 import sys
 import tempfile
@@ -77,11 +78,32 @@ class Result:
     llm_requests: int
     llm_max_active: int
     abandoned: int
+    cpu_replicas_s: float  # CPU time the replica processes used during the run
+    cpu_machine_s: float  # CPU time the whole machine was busy (replicas, PostgreSQL, the fakes, this script)
 
     @property
     def turns_per_s(self) -> float:
         """Messages answered per second of wall time."""
         return self.answered / self.wall_s if self.wall_s > 0 else 0.0
+
+
+TICK = os.sysconf("SC_CLK_TCK")
+CORES = os.cpu_count() or 1
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process used so far (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime (fields 14 and 15)
+
+
+def machine_busy_s() -> float:
+    """CPU seconds all cores were busy since boot (everything but idle and iowait)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return (sum(values[:8]) - values[3] - values[4]) / TICK
 
 
 def answer_of(message: str) -> str:
@@ -135,6 +157,8 @@ async def one_run(args: argparse.Namespace, server: TestPostgres, n: int, root: 
                 return sum(1 for u in users for m in messages[u] if cluster.texts(u, answer_of(m)))
 
             abandoned_before = ABANDONED.count
+            pids = [r.process.pid for r in replicas if r.process.pid is not None]
+            cpu_before = sum(process_cpu_s(p) for p in pids), machine_busy_s()
             started = time.monotonic()
             await asyncio.gather(*(send_chat(c, u) for c, u in enumerate(users)))
             limit = 60 + 3 * total * args.llm_delay / min(args.turns_cap or total, total)
@@ -143,6 +167,8 @@ async def one_run(args: argparse.Namespace, server: TestPostgres, n: int, root: 
             except AssertionError:
                 print(f"  {n} replica(s): {total - answered()} message(s) unanswered after {limit:.0f} s")
             wall = time.monotonic() - started
+            cpu_replicas = sum(process_cpu_s(p) for p in pids) - cpu_before[0]
+            cpu_machine = machine_busy_s() - cpu_before[1]
             # Duplicate answers come a turn later: wait until the LLM is idle and nothing changed for a while.
             await settle(tg, llm, quiet_s=max(2.0, 2 * args.llm_delay))
             counts = [cluster.texts(u, answer_of(m)) for u in users for m in messages[u]]
@@ -158,6 +184,8 @@ async def one_run(args: argparse.Namespace, server: TestPostgres, n: int, root: 
                 llm_requests=len(llm.requests),
                 llm_max_active=llm.max_active,
                 abandoned=ABANDONED.count - abandoned_before,
+                cpu_replicas_s=cpu_replicas,
+                cpu_machine_s=cpu_machine,
             )
         finally:
             await cluster.close()
@@ -187,7 +215,8 @@ def report(args: argparse.Namespace, results: list[Result]) -> None:
     )
     header = (
         f"{'replicas':>8} {'msgs':>5} {'posts':>5} {'wall s':>7} {'turns/s':>8} {'once %':>7} "
-        f"{'twice':>5} {'missing':>7} {'LLM req':>7} {'LLM max':>7} {'dropped':>7} {'speed-up':>8}"
+        f"{'twice':>5} {'missing':>7} {'LLM req':>7} {'LLM max':>7} {'dropped':>7} {'speed-up':>8} "
+        f"{'bot ms/turn':>11} {'all ms/turn':>11} {'busy %':>6}"
     )
     print(header)
     base = next((r.turns_per_s for r in results if r.replicas == 1), None)
@@ -196,7 +225,17 @@ def report(args: argparse.Namespace, results: list[Result]) -> None:
         print(
             f"{r.replicas:>8} {r.messages:>5} {r.posts:>5} {r.wall_s:>7.2f} {r.turns_per_s:>8.2f} "
             f"{100 * r.once / r.messages:>7.1f} {r.twice:>5} {r.missing:>7} {r.llm_requests:>7} "
-            f"{r.llm_max_active:>7} {r.abandoned:>7} {speedup:>8}"
+            f"{r.llm_max_active:>7} {r.abandoned:>7} {speedup:>8} "
+            f"{1000 * r.cpu_replicas_s / max(1, r.answered):>11.1f} "
+            f"{1000 * r.cpu_machine_s / max(1, r.answered):>11.1f} "
+            f"{100 * r.cpu_machine_s / (r.wall_s * CORES):>6.0f}"
+        )
+    if results:
+        per_turn = min(r.cpu_machine_s / max(1, r.answered) for r in results)
+        print(
+            f"CPU: a turn costs at least {1000 * per_turn:.0f} ms of machine CPU here (the bots, PostgreSQL, "
+            f"the fake Bot API and LLM, this load balancer): {CORES} cores cap this machine at about "
+            f"{CORES / per_turn:.0f} turns/s, however many replicas run"
         )
     exact = all(r.once == r.messages for r in results)
     print(f"answered exactly once: {'100 % in every run' if exact else 'NOT 100 %'} (target 100 %)")
