@@ -32,6 +32,7 @@ from tests.deploy.test_compose_up import (
     Stack,
     _answer_with_the_output,
     _free_port,
+    write_test_env,
 )
 from tests.fakes.openai_api import FakeLLM, call, text, tool_calls
 from tests.fakes.telegram_api import FakeTelegram
@@ -141,21 +142,7 @@ def _inspect(container: str) -> dict[str, Any]:
 async def test_replicas_behind_the_proxy_answer_every_update(stack: Stack, tmp_path: Path) -> None:
     async with FakeTelegram(token=TOKEN) as tg, FakeLLM() as llm:
         llm.default = _model
-        (tmp_path / "test.env").write_text(
-            "\n".join(
-                [
-                    f"TELEGRAM_BOT_TOKEN={TOKEN}",
-                    f"TELEGRAM_API_BASE_URL={tg.base_url}",
-                    f"ALLOWED_USER_IDS={','.join(map(str, USERS))}",
-                    "OPENAI_API_KEY=sk-scale-test",
-                    f"OPENAI_BASE_URL={llm.base_url}",
-                    "LLM_MODEL=fake-model",
-                    "LLM_MAX_RETRIES=0",
-                    "STREAM_EDIT_INTERVAL_S=0",
-                ]
-            )
-            + "\n"
-        )
+        write_test_env(tmp_path / "test.env", tg, llm, token=TOKEN, users=USERS, key="sk-scale-test")
         started = time.monotonic()
         await stack.arun("up", "-d")
         for service in SERVICES:

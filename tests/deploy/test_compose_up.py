@@ -15,7 +15,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -187,23 +187,27 @@ async def _code_turn(tg: FakeTelegram, llm: FakeLLM, question: str, program: str
     return answer
 
 
+def write_test_env(
+    path: Path, tg: FakeTelegram, llm: FakeLLM, *, token: str, users: Sequence[int], key: str
+) -> None:
+    """The test's .env: the bot (`token`) against the fake Bot API and the fake LLM on 127.0.0.1, serving
+    `users`."""
+    lines = [
+        f"TELEGRAM_BOT_TOKEN={token}",
+        f"TELEGRAM_API_BASE_URL={tg.base_url}",
+        f"ALLOWED_USER_IDS={','.join(map(str, users))}",
+        f"OPENAI_API_KEY={key}",
+        f"OPENAI_BASE_URL={llm.base_url}",
+        "LLM_MODEL=fake-model",
+        "LLM_MAX_RETRIES=0",
+        "STREAM_EDIT_INTERVAL_S=0",
+    ]
+    path.write_text("\n".join(lines) + "\n")
+
+
 async def test_compose_up_runs_code_in_bwrap_end_to_end(stack: Stack, tmp_path: Path) -> None:
     async with FakeTelegram(token=TOKEN) as tg, FakeLLM() as llm:
-        (tmp_path / "test.env").write_text(
-            "\n".join(
-                [
-                    f"TELEGRAM_BOT_TOKEN={TOKEN}",
-                    f"TELEGRAM_API_BASE_URL={tg.base_url}",
-                    f"ALLOWED_USER_IDS={OWNER}",
-                    "OPENAI_API_KEY=sk-deploy-test",
-                    f"OPENAI_BASE_URL={llm.base_url}",
-                    "LLM_MODEL=fake-model",
-                    "LLM_MAX_RETRIES=0",
-                    "STREAM_EDIT_INTERVAL_S=0",
-                ]
-            )
-            + "\n"
-        )
+        write_test_env(tmp_path / "test.env", tg, llm, token=TOKEN, users=[OWNER], key="sk-deploy-test")
         started = time.monotonic()
         await stack.arun("up", "-d")
         assert (await stack.wait_health("sandbox", "healthy"))["Status"] == "healthy"
