@@ -138,9 +138,12 @@ class Replica:
         if gone:
             log.info("taking over from %d process(es) of this host that ended", len(gone))
             self.cluster.forget(gone)
+        self._register(host)
+        self.joined = True
+
+    def _register(self, host: str) -> None:
         pid = os.getpid()
         self.cluster.join(self.id, host, pid, pid_start(pid) or "")
-        self.joined = True
 
     def start(self) -> None:
         """Start the loop (in the running event loop)."""
@@ -212,8 +215,7 @@ class Replica:
                 if now >= next_beat:
                     if not self.cluster.beat(self.id):
                         log.error("this process had been taken for dead (no heartbeat for %ss)", self.lease_s)
-                        pid = os.getpid()
-                        self.cluster.join(self.id, host_id(), pid, pid_start(pid) or "")
+                        self._register(host_id())
                     next_beat = now + beat_every
                 if self.running_turns():
                     for chat_id, turn in self.cluster.stops_for(self.id):
