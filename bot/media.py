@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from telegram import Bot, InputFile, Message, Update
 from telegram.error import BadRequest, TelegramError
@@ -19,7 +20,7 @@ from telegram.ext import Application, ContextTypes, MessageHandler, filters
 
 from bot.control import Incoming, TurnRunner
 from bot.groups import frame, is_group, without_mention
-from bot.streaming import typing_indicator
+from bot.streaming import status_note, typing_indicator
 from bot.wiring import Services
 from core_tools.agent import TurnInput
 from core_tools.errors import BudgetExceeded, MediaError
@@ -28,6 +29,7 @@ from core_tools.media import SUPPORTED
 log = logging.getLogger(__name__)
 
 Ctx = ContextTypes.DEFAULT_TYPE
+T = TypeVar("T")
 
 MAX_DOWNLOAD_BYTES = 20 * 1024 * 1024  # the Bot API's getFile limit
 IMAGE_MAX_BYTES = 10 * 1024 * 1024  # the largest photo size at most this big goes to the model
@@ -221,7 +223,10 @@ class MediaHandlers:
             return
         assert update.effective_user is not None
         # Transcribed before it queues (it enters the chat's queue once it is text), "typing" meanwhile.
-        async with typing_indicator(context.bot, chat.id) as typing:
+        async with (
+            typing_indicator(context.bot, chat.id) as typing,
+            status_note(context.bot, chat.id, f"transcribing your {kind.replace('_', ' ')}..."),
+        ):
             try:
                 heard = await audio.transcribe(
                     data, name, duration, user_id=update.effective_user.id, session_id=None
@@ -270,6 +275,13 @@ class MediaHandlers:
 
     # ------------------------------------------------------------------ photos and files
 
+    async def _saying(self, context: Ctx, update: Update, what: str, work: Awaitable[T]) -> T:
+        """Await `work`; when it takes a while, a note in the chat says `what` is being done."""
+        chat = update.effective_chat
+        assert chat is not None
+        async with status_note(context.bot, chat.id, what):
+            return await work
+
     async def photo_in(self, update: Update, context: Ctx) -> None:
         """A photo: the largest size under the limit goes to the model with its caption."""
         msg = update.effective_message
@@ -293,7 +305,8 @@ class MediaHandlers:
         if mime in IMAGE_TYPES:
             part = self._photo_part(update, context, doc.file_id, doc.file_size, name, mime)
         else:
-            part = self._document_part(update, context, doc.file_id, doc.file_size, name, mime)
+            reading = self._document_part(update, context, doc.file_id, doc.file_size, name, mime)
+            part = self._saying(context, update, f"reading {name[:60]}...", reading)
         await self._gather(update, context, part)
 
     async def _photo_part(

@@ -14,6 +14,7 @@ from telegram.constants import ChatAction
 from telegram.error import BadRequest, RetryAfter, TelegramError
 
 from bot.render import TELEGRAM_LIMIT, Rendered, plain_chunks, render, split_rendered, utf16_len
+from core_tools.tools.code import elapsed_text
 
 log = logging.getLogger(__name__)
 
@@ -218,6 +219,74 @@ def _too_long(error_text: str) -> bool:
     """Telegram's 400 for a text over its limit, however this Bot API server words it."""
     text = error_text.lower()
     return "too long" in text or "too_long" in text
+
+
+STATUS_NOTE_AFTER_S = 2.0  # a step that lasts longer says what it is doing (reading a file, transcribing)
+STATUS_NOTE_EVERY_S = 2.0  # how often that note's elapsed time is renewed
+
+
+@contextlib.asynccontextmanager
+async def status_note(
+    bot: Bot,
+    chat_id: int,
+    what: str,
+    *,
+    thread_id: int | None = None,
+    after: float = STATUS_NOTE_AFTER_S,
+    every: float = STATUS_NOTE_EVERY_S,
+) -> AsyncIterator[None]:
+    """While the block runs longer than `after`, a message says "⏳ {what} {elapsed}" (renewed every
+    `every` seconds); it is deleted when the block ends. Failures to show it are logged and ignored."""
+    done = asyncio.Event()
+    started = time.monotonic()
+
+    def line() -> str:
+        return f"\u23f3 {what} {elapsed_text(time.monotonic() - started)}"
+
+    async def over(wait: float) -> bool:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), wait)
+        return done.is_set()
+
+    async def show() -> None:
+        if await over(after):
+            return
+        message_id: int | None = None
+        try:
+            shown = line()
+            msg = await bot.send_message(chat_id, shown, message_thread_id=thread_id)
+            message_id = msg.message_id
+            pause = every
+            while not await over(pause):
+                pause = every
+                text = line()
+                if text == shown:
+                    continue
+                try:
+                    await bot.edit_message_text(text, chat_id, message_id)
+                    shown = text
+                except RetryAfter as exc:
+                    pause = max(every, _retry_seconds(exc))
+        except TelegramError as exc:
+            log.info("chat %s: status note failed: %s", chat_id, exc)
+        finally:
+            if message_id is not None:
+                try:
+                    await bot.delete_message(chat_id, message_id)
+                except TelegramError as exc:
+                    log.info("chat %s: status note not deleted: %s", chat_id, exc)
+
+    # Not cancelled at the end but told to finish: a note being sent is then deleted, never left behind.
+    task = asyncio.create_task(show())
+    try:
+        yield
+    finally:
+        done.set()
+        try:
+            await task
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
 
 
 @dataclass

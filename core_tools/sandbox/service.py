@@ -57,7 +57,7 @@ from typing import Any
 from core_tools.errors import ToolError
 from core_tools.sandbox.executor import LocalExecutor, describe
 from core_tools.sandbox.guardian import Guardian
-from core_tools.sandbox.model import ExecutionResult, FileLimits, Isolation, SandboxLimits
+from core_tools.sandbox.model import ExecutionResult, FileLimits, Isolation, OutputWatcher, SandboxLimits
 from core_tools.types import OutputFile
 
 log = logging.getLogger("core_tools.sandbox.service")  # not "__main__" when run with -m
@@ -494,8 +494,11 @@ class ServiceExecutor:
         *,
         files_in: Mapping[str, bytes] | None = None,
         files_out: FileLimits | None = None,
+        on_output: OutputWatcher | None = None,
     ) -> ExecutionResult:
-        """Run `code` in the service; ToolError when the service cannot be reached or refuses the request."""
+        """Run `code` in the service; ToolError when the service cannot be reached or refuses the request.
+
+        `on_output` gets the run's latest line of output while it goes on, from a service that sends it."""
         try:
             info = self._info or await self._hello()
         except ServiceNotStarted:
