@@ -46,8 +46,10 @@ class StreamingReply:
         clock: Callable[[], float] = time.monotonic,
         stop_data: str | None = None,
         reply_to: int | None = None,
+        thread_id: int | None = None,
     ) -> None:
         self.bot = bot
+        self.thread_id = thread_id  # the forum topic its messages go to (edits stay where they are)
         # While the answer streams its message carries a Stop button (callback data `stop_data`); the
         # final text replaces it. `reply_to`: the first message refers to this one (an edited question).
         self._markup = (
@@ -125,7 +127,11 @@ class StreamingReply:
             try:
                 if self.message_id is None:
                     msg = await self.bot.send_message(
-                        self.chat_id, preview, reply_markup=self._markup, reply_parameters=self._reply
+                        self.chat_id,
+                        preview,
+                        reply_markup=self._markup,
+                        reply_parameters=self._reply,
+                        message_thread_id=self.thread_id,
                     )
                     self.message_id = msg.message_id
                     self._reply = None
@@ -172,7 +178,11 @@ class StreamingReply:
                     )
                     return [edit_id]
                 msg = await self.bot.send_message(
-                    self.chat_id, part.text, entities=entities, reply_parameters=self._reply
+                    self.chat_id,
+                    part.text,
+                    entities=entities,
+                    reply_parameters=self._reply,
+                    message_thread_id=self.thread_id,
                 )
                 self._reply = None  # only the first message refers to the question
                 return [msg.message_id]
@@ -298,9 +308,10 @@ class Typing:
 
 @contextlib.asynccontextmanager
 async def typing_indicator(
-    bot: Bot, chat_id: int, every: float = 4.5, last_sent: float | None = None
+    bot: Bot, chat_id: int, every: float = 4.5, last_sent: float | None = None, thread_id: int | None = None
 ) -> AsyncIterator[Typing]:
-    """Show "typing..." until the block ends; a failing sendChatAction is logged and ignored.
+    """Show "typing..." (in forum topic `thread_id`) until the block ends; a failing sendChatAction is
+    logged and ignored.
 
     `last_sent`: when a block just before this one sent it (a voice note's transcription before its turn);
     "typing" shows for about 5 s, so the first send waits until `every` has passed since then.
@@ -313,7 +324,7 @@ async def typing_indicator(
             if wait <= 0:
                 state.last_sent = time.monotonic()
                 try:
-                    await bot.send_chat_action(chat_id, ChatAction.TYPING)
+                    await bot.send_chat_action(chat_id, ChatAction.TYPING, message_thread_id=thread_id)
                 except TelegramError as exc:
                     log.debug("sendChatAction failed: %s", exc)
                 wait = every
