@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
 from core_tools.sandbox import Isolation, LocalExecutor, SandboxLimits, detect_isolation
+from core_tools.sandbox.service import ServiceExecutor
 from core_tools.tools.code import output_line, progress_status
+from tests.deploy.test_service import Service
 
 ISOLATION, REASON = detect_isolation()
 
@@ -19,9 +22,8 @@ def executor() -> LocalExecutor:
     return LocalExecutor(SandboxLimits(timeout_s=60.0, max_timeout_s=60.0))
 
 
-async def test_the_latest_complete_line_arrives_while_the_program_still_runs(executor: LocalExecutor) -> None:
-    # The program never ends by itself: only a line seen mid-run can stop it before its 60 s timeout.
-    program = """import sys, time
+# The program never ends by itself: only a line seen mid-run can stop it before its 60 s timeout.
+ENDLESS = """import sys, time
 print("loading")
 sys.stderr.write("progress 10%\\rprogress 50%\\r")
 sys.stderr.flush()
@@ -31,6 +33,9 @@ sys.stdout.flush()
 while True:
     time.sleep(0.1)
 """
+
+
+async def test_the_latest_complete_line_arrives_while_the_program_still_runs(executor: LocalExecutor) -> None:
     seen: list[str] = []
     ready = asyncio.Event()
 
@@ -39,13 +44,38 @@ while True:
         if line == "ready":
             ready.set()
 
-    run = asyncio.create_task(executor.run(program, on_output=watch))
+    run = asyncio.create_task(executor.run(ENDLESS, on_output=watch))
     await asyncio.wait_for(ready.wait(), 30)
     assert not run.done()
     run.cancel()
     await asyncio.wait({run})
     assert "progress 50%" in seen  # a progress bar redraws its line with \r: the latest state counts
     assert "half a line" not in seen  # an unfinished line is not shown
+
+
+async def test_the_sandbox_service_sends_the_latest_line_while_the_program_runs(
+    executor: LocalExecutor, tmp_path: Path
+) -> None:
+    sock = tmp_path / "run" / "sandbox.sock"
+    service = Service(sock, "--timeout", "60").start()
+    try:
+        seen: list[str] = []
+        ready = asyncio.Event()
+
+        def watch(line: str) -> None:  # the service sends the latest line once a second: any may come
+            seen.append(line)
+            ready.set()
+
+        run = asyncio.create_task(ServiceExecutor(str(sock)).run(ENDLESS, on_output=watch))
+        await asyncio.wait_for(ready.wait(), 30)
+        assert not run.done()
+        run.cancel()  # the connection closes: the service kills the run
+        await asyncio.wait({run})
+        assert seen and set(seen) <= {"loading", "progress 50%", "ready"}
+        done = await ServiceExecutor(str(sock)).run("print('after')")  # the service goes on serving
+        assert done.success and done.stdout == "after\n"
+    finally:
+        service.stop()
 
 
 async def test_a_flood_of_output_reports_only_bounded_lines(executor: LocalExecutor) -> None:
