@@ -10,6 +10,9 @@ task of the message that found the chat free drives it until its inbox is empty,
 task (shutdown cancels them); the turn itself runs in a task of its own that `/stop` cancels, also when
 the /stop reached another process.
 
+A "chat" here is a conversation key (db/topics.py): the chat id, or a forum topic's own key, so each topic
+of a forum queues, leases, stops and answers on its own; `place` says where its messages go in Telegram.
+
 Voice notes, photos and files (bot/media.py) come here once downloaded, transcribed or read, as an
 `Incoming` carrying their media rows (and, for a voice note, the transcript the answer quotes), so they
 queue, merge, stop and wait in the inbox exactly like text.
