@@ -22,6 +22,15 @@ def thread_of(msg: MaybeInaccessibleMessage | None) -> int | None:
     return msg.message_thread_id
 
 
+def replied_to(msg: Message) -> Message | None:
+    """The message this one really replies to: in a forum topic Telegram makes every message a reply to the
+    topic's creation message, which is no reply of the user's (nor, if the bot made the topic, to the bot)."""
+    reply = msg.reply_to_message
+    if reply is None or reply.forum_topic_created is not None:
+        return None
+    return reply
+
+
 def conversation_of(topics: Topics, update: Update) -> int:
     """The conversation key of an update's chat and topic (a button press: of the message it is under)."""
     chat = update.effective_chat

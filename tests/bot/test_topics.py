@@ -33,7 +33,9 @@ def sends(tg: FakeTelegram, chat: int) -> list[Any]:
 async def test_two_topics_are_two_conversations_each_answered_in_its_own_topic(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
 ) -> None:
-    trips = tg.create_topic(FORUM, "Trips")
+    # Telegram makes each message of a topic a reply to the topic's creation message: one the bot made must
+    # not make every message there a reply to the bot.
+    trips = tg.create_topic(FORUM, "Trips", by=tg.bot_user["id"])
     books = tg.create_topic(FORUM, "Books")
     llm.script(
         text("Rome it is."),
@@ -44,8 +46,10 @@ async def test_two_topics_are_two_conversations_each_answered_in_its_own_topic(
         text("Hello everyone."),
     )
     async with running_bot(tmp_path, tg, llm, allowed_chat_ids=str(FORUM)):
+        tg.push_text(OWNER, "just chatting among us", chat_id=FORUM, thread_id=trips)  # not for the bot
         tg.push_text(OWNER, "@test_bot plan a trip to Rome", chat_id=FORUM, thread_id=trips)
         await tg.wait_for(lambda: tg.topic_texts(FORUM, trips) == ["Rome it is."], what="the Trips answer")
+        assert users_said(llm.requests[0]) == ["[Ann in the group:] plan a trip to Rome"]  # no quote either
         tg.push_text(FRIEND, "@test_bot suggest a novel", chat_id=FORUM, thread_id=books, first_name="Bob")
         await tg.wait_for(lambda: tg.topic_texts(FORUM, books) == ["Try Dune."], what="the Books answer")
         # The Books topic's request holds nothing of the Trips topic.

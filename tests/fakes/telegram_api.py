@@ -380,7 +380,7 @@ class FakeTelegram:
         self.latency = 0.0
         self._faults: list[_Fault] = []
         self._chats: dict[int, JsonDict] = {}
-        self._topics: dict[int, dict[int, str]] = {}  # forum chat id -> thread id -> topic name
+        self._topics: dict[int, dict[int, JsonDict]] = {}  # forum chat id -> thread id -> its root message
         self._users: dict[int, JsonDict] = {}
         self._message_ids: dict[int, itertools.count[int]] = {}
         self._update_ids = itertools.count(10_000)
@@ -613,10 +613,13 @@ class FakeTelegram:
             "date": int(time.time()),
         }
         if thread_id is not None:
-            if thread_id not in self._topics.get(cid, {}):
+            root = self._topics.get(cid, {}).get(thread_id)
+            if root is None:
                 raise ValueError(f"chat {cid} has no forum topic {thread_id} (create_topic makes one)")
             msg["message_thread_id"] = thread_id
             msg["is_topic_message"] = True
+            # Telegram makes every message of a topic a reply to the topic's creation message.
+            msg["reply_to_message"] = root
         elif reply_to is not None and chat["type"] == "supergroup":
             # A reply outside a topic belongs to the thread of replies of the message it answers.
             msg["message_thread_id"] = reply_to.get("message_thread_id") or reply_to["message_id"]
@@ -624,16 +627,31 @@ class FakeTelegram:
             msg["reply_to_message"] = reply_to
         return msg
 
-    def create_topic(self, chat_id: int, name: str = "Topic") -> int:
-        """Make ``chat_id`` (a supergroup, -100...) a forum if it is not yet, and add a topic to it; returns
-        the topic's ``message_thread_id`` (the id of its creation message, as in Telegram)."""
+    def create_topic(self, chat_id: int, name: str = "Topic", by: int | None = None) -> int:
+        """Make ``chat_id`` (a supergroup, -100...) a forum if it is not yet, and add a topic created by user
+        ``by`` (an admin by default; the bot's id for a topic the bot made) to it; returns the topic's
+        ``message_thread_id``: the id of its ``forum_topic_created`` service message, as in Telegram."""
         if not str(chat_id).startswith("-100"):
             raise ValueError("only supergroups (ids starting with -100) can be forums")
         thread_id = self._next_message_id(chat_id)
         if thread_id == 1:  # the General topic's: Telegram refuses it as a message_thread_id
             thread_id = self._next_message_id(chat_id)
-        self._topics.setdefault(chat_id, {})[thread_id] = name
+        topics = self._topics.setdefault(chat_id, {})
         self._chats.pop(chat_id, None)
+        creator = (
+            dict(self.bot_user)
+            if by == self.bot_user["id"]
+            else self._users.get(by or 0) or {"id": by or 1000, "is_bot": False, "first_name": "Admin"}
+        )
+        topics[thread_id] = {
+            "message_id": thread_id,
+            "from": creator,
+            "chat": self._chat(chat_id),
+            "date": int(time.time()),
+            "message_thread_id": thread_id,
+            "is_topic_message": True,
+            "forum_topic_created": {"name": name, "icon_color": 7322096},
+        }
         return thread_id
 
     def push_update(self, update: JsonDict) -> int:
