@@ -73,9 +73,15 @@ def output_line(raw: str, limit: int = PROGRESS_LINE_CHARS) -> str:
 
 
 def progress_status(label: str, seconds: float, last_line: str | None) -> str:
-    """The status of a long run: what runs, for how long, and the last line it printed (if any)."""
+    """The status of a long run: what runs, for how long, and the last line it printed (if any).
+
+    The time moves in steps that grow (1 s, then 5 s after 10 s, 15 s after a minute): a quiet run's status
+    changes, and so is edited, less often the longer it runs (groups allow a bot about 20 messages a minute).
+    """
+    whole = int(seconds)
+    step = 1 if whole < 10 else 5 if whole < 60 else 15
     line = output_line(last_line) if last_line else ""
-    status = f"{label} {elapsed_text(seconds)}"
+    status = f"{label} {elapsed_text(whole - whole % step)}"
     return f"{status}, last output: {line}" if line else status
 
 
@@ -98,17 +104,21 @@ async def _showing_progress(
     loop = asyncio.get_running_loop()
     started = loop.time()
     task = asyncio.ensure_future(run)
+    shown = label
     try:
         while True:
             done, _ = await asyncio.wait({task}, timeout=PROGRESS_EVERY_S)
             if done:
                 return task.result()
             seconds = loop.time() - started
-            if seconds >= PROGRESS_AFTER_S:
-                try:
-                    await ctx.progress(progress_status(label, seconds, output.line))
-                except Exception:  # progress is a courtesy: it must never fail the run
-                    log.debug("progress callback failed", exc_info=True)
+            status = progress_status(label, seconds, output.line)
+            if seconds < PROGRESS_AFTER_S or status == shown:
+                continue
+            shown = status
+            try:
+                await ctx.progress(status)
+            except Exception:  # progress is a courtesy: it must never fail the run
+                log.debug("progress callback failed", exc_info=True)
     finally:
         if not task.done():
             task.cancel()

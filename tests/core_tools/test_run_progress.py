@@ -95,6 +95,7 @@ def test_a_line_of_output_is_made_safe_for_the_status() -> None:
 
 def test_the_status_says_what_runs_for_how_long_and_what_it_printed() -> None:
     assert progress_status("running code...", 4.6, None) == "running code... 4 s"
-    long_run = progress_status("running code...", 125, "step 2")
-    assert long_run == "running code... 2 min 05 s, last output: step 2"
+    assert progress_status("running code...", 13.2, None) == "running code... 10 s"
+    long_run = progress_status("running code...", 137, "step 2")
+    assert long_run == "running code... 2 min 15 s, last output: step 2"
     assert progress_status("running code...", 7, " \x07 ") == "running code... 7 s"
