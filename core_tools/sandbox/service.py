@@ -17,6 +17,9 @@ Protocol (version 1), one request per connection:
 - With `"ack": true` in a run request, the service first sends `{"started": true}` on its own line when the
   run takes its slot and the code is about to start, then the answer: a client whose connection fails
   before that line knows the code never ran and may send it to another service.
+- With `"progress": true` as well, the service sends `{"output": "<line>"}` lines between those two: the
+  latest complete line of the run's output, at most one a second and only when it changed, cut to
+  `MAX_OUTPUT_LINE_CHARS` (for the chat's status line). A service that predates this ignores the field.
 - A service started with a token (`CODE_SANDBOX_TOKEN`; required for TCP) answers only requests that carry
   it: `{"op": ..., "token": "..."}`; anything else gets kind `unauthorized`.
 - Any failure -> `{"ok": false, "kind": KIND, "error": "one readable line"}` where KIND is `bad_request`,
@@ -57,7 +60,7 @@ from typing import Any
 from core_tools.errors import ToolError
 from core_tools.sandbox.executor import LocalExecutor, describe
 from core_tools.sandbox.guardian import Guardian
-from core_tools.sandbox.model import ExecutionResult, FileLimits, Isolation, SandboxLimits
+from core_tools.sandbox.model import ExecutionResult, FileLimits, Isolation, OutputWatcher, SandboxLimits
 from core_tools.types import OutputFile
 
 log = logging.getLogger("core_tools.sandbox.service")  # not "__main__" when run with -m
@@ -69,6 +72,8 @@ DEFAULT_SOCKET = "/run/sandbox/sandbox.sock"
 _READ_REQUEST_TIMEOUT_S = 30.0  # a client that connects and says nothing is dropped after this
 _SHUTDOWN_GRACE_S = 10.0  # on SIGTERM, how long running code may finish before it is killed
 _INFO_RETRY_S = 5.0  # after a failed hello, synchronous callers do not retry before this
+MAX_OUTPUT_LINE_CHARS = 1000  # a progress line of output, as sent to the client
+_OUTPUT_EVERY_S = 1.0  # at most one progress line a second
 USERNS_HINT = (
     "in a container the sandbox needs the seccomp profile deploy/seccomp-bwrap.json (Docker's default one "
     "forbids the namespace, mount and sethostname calls bwrap makes), systempaths=unconfined and "
@@ -276,11 +281,15 @@ class SandboxService:
             self._waiting -= 1
         self._running += 1
         self._started += 1
+        output = _Output() if ack is not None and request.get("progress") is True else None
+        reporter: asyncio.Task[None] | None = None
         try:
             if ack is not None:
                 # From here the code may run: a client that sees this line must not send it elsewhere.
                 ack.write(_encode({"started": True}))
                 await ack.drain()
+                if output is not None:
+                    reporter = asyncio.create_task(output.report(ack))
             result = await _unless_client_leaves(
                 self.executor.run(
                     code,
@@ -288,6 +297,7 @@ class SandboxService:
                     None if timeout_s is None else float(timeout_s),
                     files_in=files_in,
                     files_out=files_out,
+                    on_output=output.see if output is not None else None,
                 ),
                 reader,
             )
@@ -300,6 +310,9 @@ class SandboxService:
             log.exception("run failed inside the sandbox service")
             return _failure("internal", f"internal error in the sandbox service: {type(exc).__name__}: {exc}")
         finally:
+            if reporter is not None:  # no progress line may follow (or split) the answer
+                reporter.cancel()
+                await asyncio.wait({reporter})
             self._running -= 1
             self._slots.release()
         if result.error_category == "refused":
@@ -405,6 +418,28 @@ def parse_address(address: str) -> tuple[str, int] | str:
     return address
 
 
+class _Output:
+    """The latest line of a run's output, sent to the client as progress lines (`"progress": true`)."""
+
+    def __init__(self) -> None:
+        self.line: str | None = None
+
+    def see(self, line: str) -> None:
+        """The executor's report of a new latest line."""
+        self.line = line
+
+    async def report(self, writer: asyncio.StreamWriter) -> None:
+        """Send the latest line once a second while it changes, until cancelled."""
+        sent: str | None = None
+        while True:
+            await asyncio.sleep(_OUTPUT_EVERY_S)
+            line = self.line
+            if line is not None and line != sent:
+                writer.write(_encode({"output": line[:MAX_OUTPUT_LINE_CHARS]}))
+                await writer.drain()
+                sent = line
+
+
 class _ClientGone(Exception):
     """The client closed its connection while its run was going."""
 
@@ -494,8 +529,11 @@ class ServiceExecutor:
         *,
         files_in: Mapping[str, bytes] | None = None,
         files_out: FileLimits | None = None,
+        on_output: OutputWatcher | None = None,
     ) -> ExecutionResult:
-        """Run `code` in the service; ToolError when the service cannot be reached or refuses the request."""
+        """Run `code` in the service; ToolError when the service cannot be reached or refuses the request.
+
+        `on_output` gets the run's latest line of output while it goes on, from a service that sends it."""
         try:
             info = self._info or await self._hello()
         except ServiceNotStarted:
@@ -509,6 +547,8 @@ class ServiceExecutor:
             "timeout_s": timeout_s,
             "ack": True,
         }
+        if on_output is not None:
+            body["progress"] = True
         if files_in:
             body["files_in"] = {k: base64.b64encode(v).decode("ascii") for k, v in files_in.items()}
         if files_out is not None:
@@ -521,7 +561,7 @@ class ServiceExecutor:
             )
         budget = info.default_timeout_s if timeout_s is None else max(timeout_s, 0.0)
         wait_s = info.queue_timeout_s + min(budget, info.max_timeout_s) + self.timeout_margin_s
-        answer = await self._exchange(request, wait_s, ack=True)
+        answer = await self._exchange(request, wait_s, ack=True, on_output=on_output)
         if answer.get("ok") is True and isinstance(answer.get("result"), dict):
             try:
                 fields = dict(answer["result"])
@@ -572,11 +612,14 @@ class ServiceExecutor:
             return await asyncio.open_connection(host, port, limit=MAX_ANSWER_BYTES)
         return await asyncio.open_unix_connection(self.address, limit=MAX_ANSWER_BYTES)
 
-    async def _exchange(self, request: bytes, wait_s: float, *, ack: bool = False) -> dict[str, Any]:
+    async def _exchange(
+        self, request: bytes, wait_s: float, *, ack: bool = False, on_output: OutputWatcher | None = None
+    ) -> dict[str, Any]:
         """Send one request line and read one answer line on a fresh connection.
 
         With `ack`, a `{"started": true}` line may come first: the answer then carries `"started": true`,
-        and every failure before it raises ServiceNotStarted (the code did not run).
+        and every failure before it raises ServiceNotStarted (the code did not run). Progress lines
+        (`{"output": ...}`) after it go to `on_output`; they do not extend the `wait_s` the answer has.
         """
         try:
             reader, writer = await asyncio.wait_for(self._open(), self.connect_timeout_s)
@@ -591,7 +634,15 @@ class ServiceExecutor:
                 await writer.drain()
             answer = await self._read_answer(reader, wait_s, before_start=ack)
             if ack and answer.get("started") is True:
-                answer = {**await self._read_answer(reader, wait_s, before_start=False), "started": True}
+                deadline = asyncio.get_running_loop().time() + wait_s
+                while True:
+                    left = max(0.0, deadline - asyncio.get_running_loop().time())
+                    answer = await self._read_answer(reader, left, before_start=False)
+                    if "output" not in answer or "ok" in answer:
+                        break
+                    if on_output is not None:
+                        on_output(str(answer["output"]))
+                answer = {**answer, "started": True}
         finally:
             writer.close()
             with contextlib.suppress(OSError):
