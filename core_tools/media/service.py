@@ -162,10 +162,20 @@ class MediaService:
             f"offset={len(part)}).]"
         )
 
-    def read_page(self, user_id: int, file_id: int, offset: int) -> dict[str, Any]:
-        """One page of a stored document's text, from `offset`; ToolError for a file that is not theirs."""
+    def read_page(self, user_id: int, chat_id: int, file_id: int, offset: int) -> dict[str, Any]:
+        """One page of a stored document's text, from `offset`; ToolError for a file that is not theirs.
+
+        Like stored results, a file is read only by the user who sent it and only in the chat where it was
+        sent: a file sent in private never reaches a group. Another user's or chat's file gets the very
+        answer of an unknown id, so nothing tells that it exists."""
         row = self.rows.get(file_id)
-        if row is None or row.user_id != user_id or row.sha256 is None or row.status != "extracted":
+        if (
+            row is None
+            or row.user_id != user_id
+            or row.chat_id != chat_id
+            or row.sha256 is None
+            or row.status != "extracted"
+        ):
             raise ToolError(f"no readable file {file_id}: use the file id given with the user's file")
         text = self.load_text(row.sha256)
         offset = max(0, min(offset, len(text)))
@@ -248,7 +258,7 @@ class MediaService:
         offset: int = 0,
     ) -> dict[str, Any]:
         """Read a user's large file by pages: file_id as given with the file, offset = next_offset."""
-        return self.read_page(ctx.user_id, file_id, offset)
+        return self.read_page(ctx.user_id, ctx.chat_id, file_id, offset)
 
 
 def escape_data_block(text: str) -> str:
