@@ -326,18 +326,17 @@ class MediaHandlers:
         except MediaError as exc:
             row = self._record(update, "document", name, mime, None, "too_big", size=size, detail=str(exc))
             return f"[file {name!r}: not received: {exc}]", row, f"{name}: {exc}"
-        try:
-            row, block = await asyncio.to_thread(
-                self.services.media.document,
-                update.effective_user.id,
-                update.effective_chat.id,
-                name,
-                mime,
-                data,
+        # Read in a worker held to FILE_READ_* limits; the file's row is kept (and linked) either way.
+        read = await self.services.media.document(
+            update.effective_user.id, update.effective_chat.id, name, mime, data
+        )
+        if read.block is None:
+            return (
+                f"[file {name!r}: could not be read: {read.problem}]",
+                read.file_id,
+                f"{name}: {read.problem}",
             )
-        except MediaError as exc:
-            return f"[file {name!r}: could not be read: {exc}]", None, f"{name}: {exc}"
-        return block, row, None
+        return read.block, read.file_id, None
 
     async def _gather(self, update: Update, context: Ctx, part: Any) -> None:
         """One item alone is a turn; the items of an album (media_group_id) are one turn together."""
