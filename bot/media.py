@@ -24,6 +24,7 @@ from bot.wiring import Services
 from core_tools.agent import TurnInput
 from core_tools.errors import BudgetExceeded, MediaError
 from core_tools.media import SUPPORTED
+from core_tools.media.audio import audio_length
 
 log = logging.getLogger(__name__)
 
@@ -195,17 +196,24 @@ class MediaHandlers:
                 [file_id],
             )
             return
-        if duration > limit:
-            file_id = self._record(update, kind, name, mime, data, "too_long", duration_s=duration)
+        # The length the audio really has (the declared one is the sender's to write): what the limit
+        # is checked against and the transcription reserved and accounted by.
+        length = await asyncio.to_thread(audio_length, data, duration, kind, limit)
+        seconds = length.seconds
+        label = f"[{kind.replace('_', ' ')}, {_duration(seconds)}"
+        if seconds > limit:
+            said = f" (its app said {_duration(duration)})" if length.understated else ""
+            long = f"at least {_duration(seconds)}" if length.at_least else _duration(seconds)
+            file_id = self._record(update, kind, name, mime, data, "too_long", duration_s=seconds)
             await self._refuse(
                 update,
                 f"{label}, not transcribed: longer than {_duration(limit)}]",
-                f"That recording is {_duration(duration)} long; I transcribe up to {_duration(limit)} "
+                f"That recording is {long} long{said}; I transcribe up to {_duration(limit)} "
                 f"(VOICE_MAX_SECONDS). It is saved; please send a shorter one or type the gist.",
                 [file_id],
             )
             return
-        file_id = self._record(update, kind, name, mime, data, "received", duration_s=duration)
+        file_id = self._record(update, kind, name, mime, data, "received", duration_s=seconds)
         audio = self.services.audio
         if audio is None or not audio.can_transcribe:
             self.services.media.rows.set_status(file_id, "kept", "no transcription endpoint")
@@ -224,7 +232,7 @@ class MediaHandlers:
         async with typing_indicator(context.bot, chat.id) as typing:
             try:
                 heard = await audio.transcribe(
-                    data, name, duration, user_id=update.effective_user.id, session_id=None
+                    data, name, seconds, user_id=update.effective_user.id, session_id=None
                 )
             except (MediaError, BudgetExceeded) as exc:
                 self.services.media.rows.set_status(file_id, "failed", str(exc))
