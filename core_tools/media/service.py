@@ -274,7 +274,7 @@ class MediaService:
         offset: int = 0,
     ) -> dict[str, Any]:
         """Read a user's large file by pages: file_id as given with the file, offset = next_offset."""
-        return self.read_page(ctx.user_id, ctx.chat_id, file_id, offset)
+        return await asyncio.to_thread(self.read_page, ctx.user_id, ctx.chat_id, file_id, offset)
 
 
 def escape_data_block(text: str) -> str:
