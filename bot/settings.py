@@ -168,6 +168,10 @@ class Settings(BaseSettings):
     # A document with at most this much text goes into the turn whole; a larger one is read by pages.
     file_inline_chars: int = Field(default=12000, ge=500)
     file_page_chars: int = Field(default=8000, ge=500)
+    # A file's text is read in a worker process held to these limits (a crafted file costs it, not the bot).
+    file_read_timeout_s: float = Field(default=60, ge=1, le=3600)
+    file_read_memory_mb: int = Field(default=512, ge=128, le=65536)
+    file_max_text_chars: int = Field(default=1_000_000, ge=10_000)
     media_dir: str = "data/media"
     # Voice answers to voice notes through an OpenAI-compatible POST /audio/speech; empty: off.
     tts_model: str | None = None

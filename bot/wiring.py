@@ -21,6 +21,7 @@ from core_tools.llm import AudioClient, LLMClient
 from core_tools.mcp.client import McpServers
 from core_tools.mcp.config import load_servers
 from core_tools.media import MediaConfig, MediaService
+from core_tools.media.reader import ReadLimits
 from core_tools.memory_extract import MemoryExtractor
 from core_tools.memory_judge import MemoryJudge
 from core_tools.prompts import escape_data
@@ -181,6 +182,11 @@ def build_services(settings: Settings) -> Services:
             inline_chars=settings.file_inline_chars,
             page_chars=settings.file_page_chars,
             history_images=settings.vision_history_images,
+            read=ReadLimits(
+                timeout_s=settings.file_read_timeout_s,
+                memory_mb=settings.file_read_memory_mb,
+                max_chars=settings.file_max_text_chars,
+            ),
         ),
     )
     files = TelegramFiles(conversations.topics)
