@@ -169,6 +169,8 @@ class Settings(BaseSettings):
     file_inline_chars: int = Field(default=12000, ge=500)
     file_page_chars: int = Field(default=8000, ge=500)
     media_dir: str = "data/media"
+    # The terminal chat (`python -m bot chat`) saves the files of code runs here (`--out DIR` for one run).
+    terminal_out_dir: str = "data/terminal-out"
     # Voice answers to voice notes through an OpenAI-compatible POST /audio/speech; empty: off.
     tts_model: str | None = None
     tts_voice: str = "alloy"
