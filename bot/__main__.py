@@ -222,6 +222,10 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(settings.log_level, settings.secrets())
     if args.command in ("chat", "doctor", "backup", "migrate-db"):
         logging.getLogger().setLevel(logging.WARNING)  # keep the terminal for the output
+    if args.command == "chat":  # stdout is the conversation: warnings go to stderr
+        for handler in logging.getLogger().handlers:
+            if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
+                handler.setStream(sys.stderr)
     if args.command == "chat":
         return run_chat(settings, args.out)
     if args.command == "doctor":

@@ -176,7 +176,8 @@ async def test_terminal_commands_answer_as_in_telegram(tmp_path: Path, llm: Fake
 
         usage = await term.ask("/usage", "Usage today", "Turns: 1")
         assert "Estimated cost" in usage
-        await term.ask("/usage all", "Usage")  # the owner's form
+        everyone = await term.ask("/usage all", "Usage of all users")  # the owner's form
+        assert "111:" in everyone and "you (111)" not in everyone  # the terminal does not rename the owner
         await term.ask("/budget", "Usage: /budget USER_ID daily|monthly AMOUNT")
         await term.ask("/codestats", "No code runs in the last 7 days.")
         await term.ask("/codefailures abc", "Usage: /codefailures [n]")
