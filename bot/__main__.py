@@ -171,19 +171,22 @@ def _url_secrets(url: str) -> list[str]:
     return [str(password)] if password else []
 
 
-def run_chat(settings: Settings) -> int:
-    """Chat in the terminal as the owner (or user 0)."""
-    from bot.terminal import chat_loop
+def run_chat(settings: Settings, out_dir: str | None = None) -> int:
+    """Chat in the terminal as the owner (OWNER_USER_ID, else the first allowed user; user 0 without any);
+    files of code runs go to `out_dir` (default TERMINAL_OUT_DIR)."""
+    from bot.terminal import TerminalChat
 
     services = _build(settings)
     if services is None:
         return 2
 
     async def go() -> None:
+        chat = TerminalChat(services, settings.owner_id or 0, Path(out_dir or settings.terminal_out_dir))
         try:
-            await services.start()
-            await chat_loop(services, settings.owner_id or 0)
+            await chat.start()
+            await chat.run()
         finally:
+            await chat.close()
             await services.aclose()
 
     asyncio.run(go())
@@ -195,7 +198,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bot", description="A personal assistant in Telegram.")
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("run", help="run the Telegram bot (the default)")
-    sub.add_parser("chat", help="chat in the terminal")
+    chat = sub.add_parser("chat", help="chat in the terminal, as the owner")
+    chat.add_argument(
+        "--out", metavar="DIR", help="save the files code runs write here (default: TERMINAL_OUT_DIR)"
+    )
     doctor = sub.add_parser(
         "doctor", help="check settings, Bot API, LLM, database, sandbox, search, embedder"
     )
@@ -216,8 +222,12 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(settings.log_level, settings.secrets())
     if args.command in ("chat", "doctor", "backup", "migrate-db"):
         logging.getLogger().setLevel(logging.WARNING)  # keep the terminal for the output
+    if args.command == "chat":  # stdout is the conversation: warnings go to stderr
+        for handler in logging.getLogger().handlers:
+            if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
+                handler.setStream(sys.stderr)
     if args.command == "chat":
-        return run_chat(settings)
+        return run_chat(settings, args.out)
     if args.command == "doctor":
         return run_doctor(settings, args.quick)
     if args.command == "backup":

@@ -173,6 +173,8 @@ class Settings(BaseSettings):
     file_read_memory_mb: int = Field(default=512, ge=128, le=65536)
     file_max_text_chars: int = Field(default=1_000_000, ge=10_000)
     media_dir: str = "data/media"
+    # The terminal chat (`python -m bot chat`) saves the files of code runs here (`--out DIR` for one run).
+    terminal_out_dir: str = "data/terminal-out"
     # Voice answers to voice notes through an OpenAI-compatible POST /audio/speech; empty: off.
     tts_model: str | None = None
     tts_voice: str = "alloy"

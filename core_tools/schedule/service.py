@@ -282,17 +282,18 @@ class ScheduleService:
 
     # ------------------------------------------------------------------ the delivery job's side
 
-    def fire_due(self, limit: int = 500) -> list[int]:
+    def fire_due(self, limit: int = 500, chat_id: int | None = None) -> list[int]:
         """Turn every schedule whose time has come into a firing and advance it; returns firing ids.
 
         A repeating schedule missed for several occurrences (the bot was down) fires once, with `missed`
-        saying how many more it stood for; its next time is the first occurrence after now.
+        saying how many more it stood for; its next time is the first occurrence after now. With `chat_id`
+        only that chat's schedules fire (the terminal chat, which cannot deliver to any other).
         """
         now = self.clock()
         fired: list[int] = []
         zones: dict[int, str] = {}  # one look-up per user, not per schedule: 500 may fall due at 09:00
         while True:
-            rows = self.store.due_schedules(now, limit)
+            rows = self.store.due_schedules(now, limit, chat_id)
             if not rows:
                 return fired
             changes: list[tuple[ScheduleRow, int, datetime | None, str | None]] = []
@@ -314,13 +315,18 @@ class ScheduleService:
             if len(rows) < limit:
                 return fired
 
-    def due_firings(self, limit: int, exclude: Sequence[int] = ()) -> list[FiringRow]:
-        """Firings to send now (excluding the ones already being sent by this process)."""
-        return self.store.due_firings(self.clock(), limit, exclude)
+    def due_firings(
+        self, limit: int, exclude: Sequence[int] = (), chat_id: int | None = None
+    ) -> list[FiringRow]:
+        """Firings to send now (excluding the ones already being sent by this process; of one chat)."""
+        return self.store.due_firings(self.clock(), limit, exclude, chat_id)
 
-    def next_wake(self) -> datetime | None:
-        """When something next needs doing: a schedule falls due or a firing may be (re)tried."""
-        times = [t for t in (self.store.next_schedule_time(), self.store.next_firing_time()) if t]
+    def next_wake(self, chat_id: int | None = None) -> datetime | None:
+        """When something next needs doing: a schedule falls due or a firing may be (re)tried (in one
+        chat, given `chat_id`)."""
+        times = [
+            t for t in (self.store.next_schedule_time(chat_id), self.store.next_firing_time(chat_id)) if t
+        ]
         return min(times) if times else None
 
     def mark_sending(self, ids: Sequence[int]) -> None:
