@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from datetime import timedelta
 from typing import Any
@@ -146,7 +147,8 @@ class MemoryCommands:
             return
         conv.ensure_user(user_id, update.effective_user.first_name, update.effective_user.username)
         conv.set_user_timezone(user_id, name)
-        self.services.schedules.service.reconcile_zones()  # future firings of local-time schedules move
+        # Future firings of local-time schedules move (their next times are worked out off the event loop).
+        await asyncio.to_thread(self.services.schedules.service.reconcile_zones)
         self.services.schedules.wake()
         await msg.reply_text(f"Time zone set to {name} (it is {utcnow().astimezone(zone):%H:%M} there now).")
 

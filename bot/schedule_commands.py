@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -89,7 +90,8 @@ class ScheduleCommands:
     async def reminders(self, update: Update, context: Ctx) -> None:
         """/reminders."""
         assert update.effective_message and update.effective_user
-        text, markup = self.listing(update.effective_user.id, self._scope(update))
+        # The listing works out each schedule's next times: in a worker thread, off the event loop.
+        text, markup = await asyncio.to_thread(self.listing, update.effective_user.id, self._scope(update))
         await update.effective_message.reply_text(text, reply_markup=markup)
 
     async def gate(self, update: object, context: Ctx) -> None:
@@ -122,22 +124,22 @@ class ScheduleCommands:
         item_id = int(raw_id)
         try:
             if action in SNOOZE_MINUTES:
-                when = self.service.snooze(user_id, item_id, SNOOZE_MINUTES[action])
+                when = await asyncio.to_thread(self.service.snooze, user_id, item_id, SNOOZE_MINUTES[action])
                 self.runner.wake()
                 note = f"Snoozed until {self.service.local(user_id, when)}."
                 await query.answer(note)
                 await self._replace_buttons(query, f"💤 {note}")
             elif action == "done":
-                self.service.done(user_id, item_id)
+                await asyncio.to_thread(self.service.done, user_id, item_id)
                 await query.answer("Done.")
                 await self._replace_buttons(query, "✅ Done.")
             elif action == "cancel":
                 scope = None if update.effective_chat is None else self._scope(update)
-                gone = self.service.cancel(user_id, item_id, scope)
+                gone = await asyncio.to_thread(self.service.cancel, user_id, item_id, scope)
                 await query.answer(f"Cancelled #{gone['id']}.")
                 await self._refresh_listing(query, user_id, scope)
             elif action == "resume":
-                self.service.resume(user_id, item_id)
+                await asyncio.to_thread(self.service.resume, user_id, item_id)
                 self.runner.wake()
                 await query.answer(f"Resumed #{item_id}.")
                 scope = None if update.effective_chat is None else self._scope(update)
@@ -159,7 +161,7 @@ class ScheduleCommands:
             log.info("could not update a reminder message: %s", exc)
 
     async def _refresh_listing(self, query: Any, user_id: int, scope: int | None) -> None:
-        text, markup = self.listing(user_id, scope)
+        text, markup = await asyncio.to_thread(self.listing, user_id, scope)
         try:
             await query.edit_message_text(text, reply_markup=markup)
         except TelegramError as exc:
