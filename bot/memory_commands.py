@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from datetime import timedelta
 from typing import Any
@@ -149,7 +150,10 @@ class MemoryCommands:
         """/timezone [Area/City]."""
         assert update.effective_message and update.effective_user
         user = update.effective_user
-        reply = timezone_reply(self.services, user.id, user.first_name, user.username, context.args or [])
+        # Off the event loop: the user's schedules move with the zone (their next times are worked out).
+        reply = await asyncio.to_thread(
+            timezone_reply, self.services, user.id, user.first_name, user.username, context.args or []
+        )
         await update.effective_message.reply_text(reply)
 
 

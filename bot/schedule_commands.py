@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -115,7 +116,8 @@ class ScheduleCommands:
     async def reminders(self, update: Update, context: Ctx) -> None:
         """/reminders."""
         assert update.effective_message and update.effective_user
-        text, markup = self.listing(update.effective_user.id, self._scope(update))
+        # The listing works out each schedule's next times: in a worker thread, off the event loop.
+        text, markup = await asyncio.to_thread(self.listing, update.effective_user.id, self._scope(update))
         await update.effective_message.reply_text(text, reply_markup=markup)
 
     async def gate(self, update: object, context: Ctx) -> None:
@@ -148,20 +150,23 @@ class ScheduleCommands:
         item_id = int(raw_id)
         try:
             if action in SNOOZE_MINUTES:
-                note = snooze_note(self.service, user_id, item_id, SNOOZE_MINUTES[action])
+                note = await asyncio.to_thread(
+                    snooze_note, self.service, user_id, item_id, SNOOZE_MINUTES[action]
+                )
                 self.runner.wake()
                 await query.answer(note)
                 await self._replace_buttons(query, f"💤 {note}")
             elif action == "done":
-                self.service.done(user_id, item_id)
+                await asyncio.to_thread(self.service.done, user_id, item_id)
                 await query.answer("Done.")
                 await self._replace_buttons(query, "✅ Done.")
             elif action == "cancel":
                 scope = None if update.effective_chat is None else self._scope(update)
-                await query.answer(cancel_note(self.service, user_id, item_id, scope))
+                note = await asyncio.to_thread(cancel_note, self.service, user_id, item_id, scope)
+                await query.answer(note)
                 await self._refresh_listing(query, user_id, scope)
             elif action == "resume":
-                note = resume_note(self.service, user_id, item_id)
+                note = await asyncio.to_thread(resume_note, self.service, user_id, item_id)
                 self.runner.wake()
                 await query.answer(note)
                 scope = None if update.effective_chat is None else self._scope(update)
@@ -183,7 +188,7 @@ class ScheduleCommands:
             log.info("could not update a reminder message: %s", exc)
 
     async def _refresh_listing(self, query: Any, user_id: int, scope: int | None) -> None:
-        text, markup = self.listing(user_id, scope)
+        text, markup = await asyncio.to_thread(self.listing, user_id, scope)
         try:
             await query.edit_message_text(text, reply_markup=markup)
         except TelegramError as exc:

@@ -254,7 +254,7 @@ class ScheduleRunner:
         if not held:
             return
         try:
-            if self.service.reconcile_zones():
+            if await asyncio.to_thread(self.service.reconcile_zones):
                 log.info("schedules moved to a new time zone")
         except Exception:
             log.exception("could not apply time zone changes to schedules")
@@ -262,9 +262,10 @@ class ScheduleRunner:
 
     async def startup(self) -> dict[str, int]:
         """Recover firings cut by a restart, repair, apply zone changes, then deliver what is due."""
-        resend, failed = self.service.recover()
-        repaired = self.service.repair()
-        moved = self.service.reconcile_zones()
+        # Each works out next times (bounded, but CPU work): in a worker thread, off the event loop.
+        resend, failed = await asyncio.to_thread(self.service.recover)
+        repaired = await asyncio.to_thread(self.service.repair)
+        moved = await asyncio.to_thread(self.service.reconcile_zones)
         counts = self.service.store.count_by_status()
         log.info(
             "schedules at start: %s; %d firing(s) to resend after a restart, %d interrupted task(s), "
@@ -290,7 +291,8 @@ class ScheduleRunner:
         async with self._lock:
             try:
                 started = time.monotonic()
-                fired = self.service.fire_due()
+                # Advancing every due schedule works out its next time: off the event loop.
+                fired = await asyncio.to_thread(self.service.fire_due)
                 if fired:
                     log.info(
                         "fired %d schedule(s) in %.0f ms", len(fired), (time.monotonic() - started) * 1000

@@ -101,6 +101,10 @@ class Settings(BaseSettings):
     mcp_servers_file: str | None = None
     mcp_tool_timeout_s: float = Field(default=60.0, gt=0, le=3600)
     mcp_reconnect_max_s: float = Field(default=60.0, ge=1, le=3600)
+    # Every tool's schema goes with every chat request: an MCP tool whose input schema (compact JSON) is
+    # larger, or that would bring all MCP tools' schemas past the total, is skipped and reported.
+    mcp_max_schema_bytes: int = Field(default=16_000, ge=100, le=10_000_000)
+    mcp_max_tools_bytes: int = Field(default=64_000, ge=100, le=100_000_000)
     # The bearer token `python -m core_tools.mcp --http` requires (it refuses to start without one).
     mcp_server_token: SecretStr | None = None
     # The code sandbox (bubblewrap). Without bwrap the code tool refuses to run unless unsandboxed is allowed.

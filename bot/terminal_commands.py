@@ -3,6 +3,8 @@ where Telegram has buttons (/model NUMBER, /reminders cancel ID, /reminders snoo
 
 from __future__ import annotations
 
+import asyncio
+
 from bot.args import parse_int
 from bot.code_commands import codefailures_replies, codestats_reply
 from bot.commands import Audience, help_text
@@ -89,9 +91,9 @@ class TerminalCommands:
         if name == "memory":
             return [await memory_reply(s, user, self.chat_id, True, args)], False
         if name == "timezone":
-            return [timezone_reply(s, user, None, None, args)], False
+            return [await asyncio.to_thread(timezone_reply, s, user, None, None, args)], False
         if name == "reminders":
-            return [reminders_reply(s, user, args)], False
+            return [await asyncio.to_thread(reminders_reply, s, user, args)], False
         if name == "usage":
             return [usage_reply(s.usage_service, user, args)], False
         if name == "budget":

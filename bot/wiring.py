@@ -362,6 +362,8 @@ def _mcp(settings: Settings, registry: ToolRegistry) -> McpServers | None:
         registry,
         call_timeout_s=settings.mcp_tool_timeout_s,
         backoff_max_s=settings.mcp_reconnect_max_s,
+        max_schema_bytes=settings.mcp_max_schema_bytes,
+        max_tools_bytes=settings.mcp_max_tools_bytes,
     )
 
 
