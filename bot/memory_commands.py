@@ -111,7 +111,8 @@ async def memory_reply(services: Services, user_id: int, chat_id: int, private: 
 def timezone_reply(
     services: Services, user_id: int, first_name: str | None, username: str | None, args: list[str]
 ) -> str:
-    """What /timezone answers; with a valid zone it is set, and the user's schedules move with it."""
+    """What /timezone answers; with a valid zone it is set, and the user's schedules move with it (the
+    caller wakes the schedule runner: this runs in a worker thread)."""
     conv = services.conversations
     if not args:
         current = conv.user_timezone(user_id) or services.settings.default_timezone
@@ -126,7 +127,6 @@ def timezone_reply(
     conv.ensure_user(user_id, first_name, username)
     conv.set_user_timezone(user_id, name)
     services.schedules.service.reconcile_zones()  # future firings of local-time schedules move
-    services.schedules.wake()
     return f"Time zone set to {name} (it is {utcnow().astimezone(zone):%H:%M} there now)."
 
 
@@ -154,6 +154,7 @@ class MemoryCommands:
         reply = await asyncio.to_thread(
             timezone_reply, self.services, user.id, user.first_name, user.username, context.args or []
         )
+        self.services.schedules.wake()  # a moved firing may be due sooner than the armed look
         await update.effective_message.reply_text(reply)
 
 

@@ -47,7 +47,8 @@ def model_reply(choice: ModelChoice, chat_id: int, user_id: int, args: list[str]
 
 
 def reminders_reply(services: Services, user_id: int, args: list[str]) -> str:
-    """/reminders and its typed sub-commands, which stand for the buttons in Telegram."""
+    """/reminders and its typed sub-commands, which stand for the buttons in Telegram (in a worker thread:
+    the caller wakes the schedule runner)."""
     service = services.schedules.service
     if not args:
         text, items = listing_text(service, user_id, None)
@@ -71,7 +72,6 @@ def reminders_reply(services: Services, user_id: int, args: list[str]) -> str:
             return REMINDERS_USAGE
     except ScheduleInputError as exc:  # not the user's, or already handled: nothing changes
         return f"{exc}."
-    services.schedules.wake()  # a resumed or snoozed one may be due sooner than the next look
     return note
 
 
@@ -91,9 +91,13 @@ class TerminalCommands:
         if name == "memory":
             return [await memory_reply(s, user, self.chat_id, True, args)], False
         if name == "timezone":
-            return [await asyncio.to_thread(timezone_reply, s, user, None, None, args)], False
+            reply = await asyncio.to_thread(timezone_reply, s, user, None, None, args)
+            s.schedules.wake()  # a moved, resumed or snoozed firing may be due sooner than the next look
+            return [reply], False
         if name == "reminders":
-            return [await asyncio.to_thread(reminders_reply, s, user, args)], False
+            reply = await asyncio.to_thread(reminders_reply, s, user, args)
+            s.schedules.wake()
+            return [reply], False
         if name == "usage":
             return [usage_reply(s.usage_service, user, args)], False
         if name == "budget":
