@@ -43,6 +43,8 @@ HINTS: dict[str, str] = {
     "ALLOWED_CHAT_IDS": "comma-separated numeric group chat ids, e.g. -1001234567890 (the bot tells a "
     "group its id when mentioned there)",
     "LLM_MODELS": "comma-separated model names your endpoint serves; the first is the default",
+    "CODE_PYTHON_ENV": "put a directory of its own, e.g. /opt/assistant-sandbox, or leave it empty for no "
+    "data toolkit",
     "MESSAGE_DEBOUNCE_MS": "milliseconds to wait for more messages before answering, e.g. 1500 (0: none)",
 }
 
@@ -348,7 +350,9 @@ def describe_errors(err: ValidationError) -> list[str]:
         if field in seen:  # one line per variable: a union type reports each of its members
             continue
         seen.add(field)
-        lines.append(f"Configuration error: {field.upper()} {_problem(e, field)}: {hint_for(field)}.")
+        lines.append(
+            f"Configuration error: {field.upper()} {_problem(e, field)}: {hint_for(field)}{_default(field)}."
+        )
     return lines
 
 
@@ -421,8 +425,15 @@ def hint_for(field: str) -> str:
             what += f" of at most {high}"
     else:
         return "see .env.example"
-    default = "" if info.is_required() or info.default is None else f" (or delete the line: {info.default})"
-    return f"put {what}{default}"
+    return f"put {what}"
+
+
+def _default(field: str) -> str:
+    """ " (or delete the line: DEFAULT)" for a setting with a default worth naming."""
+    info = Settings.model_fields.get(field)
+    if info is None or info.is_required() or info.default in (None, "", []):
+        return ""
+    return f" (or delete the line: {info.default})"
 
 
 def settings_without(fields: set[str]) -> Settings | None:
@@ -436,6 +447,11 @@ def settings_without(fields: set[str]) -> Settings | None:
         values[name] = "placeholder" if info.is_required() else info.get_default(call_default_factory=True)
     try:
         return Settings(**values)
+    except ValidationError as err:
+        # A default that does not hold here either (CODE_PYTHON_ENV's relative default under /tmp): empty.
+        again = {name: "" for name in bad_fields(err) if name in values and isinstance(values[name], str)}
+    try:
+        return Settings(**{**values, **again}) if again else None
     except ValidationError:
         return None
 

@@ -144,7 +144,8 @@ async def searxng() -> AsyncIterator[str]:
     """The base URL of a fake SearXNG on 127.0.0.1 that answers every search with one result."""
     server = FakeServer()
     await server.start()
-    server.on("GET", "/search", reply_json(searxng_payload([searxng_result("https://example.org/", "Result")])))
+    answer = searxng_payload([searxng_result("https://example.org/", "Result")])
+    server.on("GET", "/search", reply_json(answer))
     yield server.base_url
     await server.close()
 

@@ -87,11 +87,8 @@ def is_current(env: Path, requirements: Path = REQUIREMENTS) -> bool:
 
 
 def visibility_problem(env: str) -> str | None:
-    """Why code runs could not see a toolkit at `env` (one sentence with what to put instead), or None."""
-    why = hidden_from_runs(Path(env).expanduser())
-    if why is None:
-        return None
-    return f"{why}: give a directory of its own such as {DEFAULT_ENV} or /opt/assistant-sandbox"
+    """Why code runs could not see a toolkit at `env`, or None."""
+    return hidden_from_runs(Path(env).expanduser())
 
 
 def import_check(names: list[str]) -> str:
@@ -264,7 +261,7 @@ class Toolkit:
         except Exception as exc:
             self.state, self.reason = "failed", str(exc)
             log.error(
-                "sandbox toolkit: not installed at %s: %s Until then sandboxed Python has only its standard "
+                "sandbox toolkit: not installed at %s: %s. Until then sandboxed Python has only its standard "
                 "library",
                 self.env,
                 exc,
@@ -324,9 +321,9 @@ class Toolkit:
         if self.state in ("missing", "installing", "failed") and self.env is not None:
             return Report(
                 "warn",
-                f"not installed at {self.env} yet: the bot installs {spoken(self.packages)} there at its "
-                "next start, in the background",
-                f"or install it now: scripts/sandbox-toolkit.sh {self.env}",
+                f"{spoken(self.packages)} not installed at {self.env} yet",
+                "start the bot, which installs them there in the background, or install them now: "
+                f"scripts/sandbox-toolkit.sh {self.env}",
             )
         if self.executor.isolation is Isolation.UNAVAILABLE:
             return Report("warn", "not checked: the sandbox refuses every run (see the sandbox line)")
