@@ -37,6 +37,11 @@ if current; then
   echo "sandbox toolkit: up to date at $target"
   exit 0
 fi
+# It replaces the target whole: never a directory that holds something else.
+if [ -e "$target" ] && [ ! -f "$target/pyvenv.cfg" ] && [ -n "$(ls -A "$target" 2>/dev/null)" ]; then
+  echo "sandbox toolkit: $target exists and is not a Python environment (it would be replaced): choose an empty or new directory" >&2
+  exit 1
+fi
 mkdir -p "$(dirname "$target")"
 # One install at a time per target (two bot processes starting together, or the bot and this script by
 # hand); the lock is released when this process ends, however it ends.

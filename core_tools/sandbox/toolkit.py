@@ -115,6 +115,8 @@ def _installer_env(python: str | None) -> dict[str, str]:
 def _fix(output: str, env: Path) -> str:
     """What the operator can do about an installer failure, from its output."""
     by_hand = f"or install it by hand to see every message: scripts/sandbox-toolkit.sh {env}"
+    if "is not a Python environment" in output:
+        return f"set CODE_PYTHON_ENV to an empty or new directory (default {DEFAULT_ENV})"
     if "uv not found" in output:
         return f"install uv (pip install uv) and restart the bot, {by_hand}"
     if "Permission denied" in output or "Read-only file system" in output:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from core_tools.sandbox.toolkit import DEFAULT_ENV, REQUIREMENTS, STAMP, run_installer
+from core_tools.sandbox.toolkit import DEFAULT_ENV, REQUIREMENTS, STAMP, ToolkitError, run_installer
 from tests.conftest import sandbox_visible_dir
 from tests.fakes.openai_api import FakeLLM, call, text, tool_calls
 from tests.fakes.telegram_api import FakeTelegram
@@ -82,7 +82,9 @@ async def test_first_start_installs_the_toolkit_and_a_code_turn_plots(
         tool_calls(call("code", {"action": "execute", "code": CHART})),
         text("Here is column B."),
     )
-    async with running_bot(fresh_dir, tg, llm, code_python_env=DEFAULT_ENV) as h:
+    # A first install on a cold cache may take minutes here: the run waits for it as long as for a run slot.
+    waits = {"code_queue_wait_s": 600, "turn_timeout_s": 1800}
+    async with running_bot(fresh_dir, tg, llm, code_python_env=DEFAULT_ENV, **waits) as h:
         assert f"installing numpy, pandas and matplotlib into {fresh_dir / DEFAULT_ENV}" in caplog.text
         # The bot answers while the toolkit installs.
         tg.push_document(OWNER, csv, "sheet.csv", "text/csv")
@@ -166,6 +168,14 @@ async def test_code_python_env_the_sandbox_cannot_see_is_refused_in_one_line(
     assert line.startswith("Configuration error: CODE_PYTHON_ENV is invalid")
     assert "/tmp/x is under /tmp, which every code run replaces" in line and "data/sandbox-python" in line
     assert tg.calls_to("getMe") == []  # refused before anything started
+
+
+async def test_a_directory_that_is_not_a_toolkit_is_never_replaced(fresh_dir: Path) -> None:
+    (fresh_dir / "notes.txt").write_text("mine")
+    with pytest.raises(ToolkitError, match="is not a Python environment") as failed:
+        await run_installer(fresh_dir, None)
+    assert "Fix: set CODE_PYTHON_ENV to an empty or new directory" in str(failed.value)
+    assert (fresh_dir / "notes.txt").read_text() == "mine"
 
 
 @pytest.mark.slow
