@@ -419,10 +419,10 @@ def hint_for(field: str) -> str:
             what += f" from {low} to {high}"
         elif low is not None:
             what += f" of at least {low}"
-        elif above is not None:
-            what += f" above {above}"
-        if high is not None and low is None:
-            what += f" of at most {high}"
+        else:
+            bounds = [f"above {above}"] if above is not None else []
+            bounds += [f"at most {high}"] if high is not None else []
+            what += " " + " and ".join(bounds) if bounds else ""
     else:
         return "see .env.example"
     return f"put {what}"
@@ -433,7 +433,8 @@ def _default(field: str) -> str:
     info = Settings.model_fields.get(field)
     if info is None or info.is_required() or info.default in (None, "", []):
         return ""
-    return f" (or delete the line: {info.default})"
+    shown = str(info.default).lower() if isinstance(info.default, bool) else info.default
+    return f" (or delete the line: {shown})"
 
 
 def settings_without(fields: set[str]) -> Settings | None:
