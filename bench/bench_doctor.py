@@ -3,7 +3,8 @@
 Run from the repository root: `uv run python bench/bench_doctor.py [--runs 5]`. Prints figures; it is not a
 test. The fake Bot API, the fake LLM and a fake SearXNG answer on 127.0.0.1; the first run also creates and
 migrates the database (as a first doctor does). `--hang-search` makes SearXNG never answer, to see how long
-a doctor takes when one probe does not answer.
+a doctor takes when one probe does not answer; `--toolkit DIR` has it import an installed data toolkit
+(e.g. the test suite's, .cache/sandbox-python).
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--hang-search", action="store_true", help="SearXNG accepts and never answers")
+    parser.add_argument(
+        "--toolkit", default="", help="CODE_PYTHON_ENV of an installed toolkit, which the doctor imports"
+    )
     args = parser.parse_args()
     searx = FakeServer()
     await searx.start()
@@ -77,6 +81,7 @@ async def main() -> None:
                     SEARCH_PROVIDER="searxng",
                     SEARXNG_URL=searx.base_url,
                     DATABASE_URL=f"sqlite:///{home / 'data' / 'assistant.db'}",
+                    CODE_PYTHON_ENV=args.toolkit,
                 )
                 walls, cpus = [], []
                 for n in range(1, args.runs + 1):

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import httpx
 from sqlalchemy.engine import URL, make_url
 from telegram import Bot
 from telegram.error import InvalidToken, TelegramError
@@ -240,6 +241,8 @@ async def check_search(settings: Settings, services: Services, timeout_s: float)
                 await provider.search("weather", "web", 1)
         except TimeoutError:
             return f"no answer within {timeout_s:g} s"
+        except httpx.TimeoutException:  # the search client's own timeout came first
+            return f"no answer within {settings.search_timeout_s:g} s (SEARCH_TIMEOUT_S)"
         except Exception as exc:  # ProviderError, httpx errors: the reason without a traceback
             return " ".join(str(exc).split())[:160] or type(exc).__name__
         return None
