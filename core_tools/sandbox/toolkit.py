@@ -297,8 +297,9 @@ class Toolkit:
         return f"a sandboxed run cannot import {spoken(self.packages)} ({tail[0][:300]}). Fix: {fix}"
 
     async def wait_for_install(self, progress: Callable[[str], Awaitable[None]], timeout_s: float) -> None:
-        """Before a Python run: wait (at most `timeout_s`) for an install in progress, saying so."""
-        if self._done.is_set():
+        """Before a Python run: wait (at most `timeout_s`) for an install in progress, saying so (a toolkit
+        nobody started to install, as in `python -m bot mcp`, is not waited for)."""
+        if self.state != "installing":
             return
         await progress(f"installing {spoken(self.packages)} for the code sandbox (first start)...")
         with contextlib.suppress(TimeoutError):
