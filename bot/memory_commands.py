@@ -228,7 +228,8 @@ def schedule_jobs(app: Application[Any, Any, Any, Any, Any, Any]) -> None:
     if jq is None:
         raise RuntimeError("python-telegram-bot was installed without its job-queue extra")
     # `first` is soon after start: a rollover due while the bot was down is caught up right away, and
-    # misfire_grace_time=None lets a late run still happen instead of being skipped (DESIGN.md, APScheduler).
+    # misfire_grace_time=None lets a late run still happen instead of being skipped (docs/design-notes.md,
+    # APScheduler).
     replica = app.bot_data["services"].replica
     jq.run_repeating(
         replica.exclusive("session-rollover", rollover_job),

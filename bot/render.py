@@ -29,7 +29,7 @@ class Rendered:
 
 
 def _escape_angles(line: str) -> str:
-    """Keep `<tag>` text visible: the converter treats it as HTML and drops it (DESIGN.md, rendering)."""
+    """Keep `<tag>` text visible: the converter takes it for HTML and drops it (docs/design-notes.md)."""
     out, last = [], 0
     for m in _CODE_SPAN.finditer(line):
         out.append(line[last : m.start()].replace("<", "\\<"))

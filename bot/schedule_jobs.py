@@ -3,8 +3,9 @@
 The database is the truth (core_tools.schedule.service); this module only decides *when* to look. One
 job-queue job is armed for the earliest time anything is due (a schedule or a retry), re-armed after each
 look and when a schedule is created; a 30-second job is the safety net and applies /timezone changes.
-APScheduler skips a job later than its misfire grace (DESIGN.md): every job here has no grace limit, and
-what fell due while the bot was down is found at start, because it is still due in the database.
+APScheduler skips a job later than its misfire grace (docs/design-notes.md, APScheduler): every job here has
+no grace limit, and what fell due while the bot was down is found at start, because it is still due in the
+database.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The project's exception hierarchy: small on purpose; see DESIGN.md habit 9."""
+"""The project's exception hierarchy: small on purpose; see docs/design-notes.md, habit 9."""
 
 from __future__ import annotations
 

@@ -2,11 +2,11 @@
 
 As in Mem0 (arXiv 2504.19413): the few most similar current memories and the new one go to the LLM, which
 answers ADD, UPDATE (one of them, with the merged text), SUPERSEDE (one of them is contradicted) or NONE (one
-of them already says it). A similarity threshold alone cannot tell a new fact from a replaced one (DESIGN.md,
-turn 2: unrelated statements of one user often have cosine >= 0.90 with e5), so nothing here decides by
-similarity. Every doubt ends in ADD, which never loses anything: no LLM, a usage cap, an error, an answer that
-is not valid JSON or names no candidate, and any UPDATE or SUPERSEDE that the guards below refuse (different
-speakers, different names, numbers or dates).
+of them already says it). A similarity threshold alone cannot tell a new fact from a replaced one
+(docs/design-notes.md, Memory similarity: unrelated statements of one user often have cosine >= 0.90 with
+e5), so nothing here decides by similarity. Every doubt ends in ADD, which never loses anything: no LLM, a
+usage cap, an error, an answer that is not valid JSON or names no candidate, and any UPDATE or SUPERSEDE that
+the guards below refuse (different speakers, different names, numbers or dates).
 """
 
 from __future__ import annotations

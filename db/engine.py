@@ -27,7 +27,8 @@ def sqlite_module() -> ModuleType:
     """Return a DB-API sqlite module that can load extensions (the stdlib one when it can)."""
     if hasattr(sqlite3.Connection, "enable_load_extension"):
         return sqlite3
-    # pyenv's and macOS's Pythons are built without extension loading (DESIGN.md, facts).
+    # pyenv's and macOS's Pythons are built without extension loading (docs/design-notes.md, SQLite
+    # extensions).
     return importlib.import_module("sqlean")
 
 

@@ -6,7 +6,9 @@
 #   tests/deploy/test_compose_scale.py  deploy/docker-compose.scale.yml (+ compose.scale.test.yml): PostgreSQL,
 #                                       two replicas behind nginx in webhook mode, every update answered, a
 #                                       code turn through a sandbox service on TCP
-# Needs a running Docker engine with Compose v2 and the base images the Dockerfiles name (local or pullable).
+# Needs a running Docker engine with Compose v2.24+ and the base images deploy/Dockerfile names (local or
+# pullable; scripts/local-base-images.sh gets them either way). .ci/run sets all of this up where it can:
+# docs/docker-on-test-hosts.md.
 # Takes a few minutes; not part of ./scripts/test.sh. Extra arguments go to pytest (e.g. -k scale).
 set -euo pipefail
 cd "$(dirname "$0")/.."

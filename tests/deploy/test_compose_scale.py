@@ -5,7 +5,8 @@ the proxy's webhook path, spread over both replicas, every update answered; a co
 service on TCP; `down -v`.
 
 Minutes of work and a Docker engine with Compose v2: it runs only with DEPLOY_TEST=1, which
-scripts/test-deploy.sh sets (see deploy/README.md). The base images must be local (../shared/tools/README.md).
+scripts/test-deploy.sh sets (see deploy/README.md). The base images must be local or pullable; where they
+cannot be pulled, scripts/local-base-images.sh builds them (docs/docker-on-test-hosts.md).
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
-"""The Docker deploy for real: build the image, `docker compose up` deploy/docker-compose.yml as shipped (plus
-tests/deploy/compose.test.yml, which puts the bot on the host's network and stands in for SearXNG), and drive
-a code turn from the fake Bot API through the bot container, the fake LLM and bwrap in the sandbox container.
+"""The Docker deploy for real: build the image with the Dockerfile's own `docker build` command and the legacy
+builder, `docker compose up` deploy/docker-compose.yml as shipped (plus tests/deploy/compose.test.yml, which
+puts the bot on the host's network and stands in for SearXNG), check the shipped health checks, and drive a
+code turn from the fake Bot API through the bot container, the fake LLM and bwrap in the sandbox container.
 
 Minutes of work and a Docker engine with Compose v2: it runs only with DEPLOY_TEST=1, which
-scripts/test-deploy.sh sets (see README.md). The base images must be local (../shared/tools/README.md).
+scripts/test-deploy.sh sets (see deploy/README.md). The base images must be local or pullable; where they
+cannot be pulled, scripts/local-base-images.sh builds them (docs/docker-on-test-hosts.md).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -92,10 +95,10 @@ class Stack:
         """The container id of one service."""
         return self.run("ps", "-q", "--all", service).stdout.strip()
 
-    def health(self, service: str) -> dict[str, Any]:
-        """Docker's health record of one service's container (Status, FailingStreak, Log)."""
+    def inspect(self, service: str, what: str) -> dict[str, Any]:
+        """One part of `docker inspect` of one service's container, e.g. `.State.Health`."""
         done = subprocess.run(
-            ["docker", "inspect", "--format", "{{json .State.Health}}", self.container(service)],
+            ["docker", "inspect", "--format", "{{json " + what + "}}", self.container(service)],
             capture_output=True,
             text=True,
             timeout=60,
@@ -103,6 +106,10 @@ class Stack:
         )
         record: dict[str, Any] = json.loads(done.stdout)
         return record
+
+    def health(self, service: str) -> dict[str, Any]:
+        """Docker's health record of one service's container (Status, FailingStreak, Log)."""
+        return self.inspect(service, ".State.Health")
 
     async def wait_health(self, service: str, status: str, timeout: float = 180) -> dict[str, Any]:
         """Poll the health record until it reaches `status` (docker's own health checks do the probing)."""
@@ -141,14 +148,37 @@ def _stack(project: str, env_file: Path) -> Stack:
     return Stack(project, env)
 
 
+def documented_build() -> list[str]:
+    """The build command of the Dockerfile's header, tagged for this test and on the host's network (the test
+    machines have no bridge network)."""
+    prefix = "# Build from the repository root:"
+    line = next(x for x in (REPO / "deploy" / "Dockerfile").read_text().splitlines() if x.startswith(prefix))
+    argv = shlex.split(line.removeprefix(prefix))
+    assert argv[:2] == ["docker", "build"] and argv[-1] == ".", line
+    argv[argv.index("-t") + 1] = IMAGE
+    return [*argv[:2], "--network", "host", *argv[2:]]
+
+
 @pytest.fixture(scope="module")
 def images(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Build the image (and the SearXNG stand-in) once; remove both at the end (the base images stay)."""
+    """Build the image once with the Dockerfile's own command and the legacy builder (what Engine 20.10
+    without buildx uses; Compose builds it with BuildKit in test_compose_scale.py), and the SearXNG stand-in;
+    remove both at the end (the base images stay)."""
     if shutil.which("docker") is None:
         pytest.fail("DEPLOY_TEST=1 but no docker client")
+    built = subprocess.run(
+        documented_build(),
+        cwd=REPO,
+        env={**os.environ, "DOCKER_BUILDKIT": "0"},
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    assert built.returncode == 0, f"{' '.join(documented_build())}:\n{built.stdout[-5000:]}\n{built.stderr}"
     env_file = tmp_path_factory.mktemp("build") / "empty.env"
     env_file.touch()
-    _stack(f"ta-deploytest-build-{os.getpid()}", env_file).run("build")
+    _stack(f"ta-deploytest-build-{os.getpid()}", env_file).run("build", "searxng")
     yield
     subprocess.run(
         ["docker", "image", "rm", IMAGE, f"{IMAGE}-searxng"], capture_output=True, timeout=300, check=False
@@ -213,6 +243,14 @@ async def test_compose_up_runs_code_in_bwrap_end_to_end(stack: Stack, tmp_path: 
         assert (await stack.wait_health("sandbox", "healthy"))["Status"] == "healthy"
         assert (await stack.wait_health("bot", "healthy"))["Status"] == "healthy"
         healthy = time.monotonic()
+        # The shipped health checks, as Docker runs them: a probe every 5 s (so `dc ps` says healthy within
+        # about 5 s of the service being ready, not after a minute of "starting"), the real check through
+        # deploy/healthcheck, which runs it at most once a minute once it has passed.
+        for service, check in (("bot", ["bot", "doctor", "--quick"]), ("sandbox", ["--ping"])):
+            config = await asyncio.to_thread(stack.inspect, service, ".Config.Healthcheck")
+            assert config["Interval"] == 5 * 10**9, (service, config)
+            assert config["Test"][:3] == ["CMD", "healthcheck", "60"], (service, config)
+            assert all(word in config["Test"] for word in check), (service, config)
 
         first = await _code_turn(tg, llm, "what does this program print?")
         turned = time.monotonic()

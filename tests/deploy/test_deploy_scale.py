@@ -35,20 +35,31 @@ def test_scale_compose_is_valid_against_the_compose_specification() -> None:
 
 
 @pytest.mark.skipif(detect_isolation()[0] is not Isolation.BWRAP, reason="no working bwrap")
-def test_sandbox_health_check_pings_over_tcp_with_the_token() -> None:
+def test_sandbox_health_check_pings_over_tcp_with_the_token(tmp_path: Path) -> None:
     test = _compose()["services"]["sandbox1"]["healthcheck"]["test"]
     service = TcpService("--timeout", "10").wait_up()
     try:
-        argv = [sys.executable, *test[2:]]  # ["CMD", "python", ...] as the container runs it
+        # ["CMD", "healthcheck", "60", "python", ...] as the container runs it, deploy/healthcheck included
+        # (which passes on the output, stderr included, as Docker's health log shows it).
+        assert test[:4] == ["CMD", "healthcheck", "60", "python"], test
+        argv = [str(DEPLOY / "healthcheck"), test[2], sys.executable, *test[4:]]
         argv[argv.index("--listen") + 1] = f"127.0.0.1:{service.port}"
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         ok = subprocess.run(
-            argv, cwd=REPO, env={**env, "CODE_SANDBOX_TOKEN": TOKEN}, capture_output=True, text=True
+            argv,
+            cwd=REPO,
+            env={**env, "CODE_SANDBOX_TOKEN": TOKEN, "HEALTHCHECK_STATE": str(tmp_path / "ok")},
+            capture_output=True,
+            text=True,
         )
-        assert ok.returncode == 0 and "bwrap" in ok.stdout, ok.stderr
+        assert ok.returncode == 0 and "bwrap" in ok.stdout, ok.stdout + ok.stderr
         wrong = subprocess.run(
-            argv, cwd=REPO, env={**env, "CODE_SANDBOX_TOKEN": "x"}, capture_output=True, text=True
+            argv,
+            cwd=REPO,
+            env={**env, "CODE_SANDBOX_TOKEN": "x", "HEALTHCHECK_STATE": str(tmp_path / "wrong")},
+            capture_output=True,
+            text=True,
         )
-        assert wrong.returncode == 1 and "refused the token" in wrong.stderr
+        assert wrong.returncode == 1 and "refused the token" in wrong.stdout, wrong.stdout + wrong.stderr
     finally:
         service.stop()
