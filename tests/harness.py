@@ -58,7 +58,7 @@ class Harness:
     services: Services
     settings: Settings
 
-    async def final_text(self, chat_id: int, contains: str, timeout: float = 10.0) -> str:
+    async def final_text(self, chat_id: int, contains: str, timeout: float = 60.0) -> str:
         """Wait until a visible message in the chat contains `contains`; return it."""
 
         def found() -> str | None:

@@ -108,7 +108,7 @@ async def test_parallel_tool_calls_run_concurrently_and_keep_order(
         running += 1
         if running == 2:
             both_started.set()
-        await asyncio.wait_for(both_started.wait(), timeout=5)  # deadlocks if calls were sequential
+        await asyncio.wait_for(both_started.wait(), timeout=60)  # deadlocks if calls were sequential
         return tag if tag == "first" else tag.upper()
 
     def setup(services: object) -> None:

@@ -42,13 +42,13 @@ async def test_kill_9_while_a_message_waits_then_restart_answers_it(
     url = harness.DATABASE_URL or f"sqlite:///{tmp_path / 'data' / 'assistant.db'}"
     env = fake_env(tmp_path, tg, llm, url)
     async with bot_process(tmp_path, env) as proc:
-        await tg.wait_for_call("getUpdates", timeout=30)
+        await tg.wait_for_call("getUpdates", timeout=120)
         tg.push_text(OWNER, "Plan my trip to Lisbon")
-        await llm.wait_for_requests(1, timeout=30)  # its turn runs (the LLM stream hangs)
+        await llm.wait_for_requests(1, timeout=120)  # its turn runs (the LLM stream hangs)
         tg.push_text(OWNER, "Also find me a hotel in Alfama")
         engine = make_engine(url)
         try:
-            await tg.wait_for(lambda: waiting(engine), timeout=15, what="the second message stored")
+            await tg.wait_for(lambda: waiting(engine), timeout=60, what="the second message stored")
             assert waiting(engine) == ["Also find me a hotel in Alfama"]
         finally:
             engine.dispose()
@@ -77,7 +77,7 @@ async def test_a_message_sent_during_a_tool_call_waits_for_its_own_turn(
     async def look_up_flights(ctx: ToolContext, city: str) -> str:
         """Look up flights to a city."""
         started.set()
-        await asyncio.wait_for(release.wait(), timeout=10)
+        await asyncio.wait_for(release.wait(), timeout=60)
         return f"3 flights to {city}"
 
     def setup(services: Any) -> None:
@@ -90,7 +90,7 @@ async def test_a_message_sent_during_a_tool_call_waits_for_its_own_turn(
     )
     async with running_bot(tmp_path, tg, llm, setup=setup) as h:
         tg.push_text(OWNER, "Flights to Lisbon?")
-        await asyncio.wait_for(started.wait(), timeout=10)  # the tool call is stored, its result is not
+        await asyncio.wait_for(started.wait(), timeout=60)  # the tool call is stored, its result is not
         tg.push_text(OWNER, "Which is cheapest?")
         await tg.wait_for(lambda: waiting(h.services.engine), what="the second message stored")
         release.set()

@@ -33,7 +33,7 @@ async def test_mcp_tools_are_offered_called_and_logged_through_the_bot(
     path = servers_file(tmp_path, {"probe": stdio_entry()})
     async with running_bot(tmp_path, tg, llm, mcp_servers_file=path) as h:
         tg.push_text(OWNER, "ask the probe to echo hello")
-        await h.final_text(OWNER, "The server said hello.", timeout=20)
+        await h.final_text(OWNER, "The server said hello.", timeout=60)
         first, second = llm.requests
         tools = {t["function"]["name"]: t["function"] for t in first["tools"]}
         assert tools["probe__echo"]["description"] == "Echo the text back."
@@ -97,7 +97,7 @@ async def test_a_server_that_weighs_on_every_turn_is_held_to_its_bounds(
     path = servers_file(tmp_path, {"heavy": heavy_entry()})
     async with running_bot(tmp_path, tg, llm, mcp_servers_file=path) as h:
         tg.push_text(OWNER, "hello")
-        await h.final_text(OWNER, "Hello to you.", timeout=20)
+        await h.final_text(OWNER, "Hello to you.", timeout=60)
         (first,) = llm.requests
         assert len(json.dumps(first)) < 200_000
         offered = {t["function"]["name"] for t in first["tools"]}
@@ -107,6 +107,6 @@ async def test_a_server_that_weighs_on_every_turn_is_held_to_its_bounds(
 
         tg.push_text(OWNER, "check redos")
         tg.push_text(FRIEND, "hello")  # another chat is answered meanwhile
-        await h.final_text(FRIEND, "Hello to you.", timeout=20)
-        checked = await h.final_text(OWNER, "Checked:", timeout=20)
+        await h.final_text(FRIEND, "Hello to you.", timeout=60)
+        checked = await h.final_text(OWNER, "Checked:", timeout=60)
         assert "does not match" in checked and "invalid arguments for heavy__redos" in checked

@@ -323,4 +323,4 @@ async def test_extraction_catches_up_after_a_restart(tmp_path: Path, tg: FakeTel
         )
     )
     async with running_bot(tmp_path, tg, llm, setup=unread, memory_extract_delay_s=0.05) as h:
-        await tg.wait_for(lambda: _stored(h, "Oslo"), timeout=15, what="the catch-up extraction")
+        await tg.wait_for(lambda: _stored(h, "Oslo"), timeout=60, what="the catch-up extraction")

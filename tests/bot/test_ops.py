@@ -182,7 +182,7 @@ async def test_webhook_mode_checks_the_secret(tmp_path: Path, tg: FakeTelegram, 
                 },
             )
             assert right.status_code == 200
-        await tg.wait_for(lambda: any("hello via webhook" in t for t in tg.sent_texts(OWNER)), timeout=20)
+        await tg.wait_for(lambda: any("hello via webhook" in t for t in tg.sent_texts(OWNER)), timeout=60)
         assert len(llm.requests) == 1
     finally:
         proc.send_signal(signal.SIGTERM)

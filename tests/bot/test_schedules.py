@@ -142,11 +142,13 @@ async def test_downtime_over_the_due_time_delivers_late_and_once(
 async def test_a_daily_reminder_across_the_berlin_dst_change(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
 ) -> None:
-    # The bot's clock runs from two seconds before Berlin's clocks go forward (29 Mar 2026, 02:00 CET).
-    base, started = datetime(2026, 3, 29, 0, 59, 58, tzinfo=UTC), time.monotonic()
+    # The bot's clock stands at two seconds before Berlin's clocks go forward (29 Mar 2026, 02:00 CET) until
+    # the reminder is set, then runs: however long the bot takes to start, the change is still ahead of it.
+    base = datetime(2026, 3, 29, 0, 59, 58, tzinfo=UTC)
+    started: list[float] = []
 
     def clock() -> datetime:
-        return base + timedelta(seconds=time.monotonic() - started)
+        return base + timedelta(seconds=time.monotonic() - started[0]) if started else base
 
     def setup(services: Services) -> None:
         svc(services).clock = clock
@@ -158,6 +160,7 @@ async def test_a_daily_reminder_across_the_berlin_dst_change(
         view = svc(h).list_for(OWNER)[0]
         # 02:30 does not exist on the 29th: it fires at the next valid minute, 03:00 CEST (01:00 UTC).
         assert view["next"] == ["Sun 29 Mar 2026 03:00", "Mon 30 Mar 2026 02:30", "Tue 31 Mar 2026 02:30"]
+        started.append(time.monotonic())
         (firing,) = await wait_sent(h, sid)
         assert firing.due_at == datetime(2026, 3, 29, 1, 0, tzinfo=UTC)
         listing = await h.command(OWNER, "/reminders", "Water the plants")

@@ -284,7 +284,7 @@ class FakeLLM:
         """How many scripted steps have not been consumed yet."""
         return len(self._script)
 
-    async def wait_for_requests(self, n: int, timeout: float = 10.0) -> list[JsonDict]:
+    async def wait_for_requests(self, n: int, timeout: float = 60.0) -> list[JsonDict]:
         """Wait until at least ``n`` chat-completion requests arrived; returns all recorded requests."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout

@@ -499,7 +499,7 @@ class FakeTelegram:
             lines.append(f"  {c.method} -> {c.status}{err} {shown}")
         return "\n".join(lines)
 
-    async def wait_for(self, predicate: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
+    async def wait_for(self, predicate: Callable[[], Any], timeout: float = 60.0, what: str = "") -> Any:
         """Wait until ``predicate()`` is truthy (re-checked on every state change) and return its value."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -520,7 +520,7 @@ class FakeTelegram:
         method: str,
         count: int = 1,
         chat_id: int | str | None = None,
-        timeout: float = 10.0,
+        timeout: float = 60.0,
         ok: bool | None = None,
     ) -> list[Call]:
         """Wait until at least ``count`` calls of ``method`` (optionally to ``chat_id``) were answered."""
