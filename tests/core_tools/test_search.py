@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
@@ -302,12 +302,10 @@ async def test_hanging_provider_fails_over_within_its_timeout(
         [SearxngProvider(client, fake.base_url), BraveProvider(client, BRAVE_KEY, base_url=fake2.base_url)],
         timeout_s=0.3,
     )
-    start = time.monotonic()
-    out = await t.search(Ctx().ctx, "q")
-    elapsed = time.monotonic() - start
+    # The hang is endless: finishing at all (the outer deadline is only a guard) shows the bound.
+    out = await asyncio.wait_for(t.search(Ctx().ctx, "q"), 120)
     assert out["provider"] == "brave"
     assert out["failed_providers"] == {"searxng": "timed out after 0.3 s"}
-    assert elapsed < 5  # the hang is endless: finishing at all shows the bound; the margin is for slow CI
 
 
 async def test_all_fail_gives_one_error_naming_each(fake: FakeServer, client: httpx.AsyncClient) -> None:
