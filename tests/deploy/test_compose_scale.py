@@ -108,6 +108,16 @@ def stack(images: None, tmp_path: Path) -> Iterator[Stack]:
     try:
         yield made
     finally:
+        # Shown by pytest only when the test failed: what each replica and the proxy said.
+        logs = subprocess.run(
+            made.argv("logs", "--no-color", "--timestamps", "bot", "bot2", "proxy"),
+            env=made.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        print(logs.stdout[-60000:])
         made.down()
 
 
