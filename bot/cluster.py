@@ -321,8 +321,8 @@ class Replica:
     async def settle(self) -> None:
         """Wait until the heartbeat is fresh (the thread renews it; at most a lease, then go on: the
         database is unreachable) and let go of chats taken over meanwhile."""
-        if self.fresh() and self._lapses == self._checked:
-            return
+        if not self.joined or (self.fresh() and self._lapses == self._checked):
+            return  # (not joined: no heartbeat, nothing another process could have taken)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.lease_s
         while not self.fresh() and loop.time() < deadline:  # noqa: ASYNC110  # renewed by another thread
