@@ -97,8 +97,11 @@ class Handlers:
 
     async def once(self, update: object, context: Ctx) -> None:
         """Each Telegram update is handled once, however often it is delivered (Telegram retries a webhook
-        delivery it got no answer for; behind a load balancer two processes may get the same one)."""
-        if isinstance(update, Update) and not self.services.replica.cluster.first_delivery(update.update_id):
+        delivery it got no answer for; behind a load balancer two processes may get the same one). Update
+        ids are this bot's (getMe's id): another bot's (a token switch) are not duplicates."""
+        if not isinstance(update, Update):
+            return
+        if not self.services.replica.cluster.first_delivery(context.bot.id, update.update_id):
             log.info("update %s was already handled; dropped", update.update_id)
             raise ApplicationHandlerStop
 

@@ -13,6 +13,10 @@ the /stop reached another process.
 A "chat" here is a conversation key (db/topics.py): the chat id, or a forum topic's own key, so each topic
 of a forum queues, leases, stops and answers on its own; `place` says where its messages go in Telegram.
 
+A process that finds a chat taken over by another one (it was silent past the lease: frozen, starved, cut off
+from the database) stops that chat's turn without a word: the other process told the user. Until it knows,
+the turn neither shows nor keeps anything (`ChatLeases.confirm` before every message, edit and stored reply).
+
 Voice notes, photos and files (bot/media.py) come here once downloaded, transcribed or read, as an
 `Incoming` carrying their media rows (and, for a voice note, the transcript the answer quotes), so they
 queue, merge, stop and wait in the inbox exactly like text.
@@ -32,7 +36,7 @@ from telegram import Bot
 from telegram.error import TelegramError
 
 from bot.answers import deliver
-from bot.cluster import ChatLeases, ChatLocks
+from bot.cluster import ChatLeases, ChatLocks, Hold
 from bot.streaming import StreamingReply, typing_indicator
 from core_tools.agent import Agent, TurnControl, TurnInput, TurnResult
 from core_tools.tools.code import CodeTool
@@ -109,9 +113,11 @@ class Running:
 
 
 class ChatState:
-    """A chat this process drives: its running turn, and a signal that a message came in here."""
+    """A chat this process drives: its hold, its running turn, and a signal that a message came in here."""
 
-    def __init__(self) -> None:
+    def __init__(self, hold: Hold) -> None:
+        self.hold = hold
+        self.lost = False  # another process took the chat over: stop here without a word
         self.running: Running | None = None
         self.arrived = asyncio.Event()
         # (inbox id, arrival) of messages a turn already took: a turn that could not even store them does
@@ -159,6 +165,7 @@ class TurnRunner:
         self.on_free = on_free  # a slot came free: look for chats nobody drives
         self._states: dict[int, ChatState] = {}
         self._typing: dict[int, float] = {}  # inbox id -> when "typing" was shown for it here
+        chats.on_lost = self.lost
 
     def place(self, chat_id: int) -> Place:
         """Where a conversation (a chat, or a forum topic's key: db/topics.py) is answered in Telegram."""
@@ -215,25 +222,47 @@ class TurnRunner:
             return
         if self.free() <= 0:
             return
-        taken = self.chats.try_take(chat_id)
-        if taken is None:
+        hold = self.chats.try_take(chat_id)
+        if hold is None:
             return
-        state = self._states[chat_id] = ChatState()
+        state = self._states[chat_id] = ChatState(hold)
         try:
-            if taken:  # nobody held it: a turn still pending in it was cut when its process died
+            if hold.new:  # nobody held it: a turn still pending in it was cut when its process died
                 await self._report_interrupted(bot, chat_id)
-            while True:
+            while not state.lost:
                 await self._drive(bot, chat_id, state)
                 # No await from the empty inbox to here: a message stored in this process meanwhile is
-                # impossible, and one stored by another process keeps the lease (the release checks).
-                if self.chats.give_back(chat_id, only_if_idle=True):
+                # impossible, and one stored by another process keeps the lease (the release checks; a
+                # chat taken over meanwhile is let go).
+                if state.lost or self.chats.give_back(hold, only_if_idle=True):
                     break
         except BaseException:
-            self.chats.give_back(chat_id)
+            self.chats.give_back(hold)
             raise
         finally:
             del self._states[chat_id]
             self.on_free()
+
+    def lost(self, chat_id: int) -> None:
+        """Another process took the chat over (this one was silent past the lease): its turn here stops
+        without showing or keeping anything more, and its messages are the other process's now."""
+        state = self._states.get(chat_id)
+        if state is None or state.lost:
+            return
+        log.warning("chat %s: taken over by another process; stopping its turn here", chat_id)
+        state.lost = True
+        state.arrived.set()
+        if state.running is not None:
+            state.running.control.handed_over = True
+            state.running.task.cancel()
+
+    async def _still_mine(self, state: ChatState) -> bool:
+        """Whether this process still drives the chat (else its turn stops, see `lost`)."""
+        if state.lost:
+            return False
+        if not await self.chats.confirm(state.hold):
+            self.lost(state.hold.chat_id)
+        return not state.lost
 
     async def _report_interrupted(self, bot: Bot, chat_id: int) -> None:
         """Tell the chat about messages whose turn a stopped process could not finish."""
@@ -252,13 +281,13 @@ class TurnRunner:
 
     async def _drive(self, bot: Bot, chat_id: int, state: ChatState) -> None:
         first = True
-        while rows := self.inbox.waiting_in(chat_id):
+        while not state.lost and (rows := self.inbox.waiting_in(chat_id)):
             if first and self.debounce_s > 0 and rows[0].rerun_of is None:
                 place = self.place(chat_id)  # the user sees the bot is about to answer:
                 async with typing_indicator(bot, place.chat_id, thread_id=place.thread_id):
                     await self._settle(chat_id, state)
                 rows = self.inbox.waiting_in(chat_id)
-                if not rows:
+                if not rows or state.lost:
                     return
             first = False
             again = [q.id for q in rows if (q.id, q.received_at) in state.tried]
@@ -327,6 +356,14 @@ class TurnRunner:
         )
         number = secrets.randbits(48)  # unique across processes (an inbox id is not: SQLite reuses them)
         place = self.place(head.chat_id)
+
+        async def still_mine() -> bool:
+            return await self._still_mine(state)
+
+        async def checkpoint() -> None:
+            if not await still_mine():
+                raise asyncio.CancelledError  # the turn ends here: nothing more is stored or run
+
         reply = StreamingReply(
             bot,
             place.chat_id,
@@ -334,8 +371,9 @@ class TurnRunner:
             stop_data=f"stop:{number}",
             reply_to=head.reply_to,
             thread_id=place.thread_id,
+            guard=still_mine,
         )
-        control = TurnControl()
+        control = TurnControl(checkpoint=checkpoint)
         task = asyncio.create_task(self.agent.run_turn(turn, reply, control))
         running = state.running = Running(number, head.user_id, control, task)
         self.cluster.start_turn(head.chat_id, self.chats.me, number, head.user_id)
@@ -354,6 +392,8 @@ class TurnRunner:
             state.running = None
             running.released.set()
             self.cluster.end_turn(head.chat_id, self.chats.me)
+        if state.lost or not await self._still_mine(state):
+            return  # taken over: the other process told the user, and answers what waits
         if task.cancelled() and turn.inbox_ids and not control.message_ids:
             self._keep_unstarted(turn, head.chat_type)
         heard = [b.heard for b in batch if b.heard is not None]

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, MessageEntity, ReplyParameters
@@ -47,9 +47,13 @@ class StreamingReply:
         stop_data: str | None = None,
         reply_to: int | None = None,
         thread_id: int | None = None,
+        guard: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         self.bot = bot
         self.thread_id = thread_id  # the forum topic its messages go to (edits stay where they are)
+        # Asked before every send and edit: False shows nothing more (bot/control.py: the chat went to
+        # another process).
+        self.guard = guard
         # While the answer streams its message carries a Stop button (callback data `stop_data`); the
         # final text replaces it. `reply_to`: the first message refers to this one (an edited question).
         self._markup = (
@@ -123,6 +127,9 @@ class StreamingReply:
             preview = self._preview()
             if not preview.strip() or preview == self._shown:
                 return
+            if self.guard is not None and not await self.guard():
+                self._finished = True
+                return
             self._next_edit = self.clock() + self.min_interval
             try:
                 if self.message_id is None:
@@ -160,6 +167,8 @@ class StreamingReply:
         if self._flush_task is not None:
             self._flush_task.cancel()
         async with self._lock:
+            if self.guard is not None and not await self.guard():
+                return []
             ids: list[int] = []
             for i, part in enumerate(parts):
                 ids.extend(await self._deliver(part, self.message_id if i == 0 else None))

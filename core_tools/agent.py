@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -93,6 +93,10 @@ class TurnControl:
     stop_requested: bool = False
     message_ids: list[int] = field(default_factory=list)  # the turn's user messages
     partial: str = ""  # the answer text streamed so far
+    # Awaited after each model reply, before it is stored or its tools run: the front end raises
+    # CancelledError there when the turn must not go on (bot/control.py: its chat went to another process).
+    checkpoint: Callable[[], Awaitable[None]] | None = None
+    handed_over: bool = False  # cancelled because another process owns the turn's messages now
 
 
 @dataclass(frozen=True)
@@ -363,7 +367,8 @@ class Agent:
                 result = await self._loop(turn, session.id, ids[0], sink, control)
         except asyncio.CancelledError:
             if not control.stop_requested:  # shutdown mid-turn: the next start tells the user
-                conv.set_statuses(ids, "interrupted")
+                if not control.handed_over:  # else the process that took the chat over tells the user
+                    conv.set_statuses(ids, "interrupted")
                 raise
             task = asyncio.current_task()
             if task is not None:
@@ -452,6 +457,8 @@ class Agent:
                 session_id=session_id,
                 model=turn.model,
             )
+            if control.checkpoint is not None:
+                await control.checkpoint()
             result.images_dropped = result.images_dropped or reply.images_dropped
             calls = [] if final_round else reply.tool_calls
             conv.add_message(

@@ -188,7 +188,8 @@ class Replica(Base):
     __tablename__ = "replicas"
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    host: Mapped[str] = mapped_column(String(255))  # hostname/boot id: where `pid` means something
+    # Where `pid` means something: boot id, pid namespace and hostname (bot/cluster.py, pid_space).
+    host: Mapped[str] = mapped_column(String(255))
     pid: Mapped[int] = mapped_column(Integer)
     pid_start: Mapped[str] = mapped_column(String(32))  # when that pid started (a reused pid is another)
     started_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -220,11 +221,13 @@ class JobLease(Base):
 
 
 class UpdateSeen(Base):
-    """A Telegram update already handled (migration 0014): a second delivery of it is dropped."""
+    """A Telegram update already handled (migration 0014; per bot since 0017): a second delivery of it
+    within the dedup window is dropped. `bot_id` is the numeric id in the bot's token, never the token."""
 
     __tablename__ = "updates_seen"
     __table_args__ = (Index("ix_updates_seen_at", "seen_at"),)
 
+    bot_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
     update_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
     seen_at: Mapped[datetime] = mapped_column(default=utcnow)
 

@@ -12,7 +12,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import IO, Self
@@ -89,11 +89,14 @@ class BotProcess:
     """A `python -m bot` process in the background; its output goes to a log file (a pipe nobody reads
     would fill up and block the bot), which failing tests print."""
 
-    def __init__(self, cwd: Path, env: dict[str, str], *args: str, name: str = "bot") -> None:
+    def __init__(
+        self, cwd: Path, env: dict[str, str], *args: str, name: str = "bot", prefix: Sequence[str] = ()
+    ) -> None:
         self.cwd = cwd
         self.env = env
         self.args = args
         self.name = name
+        self.prefix = tuple(prefix)  # a command the bot runs under (e.g. `unshare` for a pid namespace)
         self.log_path = cwd / f"{name}.log"
         self.proc: asyncio.subprocess.Process | None = None
         self._log: IO[bytes] | None = None
@@ -103,6 +106,7 @@ class BotProcess:
         self.cwd.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("ab")
         self.proc = await asyncio.create_subprocess_exec(
+            *self.prefix,
             sys.executable,
             "-m",
             "bot",

@@ -1,5 +1,6 @@
-"""The replica tables on each database: an update is handled once, a chat and a job have one live holder,
-a dead process's chats and jobs are free, a chat with waiting messages is never let go silently."""
+"""The replica tables on each database: an update is handled once (per bot, within the dedup window), a chat
+and a job have one live holder, a dead process's chats and jobs are free, a chat with waiting messages is
+never let go silently, and a process learns which chats were taken from it."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from datetime import timedelta
 from sqlalchemy import Engine, update
 
 from db.inbox import Inbox
-from db.models import Replica, utcnow
-from db.replicas import Cluster
+from db.models import Replica, UpdateSeen, utcnow
+from db.replicas import DEDUP_WINDOW, Cluster
 
 LEASE = timedelta(seconds=15)
 
@@ -28,11 +29,45 @@ def age(engine: Engine, name: str, by: timedelta) -> None:
         conn.execute(update(Replica).where(Replica.id == name).values(heartbeat_at=utcnow() - by))
 
 
+TEST_BOT, REAL_BOT = 123456, 7_000_000_001  # the numeric ids in two bots' tokens
+
+
 def test_an_update_is_handled_once(engine: Engine) -> None:
     cluster = cluster_of(engine)
-    assert cluster.first_delivery(10_000_000_001)
-    assert not cluster.first_delivery(10_000_000_001)  # a duplicate or a retried delivery
-    assert cluster.first_delivery(10_000_000_002)
+    assert cluster.first_delivery(TEST_BOT, 10_000_000_001)
+    assert not cluster.first_delivery(TEST_BOT, 10_000_000_001)  # a duplicate or a retried delivery
+    assert cluster.first_delivery(TEST_BOT, 10_000_000_002)
+
+
+def test_an_update_id_is_a_duplicate_only_for_its_bot_and_within_the_window(engine: Engine) -> None:
+    cluster = cluster_of(engine)
+    assert cluster.first_delivery(TEST_BOT, 10000)
+    assert cluster.first_delivery(REAL_BOT, 10000)  # the token switched: the new bot's first update
+    assert not cluster.first_delivery(REAL_BOT, 10000)
+    # Seen longer ago than a duplicate can arrive (Telegram keeps an update a day; after a week without
+    # updates it starts again from a random id): a new update, even before pruning forgets the old one.
+    with engine.begin() as conn:
+        conn.execute(
+            update(UpdateSeen)
+            .where(UpdateSeen.bot_id == TEST_BOT)
+            .values(seen_at=utcnow() - DEDUP_WINDOW - timedelta(minutes=1))
+        )
+    assert cluster.first_delivery(TEST_BOT, 10000)
+    assert not cluster.first_delivery(TEST_BOT, 10000)  # and remembered again from now on
+    assert timedelta(hours=24) <= DEDUP_WINDOW  # no shorter than Telegram keeps an update
+
+
+def test_pruning_forgets_updates_past_the_window_only(engine: Engine) -> None:
+    cluster = cluster_of(engine)
+    assert cluster.first_delivery(TEST_BOT, 1) and cluster.first_delivery(TEST_BOT, 2)
+    with engine.begin() as conn:
+        conn.execute(
+            update(UpdateSeen)
+            .where(UpdateSeen.update_id == 1)
+            .values(seen_at=utcnow() - DEDUP_WINDOW - timedelta(minutes=1))
+        )
+    assert cluster.prune() == (0, 1)
+    assert not cluster.first_delivery(TEST_BOT, 2)
 
 
 def test_a_chat_has_one_live_holder_and_a_dead_ones_chat_is_free(engine: Engine) -> None:
@@ -51,10 +86,10 @@ def test_a_chat_with_waiting_messages_is_not_let_go_when_asked_only_if_idle(engi
     inbox = Inbox(engine)
     assert cluster.claim_chat(7, "a")
     waiting = inbox.put(1, 7, "private", "hello")  # stored by b, which found the chat taken
-    assert not cluster.release_chat(7, "a", only_if_idle=True)
+    assert cluster.release_chat(7, "a", only_if_idle=True) == "waiting"
     assert cluster.orphans(10) == []  # a still drives it: nobody else takes it
     inbox.discard([waiting])
-    assert cluster.release_chat(7, "a", only_if_idle=True)
+    assert cluster.release_chat(7, "a", only_if_idle=True) == "released"
     inbox.put(1, 7, "private", "again")
     assert cluster.orphans(10) == [7]  # free with a message waiting: any process takes it
 
@@ -88,3 +123,17 @@ def test_a_process_that_leaves_frees_everything(engine: Engine) -> None:
     cluster.forget(["a"])
     assert cluster.claim_chat(7, "b") and cluster.claim_job("rollover", "b")
     assert not cluster.beat("a")  # a's row is gone: it would register again
+
+
+def test_a_process_taken_for_dead_learns_which_chats_it_lost(engine: Engine) -> None:
+    cluster = cluster_of(engine, "a", "b")
+    assert cluster.claim_chat(7, "a") and cluster.claim_chat(8, "a")
+    age(engine, "a", LEASE * 2)  # a was silent past the lease (frozen): b takes one of its chats
+    assert cluster.claim_chat(7, "b")
+    assert cluster.beat("a")  # a is back
+    assert cluster.chats_of("a") == {8} and cluster.chats_of("b") == {7}
+    assert not cluster.claim_chat(8, "b")  # alive again: what it still holds stays its own
+    # Letting go of the chat it lost touches b's lease not at all.
+    assert cluster.release_chat(7, "a", only_if_idle=True) == "not held"
+    assert cluster.release_chat(7, "a") == "not held"
+    assert cluster.chats_of("b") == {7}

@@ -108,6 +108,16 @@ def stack(images: None, tmp_path: Path) -> Iterator[Stack]:
     try:
         yield made
     finally:
+        # Shown by pytest only when the test failed: what each replica and the proxy said.
+        logs = subprocess.run(
+            made.argv("logs", "--no-color", "--timestamps", "bot", "bot2", "proxy"),
+            env=made.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        print(logs.stdout[-60000:])
         made.down()
 
 
@@ -131,6 +141,23 @@ async def _post(session: aiohttp.ClientSession, url: str, update: dict[str, Any]
         return response.status
 
 
+async def _listening(port: str, timeout: float = 120) -> None:
+    """Wait until something accepts connections on 127.0.0.1:`port` (the host's network)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", int(port))
+        except OSError:
+            if loop.time() > deadline:
+                raise AssertionError(f"nothing listens on port {port} after {timeout:.0f} s") from None
+            await asyncio.sleep(0.2)
+        else:
+            writer.close()
+            await writer.wait_closed()
+            return
+
+
 def _inspect(container: str) -> dict[str, Any]:
     """`docker inspect` of one container."""
     done = subprocess.run(
@@ -149,9 +176,12 @@ async def test_replicas_behind_the_proxy_answer_every_update(stack: Stack, tmp_p
         for service in SERVICES:
             assert (await stack.wait_health(service, "healthy"))["Status"] == "healthy", service
         healthy = time.monotonic()
-        # Every replica registered the same webhook with the secret (once it is serving).
+        # Every replica registered the same webhook with the secret, and serves: python-telegram-bot calls
+        # setWebhook before its server listens, so the ports are what says a replica takes POSTs.
         hooks = await tg.wait_for(lambda: (c := tg.calls_to("setWebhook")) and len(c) >= 2 and c, timeout=90)
         assert {(c.params["url"], c.params["secret_token"]) for c in hooks} == {(WEBHOOK_URL, SECRET)}
+        for port in (stack.env["DEPLOYTEST_BOT_PORT"], stack.env["DEPLOYTEST_BOT2_PORT"]):
+            await _listening(port)
 
         proxy = f"http://127.0.0.1:{stack.env['DEPLOYTEST_PROXY_PORT']}/tg-hook"
         updates = []
@@ -230,6 +260,16 @@ async def test_replicas_behind_the_proxy_answer_every_update(stack: Stack, tmp_p
         # database at once, one at a time: PostgreSQL logged no failed statement (a race logs duplicate keys).
         database_log = (await stack.arun("logs", "--no-color", "db")).stdout
         assert "ERROR:" not in database_log, database_log[-4000:]
+        # The replicas share the host's network, hostname and boot, each in a pid namespace of its own:
+        # neither took the other, alive, for dead (its chats taken over mid-turn, its user told it was
+        # restarted).
+        for user in USERS:
+            said = tg.sent_texts(user)
+            assert not [t for t in said if t.startswith("I was restarted")], said
+            assert said.count(f"Hello, {user}! END") == (2 if user in again else 1), said
+        bots_log = (await stack.arun("logs", "--no-color", "bot", "bot2")).stdout
+        wrong = [line for line in bots_log.splitlines() if "taking over" in line or "taken for dead" in line]
+        assert not wrong, wrong
         print(
             f"up -> {len(SERVICES)} services healthy {healthy - started:.1f} s; "
             f"{len(USERS)} updates through the proxy answered {answered - healthy:.1f} s; "

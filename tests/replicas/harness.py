@@ -130,13 +130,14 @@ class Cluster:
         values.update(self.settings)
         return fake_env(home, self.tg, self.llm, self.database_url, **values)
 
-    async def start(self, n: int) -> list[Replica]:
-        """Start `n` more replicas at once and wait until each one accepts webhook POSTs."""
+    async def start(self, n: int, prefix: Sequence[str] = ()) -> list[Replica]:
+        """Start `n` more replicas at once (each under the command `prefix`, if given) and wait until each
+        one accepts webhook POSTs."""
         fresh = []
         for _ in range(n):
             index, port = len(self.replicas), free_port()
             env = self.env(index, port)
-            process = BotProcess(self.root / f"r{index + 1}", env, name=f"r{index + 1}")
+            process = BotProcess(self.root / f"r{index + 1}", env, name=f"r{index + 1}", prefix=prefix)
             replica = Replica(index, env["OPENAI_API_KEY"], port, process)
             self.replicas.append(replica)
             fresh.append(replica)
