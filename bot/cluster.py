@@ -38,6 +38,7 @@ from functools import wraps
 from pathlib import Path
 from typing import Any, TypeVar
 
+from core_tools.aio import wait_event
 from db.replicas import Cluster
 
 log = logging.getLogger(__name__)
@@ -395,8 +396,7 @@ class Replica:
                 raise
             except Exception:  # the database is briefly unreachable: try again on the next round
                 log.exception("replica loop")
-            with suppress(TimeoutError):
-                await asyncio.wait_for(self._kicked.wait(), STOP_POLL_S)
+            await wait_event(self._kicked, STOP_POLL_S)
 
 
 class ChatLocks:

@@ -28,7 +28,6 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
-from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
@@ -39,6 +38,7 @@ from bot.answers import deliver
 from bot.cluster import ChatLeases, ChatLocks, Hold
 from bot.streaming import StreamingReply, typing_indicator
 from core_tools.agent import Agent, TurnControl, TurnInput, TurnResult
+from core_tools.aio import wait_event
 from core_tools.tools.code import CodeTool
 from db.conversations import Conversations
 from db.inbox import Queued
@@ -314,8 +314,7 @@ class TurnRunner:
             if remaining <= 0:
                 return
             state.arrived.clear()
-            with suppress(TimeoutError):
-                await asyncio.wait_for(state.arrived.wait(), min(remaining, SETTLE_POLL_S))
+            await wait_event(state.arrived, min(remaining, SETTLE_POLL_S))
             newest = self.inbox.latest_in(chat_id)
             if newest != latest or state.arrived.is_set():
                 latest = newest

@@ -14,6 +14,7 @@ from telegram.constants import ChatAction
 from telegram.error import BadRequest, RetryAfter, TelegramError
 
 from bot.render import TELEGRAM_LIMIT, Rendered, plain_chunks, render, split_rendered, utf16_len
+from core_tools.aio import wait_event
 from core_tools.tools.code import elapsed_text
 
 log = logging.getLogger(__name__)
@@ -263,9 +264,7 @@ async def status_note(
         return f"\u23f3 {what} {elapsed_text(time.monotonic() - started)}"
 
     async def over(wait: float) -> bool:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(done.wait(), wait)
-        return done.is_set()
+        return await wait_event(done, wait)
 
     async def show() -> None:
         if await over(after):

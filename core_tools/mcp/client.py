@@ -12,7 +12,7 @@ import json
 import logging
 import re
 import time
-from contextlib import AsyncExitStack, suppress
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +21,7 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CONNECTION_CLOSED
 
+from core_tools.aio import wait_event
 from core_tools.errors import ToolError
 from core_tools.mcp.config import ServerSpec
 from core_tools.registry import ToolRegistry, bound_description
@@ -188,8 +189,7 @@ class McpServers:
                 "MCP server %s is down (%s); retry %d in %.0f s", name, st.last_error, st.failures, delay
             )
             self._ready[name].set()
-            with suppress(TimeoutError):
-                await asyncio.wait_for(self._closing.wait(), delay)
+            await wait_event(self._closing, delay)
 
     async def _connect_and_serve(self, st: ServerState) -> None:
         spec = st.spec
@@ -239,8 +239,7 @@ class McpServers:
         """Return when the connection is lost: a failed ping, or a call that saw it break."""
         lost = self._lost[name]
         while True:
-            with suppress(TimeoutError):
-                await asyncio.wait_for(lost.wait(), self.ping_interval_s)
+            await wait_event(lost, self.ping_interval_s)
             try:  # ping is gone from the 2026 protocol: listing the tools checks the connection in every era
                 await asyncio.wait_for(client.list_tools(cache_mode="refresh"), self.connect_timeout_s)
             except Exception as exc:
