@@ -278,10 +278,16 @@ class CodeTool:
                 files_in=files or None,
                 files_out=self.file_limits if self.file_sink is not None else None,
             )
-        if result.files_out and self.file_sink is not None:
-            failed = await self.file_sink.send_files(ctx.chat_id, list(result.files_out))
+        if self.file_sink is not None and (result.files_out or result.files_skipped):
+            # The chat gets what fits, and a note naming what did not (over a limit, or refused by it).
+            failed = await self.file_sink.send_files(
+                ctx.chat_id, list(result.files_out), list(result.files_skipped)
+            )
             if failed:
-                result = replace(result, files_skipped=result.files_skipped + tuple(failed))
+                sent = tuple(
+                    f for f in result.files_out if not any(x.startswith(f"{f.name}: ") for x in failed)
+                )
+                result = replace(result, files_out=sent, files_skipped=result.files_skipped + tuple(failed))
         row = CodeExecution(
             id=str(uuid.uuid4()),
             code=code,
@@ -319,8 +325,12 @@ class CodeTool:
             out["error_category"] = result.error_category
         if result.files_out:
             out["files_sent_to_chat"] = [{"name": f.name, "bytes": len(f.data)} for f in result.files_out]
+        if result.files_in_skipped:
+            out["files_not_in"] = list(result.files_in_skipped)
         if result.files_skipped:
             out["files_not_sent"] = list(result.files_skipped)
+            if self.file_sink is not None:
+                out["files_not_sent_note"] = "the user was shown this list"
         if result.truncated:
             out["truncated"] = (
                 f"output was cut at the sandbox cap: {result.stdout_bytes} bytes of stdout and "
