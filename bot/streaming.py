@@ -160,11 +160,11 @@ class StreamingReply:
             self._flush_task.cancel()
         async with self._lock:
             ids: list[int] = []
-            refused: list[TelegramError] = []
+            refused: list[BadRequest] = []
             for i, part in enumerate(parts):
                 try:
                     ids.extend(await self._deliver(part, self.message_id if i == 0 else None))
-                except TelegramError as exc:
+                except BadRequest as exc:  # (network trouble that outlasted the retries still raises)
                     log.error(
                         "chat %s: part %d of %d of the answer was refused: %s",
                         self.chat_id,
@@ -175,8 +175,8 @@ class StreamingReply:
                     refused.append(exc)
             if refused:
                 ids.extend(await self._tell_refused(refused, len(parts)))
-            if not ids:
-                raise refused[-1] if refused else TelegramError(f"nothing delivered to chat {self.chat_id}")
+            if refused and not ids:
+                raise refused[-1]
             if self._stale_preview is not None and self._stale_preview not in ids:
                 # The preview could not be edited into the answer, which went as new messages: the half
                 # streamed text (and its Stop button) must not stay above it.
@@ -184,7 +184,7 @@ class StreamingReply:
                     await self.bot.delete_message(self.chat_id, self._stale_preview)
             return ids
 
-    async def _tell_refused(self, refused: list[TelegramError], parts: int) -> list[int]:
+    async def _tell_refused(self, refused: list[BadRequest], parts: int) -> list[int]:
         """A short plain note about parts Telegram would not take in any form (the answer is stored)."""
         note = (
             f"(Telegram refused {len(refused)} of the {parts} parts of this answer: {refused[-1]}. "
