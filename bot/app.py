@@ -28,6 +28,7 @@ from bot.media import register_media_handlers
 from bot.memory_commands import MemoryCommands, schedule_jobs
 from bot.model_commands import ModelChoice, ModelCommands
 from bot.schedule_commands import register_schedule_handlers
+from bot.topics import conversation_of, place_of
 from bot.usage_commands import register_usage_handlers
 from bot.wiring import Services
 
@@ -59,6 +60,7 @@ class Handlers:
             settings.owner_id,
         )
         self.allowed = set(self.access.users)
+        self.topics = services.conversations.topics  # a forum topic is a conversation of its own
         self.models = ModelChoice(settings.models, services.conversations, services.usage_service.prices)
         replica = services.replica
         self.locks = ChatLocks(replica.chats)
@@ -70,7 +72,8 @@ class Handlers:
             debounce_s=settings.message_debounce_ms / 1000,
             merge_bursts=settings.message_merge_bursts,
             edit_interval_s=settings.stream_edit_interval_s,
-            model_for=self.models.for_chat,
+            # A forum's topics use the model chosen for the forum.
+            model_for=lambda key: self.models.for_chat(self.topics.place(key).chat_id),
             locks=self.locks,
             max_chats=settings.max_concurrent_turns,
             on_free=replica.kick,
@@ -138,7 +141,7 @@ class Handlers:
         assert msg and user and chat
         return Incoming(
             user.id,
-            chat.id,
+            conversation_of(self.topics, update),
             text,
             user.first_name,
             user.username,
@@ -162,9 +165,10 @@ class Handlers:
         """/newsession [name]."""
         assert update.effective_message and update.effective_user and update.effective_chat
         name = " ".join(context.args or []).strip()[:200] or None
-        async with self.locks.hold(update.effective_chat.id):
+        key = conversation_of(self.topics, update)  # in a forum topic: that topic's session only
+        async with self.locks.hold(key):
             result = await self.services.sessions.new_session(
-                update.effective_user.id, update.effective_chat.id, name, str(update.effective_chat.type)
+                update.effective_user.id, key, name, str(update.effective_chat.type)
             )
         lines = [f"Started a new session: {result.new.name}."]
         if result.carried:
@@ -194,7 +198,8 @@ class Handlers:
         """/stop: stop the chat's running turn."""
         msg, user, chat = update.effective_message, update.effective_user, update.effective_chat
         assert msg and user and chat
-        notice = await self.runner.stop(chat.id, user.id, self.access.is_owner(user.id))
+        key = conversation_of(self.topics, update)
+        notice = await self.runner.stop(key, user.id, self.access.is_owner(user.id))
         if notice:
             await msg.reply_text(notice)
 
@@ -208,7 +213,8 @@ class Handlers:
             return
         raw = query.data.removeprefix("stop:")
         number = int(raw) if raw.isdigit() else -1
-        notice = await self.runner.stop(chat.id, user.id, self.access.is_owner(user.id), number)
+        key = conversation_of(self.topics, update)  # the topic of the answer the button is under
+        notice = await self.runner.stop(key, user.id, self.access.is_owner(user.id), number)
         with contextlib.suppress(TelegramError):
             await query.answer(notice or "Stopped.")
 
@@ -226,10 +232,12 @@ class Handlers:
         """The one global error handler: log the traceback, apologise briefly, keep serving."""
         log.error("error while handling an update", exc_info=context.error)
         if isinstance(update, Update) and update.effective_chat is not None:
+            place = place_of(update)
             try:
                 await context.bot.send_message(
-                    update.effective_chat.id,
+                    place.chat_id,
                     "Sorry, something went wrong on my side. It is logged; please try again.",
+                    message_thread_id=place.thread_id,
                 )
             except TelegramError:
                 log.warning("could not send the apology to chat %s", update.effective_chat.id)
@@ -274,7 +282,8 @@ def drop_unserved(app: Application[Any, Any, Any, Any, Any, Any]) -> None:
     services: Services = app.bot_data["services"]
     h: Handlers = app.bot_data["handlers"]
     waiting = services.conversations.inbox.waiting()
-    gone = [q.id for q in waiting if not h.access.serves(q.chat_id, q.chat_type, q.user_id)]
+    chat_of = services.conversations.topics.place  # a forum topic's messages: their forum decides
+    gone = [q.id for q in waiting if not h.access.serves(chat_of(q.chat_id).chat_id, q.chat_type, q.user_id)]
     if gone:
         log.info("dropped %d waiting message(s) of users or chats no longer allowed", len(gone))
         services.conversations.inbox.discard(gone)

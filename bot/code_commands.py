@@ -9,6 +9,7 @@ from telegram.ext import ContextTypes
 
 from bot.args import parse_int
 from bot.streaming import StreamingReply
+from bot.topics import place_of
 from db.executions import Executions
 from db.models import utcnow
 
@@ -88,4 +89,6 @@ class CodeCommands:
                 "Error:",
                 _block(_clip(f.stderr.strip(), 300)),
             ]
-            await StreamingReply(context.bot, update.effective_chat.id).finish("\n".join(body))
+            place = place_of(update)  # in a forum topic: that topic
+            reply = StreamingReply(context.bot, place.chat_id, thread_id=place.thread_id)
+            await reply.finish("\n".join(body))

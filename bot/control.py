@@ -10,6 +10,9 @@ task of the message that found the chat free drives it until its inbox is empty,
 task (shutdown cancels them); the turn itself runs in a task of its own that `/stop` cancels, also when
 the /stop reached another process.
 
+A "chat" here is a conversation key (db/topics.py): the chat id, or a forum topic's own key, so each topic
+of a forum queues, leases, stops and answers on its own; `place` says where its messages go in Telegram.
+
 Voice notes, photos and files (bot/media.py) come here once downloaded, transcribed or read, as an
 `Incoming` carrying their media rows (and, for a voice note, the transcript the answer quotes), so they
 queue, merge, stop and wait in the inbox exactly like text.
@@ -36,6 +39,7 @@ from core_tools.tools.code import CodeTool
 from db.conversations import Conversations
 from db.inbox import Queued
 from db.replicas import Cluster
+from db.topics import Place
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +160,10 @@ class TurnRunner:
         self._states: dict[int, ChatState] = {}
         self._typing: dict[int, float] = {}  # inbox id -> when "typing" was shown for it here
 
+    def place(self, chat_id: int) -> Place:
+        """Where a conversation (a chat, or a forum topic's key: db/topics.py) is answered in Telegram."""
+        return self.conversations.topics.place(chat_id)
+
     # ------------------------------------------------------------------ queueing
 
     def driving(self) -> int:
@@ -231,11 +239,13 @@ class TurnRunner:
         """Tell the chat about messages whose turn a stopped process could not finish."""
         for pending in self.conversations.take_pending(chat_id):
             snippet = pending.content if len(pending.content) <= 80 else pending.content[:77] + "..."
+            place = self.place(pending.chat_id)
             try:
                 await bot.send_message(
-                    pending.chat_id,
+                    place.chat_id,
                     f"I was restarted while answering your message \u201c{snippet}\u201d and could not "
                     "finish. Please send it again if you still need an answer.",
+                    message_thread_id=place.thread_id,
                 )
             except TelegramError as exc:
                 log.warning("could not tell chat %s about an interrupted message: %s", chat_id, exc)
@@ -244,7 +254,8 @@ class TurnRunner:
         first = True
         while rows := self.inbox.waiting_in(chat_id):
             if first and self.debounce_s > 0 and rows[0].rerun_of is None:
-                async with typing_indicator(bot, chat_id):  # the user sees the bot is about to answer
+                place = self.place(chat_id)  # the user sees the bot is about to answer:
+                async with typing_indicator(bot, place.chat_id, thread_id=place.thread_id):
                     await self._settle(chat_id, state)
                 rows = self.inbox.waiting_in(chat_id)
                 if not rows:
@@ -315,19 +326,23 @@ class TurnRunner:
             more_media=tuple(b.media_ids for b in batch[1:]),
         )
         number = secrets.randbits(48)  # unique across processes (an inbox id is not: SQLite reuses them)
+        place = self.place(head.chat_id)
         reply = StreamingReply(
             bot,
-            head.chat_id,
+            place.chat_id,
             min_interval=self.edit_interval_s,
             stop_data=f"stop:{number}",
             reply_to=head.reply_to,
+            thread_id=place.thread_id,
         )
         control = TurnControl()
         task = asyncio.create_task(self.agent.run_turn(turn, reply, control))
         running = state.running = Running(number, head.user_id, control, task)
         self.cluster.start_turn(head.chat_id, self.chats.me, number, head.user_id)
         try:
-            async with typing_indicator(bot, head.chat_id, last_sent=head.typing_at):
+            async with typing_indicator(
+                bot, place.chat_id, last_sent=head.typing_at, thread_id=place.thread_id
+            ):
                 await asyncio.wait({task})
             if control.stop_requested and self.code is not None and control.message_ids:
                 await self.code.cancel_turn(control.message_ids[0])  # its background jobs stop too

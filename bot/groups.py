@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 from telegram import Message, MessageEntity, User
 
+from bot.topics import replied_to
+
 QUOTE_LIMIT = 1500  # characters of a replied-to message that go into the turn
 
 
@@ -63,7 +65,7 @@ def _entity_text(msg: Message, entity: MessageEntity) -> str:
 def addressed(msg: Message, bot: User) -> bool:
     """In a group: does the message (its text, or a photo's or file's caption) mention the bot, reply to it,
     or give it a command?"""
-    reply = msg.reply_to_message
+    reply = replied_to(msg)
     if reply is not None and reply.from_user is not None and reply.from_user.id == bot.id:
         return True
     name = f"@{bot.username}".lower() if bot.username else None
@@ -96,7 +98,7 @@ def speaker(user: User) -> str:
 
 def quoted_context(msg: Message, bot: User) -> str | None:
     """The replied-to text (or the part the user quoted), marked as a quote, or None."""
-    source = msg.reply_to_message
+    source = replied_to(msg)
     quote = msg.quote.text if msg.quote is not None else None
     if source is None and quote is None:
         return None

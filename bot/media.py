@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from telegram import Bot, InputFile, Message, Update
 from telegram.error import BadRequest, TelegramError
@@ -19,7 +20,8 @@ from telegram.ext import Application, ContextTypes, MessageHandler, filters
 
 from bot.control import Incoming, TurnRunner
 from bot.groups import frame, is_group, without_mention
-from bot.streaming import typing_indicator
+from bot.streaming import status_note, typing_indicator
+from bot.topics import conversation_of, thread_of
 from bot.wiring import Services
 from core_tools.agent import TurnInput
 from core_tools.errors import BudgetExceeded, MediaError
@@ -28,6 +30,7 @@ from core_tools.media import SUPPORTED
 log = logging.getLogger(__name__)
 
 Ctx = ContextTypes.DEFAULT_TYPE
+T = TypeVar("T")
 
 MAX_DOWNLOAD_BYTES = 20 * 1024 * 1024  # the Bot API's getFile limit
 IMAGE_MAX_BYTES = 10 * 1024 * 1024  # the largest photo size at most this big goes to the model
@@ -68,11 +71,21 @@ class MediaHandlers:
 
     # ------------------------------------------------------------------ helpers
 
+    def _key(self, update: Update) -> int:
+        """The update's conversation: its chat, or its forum topic (bot/topics.py)."""
+        return conversation_of(self.services.conversations.topics, update)
+
     def _turn(self, update: Update, text: str, media_ids: list[int]) -> TurnInput:
         msg, user, chat = update.effective_message, update.effective_user, update.effective_chat
         assert msg and user and chat
         return TurnInput(
-            user.id, chat.id, text, user.first_name, user.username, str(chat.type), media_ids=tuple(media_ids)
+            user.id,
+            self._key(update),
+            text,
+            user.first_name,
+            user.username,
+            str(chat.type),
+            media_ids=tuple(media_ids),
         )
 
     def _incoming(
@@ -91,7 +104,7 @@ class MediaHandlers:
         assert msg and user and chat
         return Incoming(
             user.id,
-            chat.id,
+            self._key(update),
             # The captions in `text` lost the @name already (_caption); a file's own text stays as it is.
             frame(msg, context.bot.bot, str(chat.type), text, strip_mention=False),
             user.first_name,
@@ -122,7 +135,7 @@ class MediaHandlers:
         assert user and chat and self.services.media is not None
         return self.services.media.record(
             user_id=user.id,
-            chat_id=chat.id,
+            chat_id=self._key(update),
             kind=kind,
             name=name,
             mime_type=mime,
@@ -157,7 +170,7 @@ class MediaHandlers:
         """Store the message (it gets no answer from the model) and tell the user why."""
         chat = update.effective_chat
         assert chat is not None
-        async with self.locks.hold(chat.id):
+        async with self.locks.hold(self._key(update)):
             self.services.agent.record_only(self._turn(update, stand_in, media_ids), "unsupported")
         assert update.effective_message is not None
         await update.effective_message.reply_text(reply)
@@ -221,14 +234,22 @@ class MediaHandlers:
             return
         assert update.effective_user is not None
         # Transcribed before it queues (it enters the chat's queue once it is text), "typing" meanwhile.
-        async with typing_indicator(context.bot, chat.id) as typing:
+        async with (
+            typing_indicator(context.bot, chat.id, thread_id=thread_of(msg)) as typing,
+            status_note(
+                context.bot,
+                chat.id,
+                f"transcribing your {kind.replace('_', ' ')}...",
+                thread_id=thread_of(msg),
+            ),
+        ):
             try:
                 heard = await audio.transcribe(
                     data, name, duration, user_id=update.effective_user.id, session_id=None
                 )
             except (MediaError, BudgetExceeded) as exc:
                 self.services.media.rows.set_status(file_id, "failed", str(exc))
-                async with self.locks.hold(chat.id):
+                async with self.locks.hold(self._key(update)):
                     self.services.agent.record_only(
                         self._turn(update, f"{label}, not transcribed: {exc}]", [file_id]), "failed"
                     )
@@ -243,7 +264,7 @@ class MediaHandlers:
                 return
         if not heard:
             self.services.media.rows.set_status(file_id, "empty", "no words heard")
-            async with self.locks.hold(chat.id):
+            async with self.locks.hold(self._key(update)):
                 self.services.agent.record_only(
                     self._turn(update, f"{label}, no words heard]", [file_id]), "unsupported"
                 )
@@ -264,11 +285,21 @@ class MediaHandlers:
             return
         try:
             voice = await audio.speak(answer[:4000], user_id=item.user_id)
-            await bot.send_voice(item.chat_id, InputFile(voice, filename="answer.ogg"))
+            place = self.runner.place(item.chat_id)  # a forum topic's answer goes to that topic
+            await bot.send_voice(
+                place.chat_id, InputFile(voice, filename="answer.ogg"), message_thread_id=place.thread_id
+            )
         except (MediaError, BudgetExceeded, TelegramError) as exc:
             log.info("no voice answer for chat %s: %s", item.chat_id, exc)
 
     # ------------------------------------------------------------------ photos and files
+
+    async def _saying(self, context: Ctx, update: Update, what: str, work: Awaitable[T]) -> T:
+        """Await `work`; when it takes a while, a note in the chat says `what` is being done."""
+        chat = update.effective_chat
+        assert chat is not None
+        async with status_note(context.bot, chat.id, what, thread_id=thread_of(update.effective_message)):
+            return await work
 
     async def photo_in(self, update: Update, context: Ctx) -> None:
         """A photo: the largest size under the limit goes to the model with its caption."""
@@ -293,7 +324,8 @@ class MediaHandlers:
         if mime in IMAGE_TYPES:
             part = self._photo_part(update, context, doc.file_id, doc.file_size, name, mime)
         else:
-            part = self._document_part(update, context, doc.file_id, doc.file_size, name, mime)
+            reading = self._document_part(update, context, doc.file_id, doc.file_size, name, mime)
+            part = self._saying(context, update, f"reading {name[:60]}...", reading)
         await self._gather(update, context, part)
 
     async def _photo_part(
@@ -313,7 +345,7 @@ class MediaHandlers:
         except MediaError as exc:
             row = self._record(update, "image", name, mime, None, "too_big", size=size, detail=str(exc))
             return f"[image {name!r}: not taken]", row, f"{name}: {exc}"
-        row = self.services.media.image(update.effective_user.id, update.effective_chat.id, name, mime, data)
+        row = self.services.media.image(update.effective_user.id, self._key(update), name, mime, data)
         return f"[photo {row}: {name}]", row, None
 
     async def _document_part(
@@ -330,7 +362,7 @@ class MediaHandlers:
             row, block = await asyncio.to_thread(
                 self.services.media.document,
                 update.effective_user.id,
-                update.effective_chat.id,
+                self._key(update),
                 name,
                 mime,
                 data,

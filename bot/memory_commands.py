@@ -164,9 +164,12 @@ async def rollover_job(context: Ctx) -> None:
     """Every minute (and once at start, to catch up): archive sessions past their boundary, tell the user."""
     services: Services = context.application.bot_data["services"]
     for result in await services.sessions.rollover_due():
+        place = services.conversations.topics.place(result.new.chat_id)  # a forum topic: that topic
         try:
             await context.bot.send_message(
-                result.new.chat_id, rollover_notice(result.new.name, result.carried)
+                place.chat_id,
+                rollover_notice(result.new.name, result.carried),
+                message_thread_id=place.thread_id,
             )
         except TelegramError as exc:
             log.warning("could not tell chat %s about its new session: %s", result.new.chat_id, exc)

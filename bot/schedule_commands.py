@@ -18,6 +18,7 @@ from telegram.ext import (
 
 from bot.cluster import ChatLocks
 from bot.schedule_jobs import ScheduleRunner
+from bot.topics import conversation_of
 from bot.wiring import Services
 from core_tools.schedule.rules import ScheduleInputError
 from core_tools.schedule.service import ScheduleService
@@ -45,6 +46,7 @@ class ScheduleCommands:
         self.service: ScheduleService = services.schedules.service
         self.runner = runner
         self.allowed = set(services.settings.allowed_user_ids or [])
+        self.topics = services.conversations.topics
 
     def listing(self, user_id: int, chat_scope: int | None) -> tuple[str, InlineKeyboardMarkup | None]:
         """The /reminders text and its buttons (a cancel button each; resume for paused ones)."""
@@ -75,12 +77,14 @@ class ScheduleCommands:
             lines.append(f"... and {len(items) - LIST_LIMIT} more.")
         return "\n".join(lines), InlineKeyboardMarkup(buttons)
 
-    @staticmethod
-    def _scope(update: Update) -> int | None:
+    def _scope(self, update: Update) -> int | None:
         chat = update.effective_chat
         assert chat is not None
-        # In a group only that group's schedules are shown: private reminders stay private.
-        return None if chat.type == ChatType.PRIVATE else chat.id
+        # In a group only that group's schedules are shown (in a forum topic: that topic's), private
+        # reminders stay private.
+        if chat.type == ChatType.PRIVATE:
+            return None
+        return conversation_of(self.topics, update)
 
     async def reminders(self, update: Update, context: Ctx) -> None:
         """/reminders."""
@@ -128,8 +132,7 @@ class ScheduleCommands:
                 await query.answer("Done.")
                 await self._replace_buttons(query, "✅ Done.")
             elif action == "cancel":
-                chat = update.effective_chat
-                scope = None if chat is None or chat.type == ChatType.PRIVATE else chat.id
+                scope = None if update.effective_chat is None else self._scope(update)
                 gone = self.service.cancel(user_id, item_id, scope)
                 await query.answer(f"Cancelled #{gone['id']}.")
                 await self._refresh_listing(query, user_id, scope)
@@ -137,8 +140,7 @@ class ScheduleCommands:
                 self.service.resume(user_id, item_id)
                 self.runner.wake()
                 await query.answer(f"Resumed #{item_id}.")
-                chat = update.effective_chat
-                scope = None if chat is None or chat.type == ChatType.PRIVATE else chat.id
+                scope = None if update.effective_chat is None else self._scope(update)
                 await self._refresh_listing(query, user_id, scope)
             else:
                 await query.answer("This button is not known any more.")

@@ -293,6 +293,8 @@ class ScheduleRunner:
             parts = []
             markup = reminder_keyboard(f.id)
         attempts = f.attempts + 1
+        place = self.services.conversations.topics.place(f.chat_id)  # set in a forum topic: sent there
+        thread = place.thread_id
         try:
             async with self._send_slots:
                 if parts:
@@ -300,16 +302,23 @@ class ScheduleRunner:
                     for part in parts:
                         try:
                             msg = await self.bot.send_message(
-                                f.chat_id, part.text, entities=part.entities or None
+                                place.chat_id,
+                                part.text,
+                                entities=part.entities or None,
+                                message_thread_id=thread,
                             )
                         except BadRequest as exc:
                             if not part.entities or "entit" not in str(exc).lower():
                                 raise
-                            msg = await self.bot.send_message(f.chat_id, part.text)
+                            msg = await self.bot.send_message(
+                                place.chat_id, part.text, message_thread_id=thread
+                            )
                         first = first or msg.message_id
                     message_id = first
                 else:
-                    msg = await self.bot.send_message(f.chat_id, text, reply_markup=markup)
+                    msg = await self.bot.send_message(
+                        place.chat_id, text, reply_markup=markup, message_thread_id=thread
+                    )
                     message_id = msg.message_id
         except Forbidden as exc:
             # The user blocked the bot (or it left the group): pause instead of failing every occurrence.
@@ -386,8 +395,9 @@ class ScheduleRunner:
         return text
 
     async def _tell(self, chat_id: int, text: str) -> None:
+        place = self.services.conversations.topics.place(chat_id)
         try:
-            await self.bot.send_message(chat_id, text)
+            await self.bot.send_message(place.chat_id, text, message_thread_id=place.thread_id)
         except Forbidden:
             self.service.pause_chat(chat_id, "blocked")
         except TelegramError as exc:

@@ -14,6 +14,7 @@ from telegram.constants import ChatAction
 from telegram.error import BadRequest, RetryAfter, TelegramError
 
 from bot.render import TELEGRAM_LIMIT, Rendered, plain_chunks, render, split_rendered, utf16_len
+from core_tools.tools.code import elapsed_text
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +46,10 @@ class StreamingReply:
         clock: Callable[[], float] = time.monotonic,
         stop_data: str | None = None,
         reply_to: int | None = None,
+        thread_id: int | None = None,
     ) -> None:
         self.bot = bot
+        self.thread_id = thread_id  # the forum topic its messages go to (edits stay where they are)
         # While the answer streams its message carries a Stop button (callback data `stop_data`); the
         # final text replaces it. `reply_to`: the first message refers to this one (an edited question).
         self._markup = (
@@ -125,7 +128,11 @@ class StreamingReply:
             try:
                 if self.message_id is None:
                     msg = await self.bot.send_message(
-                        self.chat_id, preview, reply_markup=self._markup, reply_parameters=self._reply
+                        self.chat_id,
+                        preview,
+                        reply_markup=self._markup,
+                        reply_parameters=self._reply,
+                        message_thread_id=self.thread_id,
                     )
                     self.message_id = msg.message_id
                     self._reply = None
@@ -208,7 +215,11 @@ class StreamingReply:
                     )
                     return [edit_id]
                 msg = await self.bot.send_message(
-                    self.chat_id, part.text, entities=entities, reply_parameters=self._reply
+                    self.chat_id,
+                    part.text,
+                    entities=entities,
+                    reply_parameters=self._reply,
+                    message_thread_id=self.thread_id,
                 )
                 self._reply = None  # only the first message refers to the question
                 return [msg.message_id]
@@ -271,6 +282,74 @@ def _too_long(error_text: str) -> bool:
     return "too long" in text or "too_long" in text
 
 
+STATUS_NOTE_AFTER_S = 2.0  # a step that lasts longer says what it is doing (reading a file, transcribing)
+STATUS_NOTE_EVERY_S = 2.0  # how often that note's elapsed time is renewed
+
+
+@contextlib.asynccontextmanager
+async def status_note(
+    bot: Bot,
+    chat_id: int,
+    what: str,
+    *,
+    thread_id: int | None = None,
+    after: float = STATUS_NOTE_AFTER_S,
+    every: float = STATUS_NOTE_EVERY_S,
+) -> AsyncIterator[None]:
+    """While the block runs longer than `after`, a message says "⏳ {what} {elapsed}" (renewed every
+    `every` seconds); it is deleted when the block ends. Failures to show it are logged and ignored."""
+    done = asyncio.Event()
+    started = time.monotonic()
+
+    def line() -> str:
+        return f"\u23f3 {what} {elapsed_text(time.monotonic() - started)}"
+
+    async def over(wait: float) -> bool:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), wait)
+        return done.is_set()
+
+    async def show() -> None:
+        if await over(after):
+            return
+        message_id: int | None = None
+        try:
+            shown = line()
+            msg = await bot.send_message(chat_id, shown, message_thread_id=thread_id)
+            message_id = msg.message_id
+            pause = every
+            while not await over(pause):
+                pause = every
+                text = line()
+                if text == shown:
+                    continue
+                try:
+                    await bot.edit_message_text(text, chat_id, message_id)
+                    shown = text
+                except RetryAfter as exc:
+                    pause = max(every, _retry_seconds(exc))
+        except TelegramError as exc:
+            log.info("chat %s: status note failed: %s", chat_id, exc)
+        finally:
+            if message_id is not None:
+                try:
+                    await bot.delete_message(chat_id, message_id)
+                except TelegramError as exc:
+                    log.info("chat %s: status note not deleted: %s", chat_id, exc)
+
+    # Not cancelled at the end but told to finish: a note being sent is then deleted, never left behind.
+    task = asyncio.create_task(show())
+    try:
+        yield
+    finally:
+        done.set()
+        try:
+            await task
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+
+
 @dataclass
 class Typing:
     """When a typing indicator last sent "typing" (monotonic seconds), so a block that follows can wait."""
@@ -280,9 +359,10 @@ class Typing:
 
 @contextlib.asynccontextmanager
 async def typing_indicator(
-    bot: Bot, chat_id: int, every: float = 4.5, last_sent: float | None = None
+    bot: Bot, chat_id: int, every: float = 4.5, last_sent: float | None = None, thread_id: int | None = None
 ) -> AsyncIterator[Typing]:
-    """Show "typing..." until the block ends; a failing sendChatAction is logged and ignored.
+    """Show "typing..." (in forum topic `thread_id`) until the block ends; a failing sendChatAction is
+    logged and ignored.
 
     `last_sent`: when a block just before this one sent it (a voice note's transcription before its turn);
     "typing" shows for about 5 s, so the first send waits until `every` has passed since then.
@@ -295,7 +375,7 @@ async def typing_indicator(
             if wait <= 0:
                 state.last_sent = time.monotonic()
                 try:
-                    await bot.send_chat_action(chat_id, ChatAction.TYPING)
+                    await bot.send_chat_action(chat_id, ChatAction.TYPING, message_thread_id=thread_id)
                 except TelegramError as exc:
                     log.debug("sendChatAction failed: %s", exc)
                 wait = every

@@ -133,7 +133,7 @@ def build_services(settings: Settings) -> Services:
     sm = make_sessionmaker(engine)
     conversations = Conversations(sm)
     usage = UsageLog(sm)
-    notifier = TelegramNotifier()
+    notifier = TelegramNotifier(conversations.topics)
     usage_service = UsageService(
         UsageQueries(sm),
         prices=parse_prices(settings.llm_prices),
@@ -183,7 +183,7 @@ def build_services(settings: Settings) -> Services:
             history_images=settings.vision_history_images,
         ),
     )
-    files = TelegramFiles()
+    files = TelegramFiles(conversations.topics)
     registry = ToolRegistry(recorder=usage, results=ToolResults(sm))
     for media_tool in media.tools():
         registry.register(media_tool, timeout_s=settings.tool_timeout_s)

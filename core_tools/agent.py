@@ -37,7 +37,8 @@ class TurnSink(Protocol):
         """The answer so far (the whole text, not a delta)."""
 
     async def status(self, line: str) -> None:
-        """A one-line status such as "running code..."."""
+        """A one-line status such as "running code..."; renewed while a long tool works (a code run: about
+        every second, with its elapsed time and last line of output), so a sink shows only the latest."""
 
 
 class TurnBudget(Protocol):

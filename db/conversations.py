@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from db.inbox import Inbox
 from db.models import ChatSession, ChatSettings, Message, User, utcnow
+from db.topics import Topics
 
 LAST_SEEN_RESOLUTION = timedelta(minutes=1)
 _MESSAGES: Table = Message.__table__  # type: ignore[assignment]
@@ -160,6 +161,8 @@ class Conversations:
         self._sm = sessions
         self._engine: Engine = sessions.kw["bind"]
         self.inbox = Inbox(self._engine)  # messages waiting for their turn; a turn stores them from there
+        # Forum topics are conversations of their own: their keys stand in for chat ids (db/topics.py).
+        self.topics = Topics(self._engine)
         # Small per-process caches of the hot path; the bot is the only writer of these columns.
         self._seen: dict[int, tuple[tuple[str | None, str | None], datetime]] = {}
         self._timezones: dict[int, str | None] = {}

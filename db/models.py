@@ -229,6 +229,24 @@ class UpdateSeen(Base):
     seen_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+class ForumTopic(Base):
+    """A topic of a forum supergroup that has talked to the bot (migration 0016).
+
+    A topic is a conversation of its own: its session, queue (inbox), lease, schedules and files are kept
+    under a conversation key in the `chat_id` columns of those tables. That key is the chat id for every
+    chat that is not a forum topic (private chats, groups, a forum's General topic), and
+    `-(2**53 + id)` for a topic: outside the range of Telegram ids, which have at most 52 significant bits.
+    db/topics.py turns keys into (chat id, thread id) and back."""
+
+    __tablename__ = "forum_topics"
+    __table_args__ = (UniqueConstraint("chat_id", "thread_id", name="uq_forum_topics_chat_thread"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    chat_id: Mapped[int] = mapped_column(BigInteger)
+    thread_id: Mapped[int] = mapped_column(BigInteger)  # Telegram's message_thread_id of the topic
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class ChatSettings(Base):
     """What one chat chose (migration 0009): its model; NULL means the operator's default."""
 

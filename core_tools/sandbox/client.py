@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core_tools.errors import ToolError
-from core_tools.sandbox.model import ExecutionResult, FileLimits, Isolation
+from core_tools.sandbox.model import ExecutionResult, FileLimits, Isolation, OutputWatcher
 from core_tools.sandbox.protocol import (
     MAX_ANSWER_BYTES,
     MAX_FILES_IN,
@@ -172,11 +172,12 @@ class ServiceExecutor:
         *,
         files_in: Mapping[str, bytes] | None = None,
         files_out: FileLimits | None = None,
+        on_output: OutputWatcher | None = None,
     ) -> ExecutionResult:
         """Run `code` in the service; ToolError when the service cannot be reached or refuses the request.
 
         Files in that do not fit the service's limits are left out, each named in the result's
-        `files_in_skipped`.
+        `files_in_skipped`. `on_output` gets the run's latest line of output while it goes on.
         """
         try:
             info = self._info or await self._hello()
@@ -192,6 +193,8 @@ class ServiceExecutor:
             "timeout_s": timeout_s,
             "ack": True,
         }
+        if on_output is not None:
+            body["progress"] = True
         if sent:
             body["files_in"] = [{"name": name, "size": len(data)} for name, data in sent]
         if files_out is not None:
@@ -204,7 +207,9 @@ class ServiceExecutor:
             )
         budget = info.default_timeout_s if timeout_s is None else max(timeout_s, 0.0)
         wait_s = info.queue_timeout_s + min(budget, info.max_timeout_s) + self.timeout_margin_s
-        answer, out = await self._exchange(request, [data for _, data in sent], wait_s, limits=files_out)
+        answer, out = await self._exchange(
+            request, [data for _, data in sent], wait_s, limits=files_out, on_output=on_output
+        )
         if answer.get("ok") is True and isinstance(answer.get("result"), dict):
             try:
                 fields = dict(answer["result"])
@@ -249,14 +254,21 @@ class ServiceExecutor:
         return await asyncio.open_unix_connection(self.address, limit=READ_CHUNK)
 
     async def _exchange(
-        self, request: bytes, files: list[bytes], wait_s: float, *, limits: FileLimits | None = None
+        self,
+        request: bytes,
+        files: list[bytes],
+        wait_s: float,
+        *,
+        limits: FileLimits | None = None,
+        on_output: OutputWatcher | None = None,
     ) -> tuple[dict[str, Any], list[OutputFile]]:
         """On a fresh connection: the token, one request line and its files; the answer and its files out
         (within `limits`, those the run asked for).
 
         A run's `{"started": true}` line may come first: the answer then carries `"started": true`, and every
-        failure before it raises ServiceNotStarted (the code did not run). Lines without "ok" that this bot
-        does not know are skipped.
+        failure before it raises ServiceNotStarted (the code did not run). Progress lines (`{"output": ...}`)
+        after it go to `on_output` and do not extend the `wait_s` the answer has; other lines without "ok"
+        that this bot does not know are skipped.
         """
         try:
             reader, writer = await asyncio.wait_for(self._open(), self.connect_timeout_s)
@@ -280,12 +292,18 @@ class ServiceExecutor:
                     f"the code sandbox service at {self.socket_path} did not take the request within "
                     f"{wait_s:g} s"
                 ) from None
+            loop = asyncio.get_running_loop()
             started = False
+            deadline = loop.time() + wait_s
             while True:
-                answer = await self._read_answer(reader, wait_s, before_start=not started)
+                left = max(0.0, deadline - loop.time())
+                answer = await self._read_answer(reader, left, before_start=not started)
                 if "ok" in answer:
                     break
-                started = started or answer.get("started") is True
+                if answer.get("started") is True and not started:
+                    started, deadline = True, loop.time() + wait_s  # the run's own time starts now
+                elif "output" in answer and on_output is not None:
+                    on_output(str(answer["output"]))
             if started:
                 answer = {**answer, "started": True}
             out: list[OutputFile] = []

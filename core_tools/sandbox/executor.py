@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -37,6 +38,7 @@ from core_tools.sandbox.model import (
     Executor,
     FileLimits,
     Isolation,
+    OutputWatcher,
     RunWatcher,
     SandboxLimits,
 )
@@ -56,6 +58,8 @@ _DRAIN_GRACE_S = 1.0  # after the process is gone, how long pipes still held by 
 _REAP_GRACE_S = 5.0  # how long bwrap gets to reap its namespace after its init was killed
 _OOM_POLL_S = 0.05  # how often a run's cgroup is checked for an OOM kill (v1 kills one process, not all)
 _MIB = 1024 * 1024
+_LINE_BYTES = 4096  # the end of an unfinished line kept to find the latest complete one (progress)
+_LINE_BREAK = re.compile(rb"[\r\n]")  # \r too: progress bars redraw their line with it
 _ALIASES = {
     "py": "python",
     "python3": "python",
@@ -100,12 +104,36 @@ class _Capture:
         return self.text() + "\n" + self.tail.decode("utf-8", errors="replace")
 
 
-async def _pump(stream: asyncio.StreamReader | None, capture: _Capture) -> None:
-    """Read a stream to EOF, keeping at most the cap in memory."""
+class _LineWatch:
+    """Finds the latest complete, non-blank line of one stream and tells `report` (progress of a run)."""
+
+    def __init__(self, report: OutputWatcher) -> None:
+        self.report = report
+        self.partial = b""  # the end of the line not finished yet, at most _LINE_BYTES
+
+    def feed(self, chunk: bytes) -> None:
+        """Look at a chunk: report its last complete line, if it finished one (once per chunk)."""
+        data = self.partial + chunk
+        end = max(data.rfind(b"\n"), data.rfind(b"\r"))
+        if end < 0:
+            self.partial = data[-_LINE_BYTES:]
+            return
+        self.partial = data[end + 1 :][-_LINE_BYTES:]
+        lines = [line for line in _LINE_BREAK.split(data[max(0, end - _LINE_BYTES) : end]) if line.strip()]
+        if lines:
+            self.report(lines[-1].decode("utf-8", errors="replace"))
+
+
+async def _pump(
+    stream: asyncio.StreamReader | None, capture: _Capture, watch: _LineWatch | None = None
+) -> None:
+    """Read a stream to EOF, keeping at most the cap in memory (and showing `watch` every chunk)."""
     if stream is None:
         return
     while chunk := await stream.read(_CHUNK):
         capture.feed(chunk)
+        if watch is not None:
+            watch.feed(chunk)
 
 
 async def _pump_fd(pipe: list[int], capture: _Capture) -> None:
@@ -274,10 +302,12 @@ class LocalExecutor:
         *,
         files_in: Mapping[str, bytes] | None = None,
         files_out: FileLimits | None = None,
+        on_output: OutputWatcher | None = None,
     ) -> ExecutionResult:
         """Run `code` in a fresh sandbox and return what happened (failures of the code are results).
 
-        `files_in` are readable under in/; with `files_out` the files written under out/ come back.
+        `files_in` are readable under in/; with `files_out` the files written under out/ come back;
+        `on_output` is told each latest complete line of output while the run goes on.
         """
         name, interpreter = self._resolve(language)
         timeout = self._timeout(timeout_s)
@@ -323,7 +353,7 @@ class LocalExecutor:
             self._unsandboxed_files(scratch, files_in, files_out is not None)
         try:
             result, tar, cut = await self._execute(
-                argv, cwd, env, kwargs, code, name, timeout, sandboxed, cgroup, pipe
+                argv, cwd, env, kwargs, code, name, timeout, sandboxed, cgroup, pipe, on_output
             )
             # What out/ can really hold: only files of holes (truncate) could claim more, once read.
             scratch_bytes = self.limits.scratch_mb * _MIB
@@ -391,6 +421,7 @@ class LocalExecutor:
         sandboxed: bool,
         cgroup: RunCgroup | None,
         pipe: list[int] | None = None,
+        on_output: OutputWatcher | None = None,
     ) -> tuple[ExecutionResult, bytes, bool]:
         """Start the process, stream its output under the caps, enforce the wall clock, reap everything.
 
@@ -416,8 +447,8 @@ class LocalExecutor:
             self.guardian.started(proc.pid)
         tasks = [
             asyncio.create_task(_feed_stdin(proc.stdin, code.encode("utf-8", errors="replace"))),
-            asyncio.create_task(_pump(proc.stdout, out)),
-            asyncio.create_task(_pump(proc.stderr, err)),
+            asyncio.create_task(_pump(proc.stdout, out, _LineWatch(on_output) if on_output else None)),
+            asyncio.create_task(_pump(proc.stderr, err, _LineWatch(on_output) if on_output else None)),
         ]
         if pipe is not None:
             os.close(pipe[1])  # only the run holds the write end now: EOF comes when it is gone

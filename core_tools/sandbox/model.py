@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -69,6 +69,10 @@ class FileLimits:
     max_bytes: int = 10 * 1024 * 1024
 
 
+# Told the latest complete line of a run's output while it goes on (raw, possibly long: callers bound it).
+OutputWatcher = Callable[[str], None]
+
+
 class Executor(Protocol):
     """Runs untrusted code; the one seam a later out-of-process service will implement."""
 
@@ -82,11 +86,13 @@ class Executor(Protocol):
         *,
         files_in: Mapping[str, bytes] | None = None,
         files_out: FileLimits | None = None,
+        on_output: OutputWatcher | None = None,
     ) -> ExecutionResult:
         """Run `code` in `language` and return what happened (never raises for failures of the code).
 
         `files_in` appear read-only under in/ of the working directory; with `files_out`, the files the
-        run wrote under out/ come back in the result.
+        run wrote under out/ come back in the result. `on_output` is told the latest complete line the
+        run printed (stdout or stderr) while it goes on, for progress; an executor may never call it.
         """
         ...
 

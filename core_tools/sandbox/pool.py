@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 from core_tools.errors import ToolError
-from core_tools.sandbox.model import ExecutionResult, FileLimits, Isolation
+from core_tools.sandbox.model import ExecutionResult, FileLimits, Isolation, OutputWatcher
 from core_tools.sandbox.service import ServiceExecutor, ServiceInfo, ServiceNotStarted
 
 RETRY_AFTER_S = 5.0
@@ -98,6 +98,7 @@ class SandboxPool:
         *,
         files_in: Mapping[str, bytes] | None = None,
         files_out: FileLimits | None = None,
+        on_output: OutputWatcher | None = None,
     ) -> ExecutionResult:
         """Run `code` on one service; another one only if it had not started (see the module)."""
         reasons: list[str] = []
@@ -111,7 +112,9 @@ class SandboxPool:
             member = self.members[i]
             self._in_flight[i] += 1
             try:
-                result = await member.run(code, language, timeout_s, files_in=files_in, files_out=files_out)
+                result = await member.run(
+                    code, language, timeout_s, files_in=files_in, files_out=files_out, on_output=on_output
+                )
             except ServiceNotStarted as exc:
                 self._down_until[i] = time.monotonic() + self.retry_after_s
                 reasons.append(str(exc))

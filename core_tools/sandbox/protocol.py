@@ -19,8 +19,11 @@ Version 2, one request per connection (unix socket or TCP):
   bytes of those files.
 - With `"ack": true` in a run request, the service first sends `{"started": true}` on its own line when the
   run has its slot and files and the code is about to start. A client whose connection fails before that
-  line knows the code never ran and may send it to another service. Other lines without `"ok"` may come
-  before the answer in later versions (progress): a client skips what it does not know.
+  line knows the code never ran and may send it to another service.
+- With `"progress": true` as well, the service sends `{"output": "<line>"}` lines between those two: the
+  latest complete line of the run's output, at most one a second and only when it changed, cut to
+  `MAX_OUTPUT_LINE_CHARS` (for the chat's status line). A client skips interim lines (without `"ok"`) it
+  does not know, so later versions may add others.
 - Any failure -> `{"ok": false, "kind": KIND, "error": "one readable line"}` where KIND is `bad_request`,
   `too_large`, `tool_error` (unknown language, bad timeout: the same errors a LocalExecutor raises),
   `busy` (no free slot in time, too many waiting, or too many connections), `unauthorized` or `internal`.
@@ -40,6 +43,7 @@ MAX_ANSWER_BYTES = 16 * 1_048_576  # a result holds capped output, but JSON esca
 PREAUTH_MAX_BYTES = 4096  # what a token service reads of a connection before the token is checked
 MAX_FILES_IN = 100  # files declared in one run request
 READ_CHUNK = 65_536  # the stream readers' buffer: what one connection may hold beyond what it parsed
+MAX_OUTPUT_LINE_CHARS = 1000  # a progress line of output, as sent to the client
 
 
 class LineTooLong(Exception):

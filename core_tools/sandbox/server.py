@@ -27,6 +27,7 @@ from core_tools.sandbox.executor import LocalExecutor, describe
 from core_tools.sandbox.model import ExecutionResult, FileLimits
 from core_tools.sandbox.protocol import (
     MAX_FILES_IN,
+    MAX_OUTPUT_LINE_CHARS,
     MAX_REQUEST_BYTES,
     PREAUTH_MAX_BYTES,
     PROTOCOL_VERSION,
@@ -48,6 +49,7 @@ DEFAULT_MAX_FILES_IN_MB = 32  # all files in of one run together
 READ_REQUEST_TIMEOUT_S = 30.0  # a client that connects and says nothing is dropped after this
 PREAUTH_TIMEOUT_S = 10.0  # a token service waits this long for the token line
 SHUTDOWN_GRACE_S = 10.0  # on SIGTERM, how long running code may finish before it is killed
+_OUTPUT_EVERY_S = 1.0  # at most one progress line a second
 USERNS_HINT = (
     "in a container the sandbox needs the seccomp profile deploy/seccomp-bwrap.json (Docker's default one "
     "forbids the namespace, mount and sethostname calls bwrap makes), systempaths=unconfined and "
@@ -378,6 +380,8 @@ class SandboxService:
         finally:
             self._waiting -= 1
         self._running += 1
+        output = _Output() if ack is not None and request.get("progress") is True else None
+        reporter: asyncio.Task[None] | None = None
         try:
             # Read only now: what waiting requests hold is their line, not their files.
             try:
@@ -391,6 +395,8 @@ class SandboxService:
                 # From here the code may run: a client that sees this line must not send it elsewhere.
                 ack.write(encode({"started": True}))
                 await ack.drain()
+                if output is not None:
+                    reporter = asyncio.create_task(output.report(ack))
             result = await _unless_client_leaves(
                 self.executor.run(
                     code,
@@ -398,6 +404,7 @@ class SandboxService:
                     None if timeout_s is None else float(timeout_s),
                     files_in=files_in or None,
                     files_out=files_out,
+                    on_output=output.see if output is not None else None,
                 ),
                 reader,
             )
@@ -414,6 +421,9 @@ class SandboxService:
                 "internal", f"internal error in the sandbox service: {type(exc).__name__}: {exc}"
             ) from None
         finally:
+            if reporter is not None:  # no progress line may follow (or split) the answer
+                reporter.cancel()
+                await asyncio.wait({reporter})
             self._running -= 1
             self._slots.release()
         return _result_reply(result)
@@ -463,6 +473,28 @@ def _remove_stale_socket(path: str) -> None:
     finally:
         probe.close()
     raise RuntimeError(f"another sandbox service is already listening on {path}")
+
+
+class _Output:
+    """The latest line of a run's output, sent to the client as progress lines (`"progress": true`)."""
+
+    def __init__(self) -> None:
+        self.line: str | None = None
+
+    def see(self, line: str) -> None:
+        """The executor's report of a new latest line."""
+        self.line = line
+
+    async def report(self, writer: asyncio.StreamWriter) -> None:
+        """Send the latest line once a second while it changes, until cancelled."""
+        sent: str | None = None
+        while True:
+            await asyncio.sleep(_OUTPUT_EVERY_S)
+            line = self.line
+            if line is not None and line != sent:
+                writer.write(encode({"output": line[:MAX_OUTPUT_LINE_CHARS]}))
+                await writer.drain()
+                sent = line
 
 
 class _ClientGone(Exception):

@@ -9,7 +9,7 @@ import re
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, Literal
@@ -28,6 +28,12 @@ from db.models import CodeExecution
 log = logging.getLogger(__name__)
 
 _FENCE = re.compile(r"```[\w+-]*\n(.*?)```", re.S)
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")  # terminal colours and cursor moves in a line of output
+
+PROGRESS_AFTER_S = 3.0  # a run that lasts longer shows its elapsed time (and last output) in the status
+PROGRESS_EVERY_S = 1.0  # how often that status is renewed (the chat's edit throttle still applies)
+PROGRESS_LINE_CHARS = 80  # the most of a line of output the status shows
+RUNNING = "running code..."
 
 GENERATE_PROMPT = """You write one complete {language} program for the task below. It runs in a sandbox with \
 no network and no third-party packages beyond the standard library{toolkit}, reads nothing from stdin, and \
@@ -50,6 +56,73 @@ def extract_code(reply: str) -> str:
     """The code from a model reply: the first fenced block, or the whole reply when there is none."""
     m = _FENCE.search(reply)
     return (m.group(1) if m else reply).strip()
+
+
+def elapsed_text(seconds: float) -> str:
+    """`7 s`, `2 min 05 s`: how long something has been running."""
+    whole = int(seconds)
+    return f"{whole} s" if whole < 60 else f"{whole // 60} min {whole % 60:02d} s"
+
+
+def output_line(raw: str, limit: int = PROGRESS_LINE_CHARS) -> str:
+    """A line of a run's output fit for a status line: printable characters only, one line, bounded."""
+    text = _ANSI.sub("", raw)
+    # isprintable() is False for control, format (bidi overrides, zero-width) and separator characters.
+    text = " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def progress_status(label: str, seconds: float, last_line: str | None) -> str:
+    """The status of a long run: what runs, for how long, and the last line it printed (if any).
+
+    The time moves in steps that grow (1 s, then 5 s after 10 s, 15 s after a minute): a quiet run's status
+    changes, and so is edited, less often the longer it runs (groups allow a bot about 20 messages a minute).
+    """
+    whole = int(seconds)
+    step = 1 if whole < 10 else 5 if whole < 60 else 15
+    line = output_line(last_line) if last_line else ""
+    status = f"{label} {elapsed_text(whole - whole % step)}"
+    return f"{status}, last output: {line}" if line else status
+
+
+@dataclass
+class _LastLine:
+    """The latest complete line a run printed, as its executor reports it while it goes on."""
+
+    line: str | None = None
+
+    def see(self, line: str) -> None:
+        """Called by the executor for each new latest line."""
+        self.line = line
+
+
+async def _showing_progress(
+    ctx: ToolContext, label: str, run: Coroutine[Any, Any, ExecutionResult], output: _LastLine
+) -> ExecutionResult:
+    """Await a run; past PROGRESS_AFTER_S renew the turn's status every PROGRESS_EVERY_S with the elapsed
+    time and the last line of output. A cancelled caller (a stopped turn) cancels the run."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    task = asyncio.ensure_future(run)
+    shown = label
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=PROGRESS_EVERY_S)
+            if done:
+                return task.result()
+            seconds = loop.time() - started
+            status = progress_status(label, seconds, output.line)
+            if seconds < PROGRESS_AFTER_S or status == shown:
+                continue
+            shown = status
+            try:
+                await ctx.progress(status)
+            except Exception:  # progress is a courtesy: it must never fail the run
+                log.debug("progress callback failed", exc_info=True)
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task})
 
 
 @dataclass
@@ -215,7 +288,7 @@ class CodeTool:
             if not code or not code.strip():
                 raise ToolError("execute needs `code`: the program to run")
             timeout_s = None if timeout_ms is None else max(timeout_ms, 1) / 1000
-            await ctx.progress("running code...")
+            await ctx.progress(RUNNING)
             result, run_id = await self.execute(ctx, code, language, timeout_s)
             return self.for_model(result, run_id)
         if action == "generate":
@@ -266,18 +339,28 @@ class CodeTool:
             self.runs.give_back(user_id)
 
     async def execute(
-        self, ctx: ToolContext, code: str, language: str, timeout_s: float | None
+        self,
+        ctx: ToolContext,
+        code: str,
+        language: str,
+        timeout_s: float | None,
+        label: str = RUNNING,
     ) -> tuple[ExecutionResult, str]:
-        """Run once (in a run slot) and log the run; ToolError for no free slot, a bad language or timeout."""
+        """Run once (in a run slot) and log the run; ToolError for no free slot, a bad language or timeout.
+
+        A run that lasts shows `label`, its elapsed time and its last line of output as the turn's status."""
         files = self.files_in(ctx.session_id) if self.files_in is not None else None
         async with self._run_slot(ctx.user_id):
-            result = await self.executor.run(
+            output = _LastLine()
+            run = self.executor.run(
                 code,
                 language,
                 timeout_s,
                 files_in=files or None,
                 files_out=self.file_limits if self.file_sink is not None else None,
+                on_output=output.see,
             )
+            result = await _showing_progress(ctx, label, run, output)
         if self.file_sink is not None and (result.files_out or result.files_skipped):
             # The chat gets what fits, and a note naming what did not (over a limit, or refused by it).
             failed = await self.file_sink.send_files(
@@ -510,8 +593,9 @@ class CodeTool:
             except (LLMUnavailable, BudgetExceeded) as exc:
                 return {"success": False, "error": f"code generation stopped: {exc}", "attempts": attempts}
             program = extract_code(reply.content)
-            await ctx.progress(f"running generated code (attempt {n})...")
-            result, run_id = await self.execute(ctx, program, language, None)
+            label = f"running generated code (attempt {n})..."
+            await ctx.progress(label)
+            result, run_id = await self.execute(ctx, program, language, None, label)
             last = {"code": program, "language": language, **self.for_model(result, run_id)}
             attempts.append(
                 {"attempt": n, "success": result.success, "error_category": result.error_category}

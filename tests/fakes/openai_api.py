@@ -221,6 +221,7 @@ class FakeLLM:
         # /audio/speech received ({"model", "filename", "bytes"} / the JSON body).
         self.transcript = "hello from a voice note"
         self.transcription_status = 200
+        self.transcription_delay = 0.0  # seconds /audio/transcriptions waits before it answers
         self.transcription_requests: list[JsonDict] = []
         self.speech_requests: list[JsonDict] = []
         self.speech_audio = b"OggS\x00\x02fake-opus-voice"
@@ -357,6 +358,7 @@ class FakeLLM:
             )
         self.transcription_requests.append(record)
         self._notify()
+        await self._sleep(self.transcription_delay)
         if self.transcription_status != 200:
             return web.json_response(_error_body(self.transcription_status), status=self.transcription_status)
         return web.json_response({"text": self.transcript})

@@ -24,6 +24,13 @@ Notes on fidelity:
   rejected with 400 ``can't parse entities``; real Telegram may be more lenient, but such entities are bugs.
 * ``messages[chat_id]`` holds only the messages the bot sent (what the user sees from the bot), with edits
   applied and deletions removed.
+* Forum supergroups (``create_topic``): the chat has ``is_forum``; a user's message in a topic carries
+  ``message_thread_id`` and ``is_topic_message``; one in the General topic carries neither. A reply in a
+  supergroup outside a topic carries the ``message_thread_id`` of its thread of replies, without
+  ``is_topic_message``, as Telegram sends it. A send or chat action with a ``message_thread_id`` that is not
+  a topic of a forum (General's 1 included) is refused with 400 ``message thread not found``; a send into a
+  topic (given, or inferred from the message it replies to) is a topic message. ``topic_texts`` shows what
+  the bot sent in one topic.
 """
 
 from __future__ import annotations
@@ -376,6 +383,7 @@ class FakeTelegram:
         self.latency = 0.0
         self._faults: list[_Fault] = []
         self._chats: dict[int, JsonDict] = {}
+        self._topics: dict[int, dict[int, JsonDict]] = {}  # forum chat id -> thread id -> its root message
         self._users: dict[int, JsonDict] = {}
         self._message_ids: dict[int, itertools.count[int]] = {}
         self._update_ids = itertools.count(10_000)
@@ -433,6 +441,14 @@ class FakeTelegram:
     def sent_texts(self, chat_id: int) -> list[str]:
         """The texts (or captions) of the bot's messages currently visible in ``chat_id``, in order."""
         return [str(m.get("text", m.get("caption", ""))) for m in self.messages.get(chat_id, [])]
+
+    def topic_texts(self, chat_id: int, thread_id: int | None) -> list[str]:
+        """The texts of the bot's visible messages in one forum topic (None: the General topic)."""
+        return [
+            str(m.get("text", m.get("caption", "")))
+            for m in self.messages.get(chat_id, [])
+            if (m.get("message_thread_id") if m.get("is_topic_message") else None) == thread_id
+        ]
 
     def last_message(self, chat_id: int) -> JsonDict:
         """The bot's latest visible message in ``chat_id`` (AssertionError if none)."""
@@ -571,24 +587,75 @@ class FakeTelegram:
         else:
             kind = "supergroup" if str(chat_id).startswith("-100") else "group"
             chat = {"id": chat_id, "type": kind, "title": "Test group"}
+            if chat_id in self._topics:
+                chat["is_forum"] = True
         return chat
 
     def _next_message_id(self, chat_id: int) -> int:
         counter = self._message_ids.setdefault(chat_id, itertools.count(1))
         return next(counter)
 
-    def _incoming(self, user_id: int, chat_id: int | None, first_name: str, username: str | None) -> JsonDict:
+    def _incoming(
+        self,
+        user_id: int,
+        chat_id: int | None,
+        first_name: str,
+        username: str | None,
+        thread_id: int | None = None,
+        reply_to: JsonDict | None = None,
+    ) -> JsonDict:
         sender = self._user(user_id, first_name, username)
         cid = user_id if chat_id is None else chat_id
         self._chats.pop(cid, None)
         chat = self._chat(cid)
         self._chats[cid] = chat
-        return {
+        msg: JsonDict = {
             "message_id": self._next_message_id(cid),
             "from": sender,
             "chat": chat,
             "date": int(time.time()),
         }
+        if thread_id is not None:
+            root = self._topics.get(cid, {}).get(thread_id)
+            if root is None:
+                raise ValueError(f"chat {cid} has no forum topic {thread_id} (create_topic makes one)")
+            msg["message_thread_id"] = thread_id
+            msg["is_topic_message"] = True
+            # Telegram makes every message of a topic a reply to the topic's creation message.
+            msg["reply_to_message"] = root
+        elif reply_to is not None and chat["type"] == "supergroup":
+            # A reply outside a topic belongs to the thread of replies of the message it answers.
+            msg["message_thread_id"] = reply_to.get("message_thread_id") or reply_to["message_id"]
+        if reply_to is not None:
+            msg["reply_to_message"] = reply_to
+        return msg
+
+    def create_topic(self, chat_id: int, name: str = "Topic", by: int | None = None) -> int:
+        """Make ``chat_id`` (a supergroup, -100...) a forum if it is not yet, and add a topic created by user
+        ``by`` (an admin by default; the bot's id for a topic the bot made) to it; returns the topic's
+        ``message_thread_id``: the id of its ``forum_topic_created`` service message, as in Telegram."""
+        if not str(chat_id).startswith("-100"):
+            raise ValueError("only supergroups (ids starting with -100) can be forums")
+        thread_id = self._next_message_id(chat_id)
+        if thread_id == 1:  # the General topic's: Telegram refuses it as a message_thread_id
+            thread_id = self._next_message_id(chat_id)
+        topics = self._topics.setdefault(chat_id, {})
+        self._chats.pop(chat_id, None)
+        creator = (
+            dict(self.bot_user)
+            if by == self.bot_user["id"]
+            else self._users.get(by or 0) or {"id": by or 1000, "is_bot": False, "first_name": "Admin"}
+        )
+        topics[thread_id] = {
+            "message_id": thread_id,
+            "from": creator,
+            "chat": self._chat(chat_id),
+            "date": int(time.time()),
+            "message_thread_id": thread_id,
+            "is_topic_message": True,
+            "forum_topic_created": {"name": name, "icon_color": 7322096},
+        }
+        return thread_id
 
     def push_update(self, update: JsonDict) -> int:
         """Queue a raw update dict for getUpdates (``update_id`` assigned if missing); returns update_id."""
@@ -608,18 +675,18 @@ class FakeTelegram:
         username: str | None = None,
         reply_to: JsonDict | None = None,
         quote: str | None = None,
+        thread_id: int | None = None,
     ) -> int:
         """Queue a text message from ``user_id`` (private chat unless ``chat_id``); returns the update_id.
 
-        ``reply_to``: the message it replies to (e.g. from ``sent``/``incoming``), ``quote`` the part quoted.
-        Commands and @mentions get their entities, as Telegram adds them."""
-        msg = self._incoming(user_id, chat_id, first_name, username)
+        ``reply_to``: the message it replies to (e.g. from ``sent``/``incoming``), ``quote`` the part quoted;
+        ``thread_id``: the forum topic it is written in (``create_topic``). Commands and @mentions get their
+        entities, as Telegram adds them."""
+        msg = self._incoming(user_id, chat_id, first_name, username, thread_id, reply_to)
         msg["text"] = text
         entities = _text_entities(text)
         if entities:
             msg["entities"] = entities
-        if reply_to is not None:
-            msg["reply_to_message"] = reply_to
         if quote is not None:
             msg["quote"] = {
                 "text": quote,
@@ -701,11 +768,12 @@ class FakeTelegram:
         caption: str | None = None,
         file_size: int | None = None,
         reply_to: JsonDict | None = None,
+        thread_id: int | None = None,
     ) -> int:
-        """Queue a voice note (or ``kind`` "audio" / "video_note") with downloadable bytes; returns its id."""
-        msg = self._incoming(user_id, chat_id, self._users.get(user_id, {}).get("first_name", "Ann"), None)
-        if reply_to is not None:
-            msg["reply_to_message"] = reply_to
+        """Queue a voice note (or ``kind`` "audio" / "video_note") with downloadable bytes; returns its id.
+        ``thread_id``: the forum topic it is sent in."""
+        first_name = self._users.get(user_id, {}).get("first_name", "Ann")
+        msg = self._incoming(user_id, chat_id, first_name, None, thread_id, reply_to)
         file_id = self.add_file(data, f"{kind}/file.oga", size=file_size)
         item: JsonDict = {
             "file_id": file_id,
@@ -888,6 +956,9 @@ class FakeTelegram:
         }
         if low == "getupdates":
             return await self._get_updates(p)
+        if low == "sendchataction":
+            self._thread(self._require_chat(p), p, None)
+            return True
         if low in simple:
             return simple[low]()
         # sendChatAction, answerCallbackQuery, close, logOut and anything else.
@@ -942,9 +1013,33 @@ class FakeTelegram:
         markup = p.get("reply_markup")
         if isinstance(markup, dict) and "inline_keyboard" in markup:
             msg["reply_markup"] = markup
-        if "message_thread_id" in p:
-            msg["message_thread_id"] = p["message_thread_id"]
+        thread = self._thread(chat_id, p, self._replied_to(chat_id, p))
+        if thread is not None:
+            msg["message_thread_id"] = thread
+            msg["is_topic_message"] = True
         return msg
+
+    def _replied_to(self, chat_id: int, p: JsonDict) -> JsonDict | None:
+        reply = p.get("reply_parameters")
+        if not isinstance(reply, dict) or reply.get("chat_id") not in (None, chat_id):
+            return None
+        wanted = reply.get("message_id")
+        for msg in [*self.messages.get(chat_id, []), *self.incoming.get(chat_id, [])]:
+            if msg["message_id"] == wanted:
+                return msg
+        return None
+
+    def _thread(self, chat_id: int, p: JsonDict, replied: JsonDict | None) -> int | None:
+        """The forum topic a send goes to: ``message_thread_id`` (which must name a topic of a forum), or
+        the topic of the message it replies to."""
+        thread = p.get("message_thread_id")
+        if thread is None:
+            if replied is not None and replied.get("is_topic_message"):
+                return int(replied["message_thread_id"])
+            return None
+        if not isinstance(thread, int) or thread not in self._topics.get(chat_id, {}):
+            raise _bad_request("message thread not found")
+        return thread
 
     def _send_message(self, p: JsonDict) -> JsonDict:
         chat_id = self._require_chat(p)

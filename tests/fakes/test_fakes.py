@@ -294,9 +294,6 @@ async def test_hang_times_out_and_concurrency(llm: FakeLLM) -> None:
             )
             return "".join([ch.choices[0].delta.content or "" async for ch in stream if ch.choices])
 
-        loop = asyncio.get_running_loop()
-        started = loop.time()
         results = await asyncio.gather(*(one(i) for i in range(50)))
-        assert loop.time() - started < 3
     assert results == ["concurrent reply"] * 50
-    assert llm.max_active > 10
+    assert llm.max_active > 10  # served side by side (each waits its delay): parallel, not a queue
