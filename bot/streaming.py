@@ -198,7 +198,7 @@ class StreamingReply:
             "The answer is saved; ask me to repeat it in shorter form.)"
         )
         with contextlib.suppress(TelegramError):
-            msg = await self.bot.send_message(self.chat_id, note)
+            msg = await self.bot.send_message(self.chat_id, note, message_thread_id=self.thread_id)
             return [msg.message_id]
         return []
 
