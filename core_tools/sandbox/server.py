@@ -256,6 +256,10 @@ class SandboxService:
         try:
             try:
                 answer, files = await self._answer(reader, writer, conn)
+            except (
+                ConnectionError
+            ):  # the client left while told something (its token's answer): nobody to answer
+                return
             except Exception as exc:  # the protocol promises an answer line for any failure
                 log.exception("request failed inside the sandbox service")
                 answer = failure("internal", f"internal error in the sandbox service: {type(exc).__name__}")
