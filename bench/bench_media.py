@@ -1,7 +1,8 @@
 """Benchmark of the media paths: `uv run python bench/bench_media.py [--turns 20] [--runs 10]`.
 
 1. Text extraction of a 100-page PDF (written by fpdf2): core_tools.media's `extract` and the whole document
-   path (`MediaService.document`: hash-named storage, a row, the turn's text) next to bare pypdf
+   path (`MediaService.document`: hash-named storage, a row, the text read by a worker process under limits,
+   the turn's text) next to bare pypdf
    (`page.extract_text()` for every page); pages per second and peak Python memory (tracemalloc).
 2. A voice turn's media path next to a text turn, through the real bot against the loopback fakes (the
    transcription endpoint answers at once): time from the update to the final answer, median of `--turns`.
@@ -99,7 +100,7 @@ def bench_pdf() -> None:
             ("core_tools.media.extract", measure(lambda: extract("r.pdf", "application/pdf", data))),
             (
                 "MediaService.document (store+row+text)",
-                measure(lambda: service.document(1, 1, "r.pdf", None, data)),
+                measure(lambda: asyncio.run(service.document(1, 1, "r.pdf", None, data))),
             ),
         ]
         engine.dispose()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -13,7 +14,7 @@ from urllib.parse import urlparse
 from pydantic import ValidationError
 
 from bot.logs import Redactor, setup_logging
-from bot.settings import Settings, describe_errors, load_settings
+from bot.settings import Settings, bad_fields, describe_errors, load_settings, settings_without
 
 if TYPE_CHECKING:
     from bot.wiring import Services
@@ -21,13 +22,29 @@ if TYPE_CHECKING:
 log = logging.getLogger("bot")
 
 
-def _settings() -> Settings | None:
+def _settings(telegram: bool, services: bool) -> Settings | None:
+    """The settings, or None after one line per problem, every problem at once: each bad value, then (on
+    the settings with those at their defaults) what running the Telegram bot needs and is not set, and
+    the settings that are unusable together when the services will be built."""
+    lines: list[str] = []
+    reported: set[str] = set()
+    settings: Settings | None
     try:
-        return load_settings()
+        settings = load_settings()
     except ValidationError as err:
-        for line in describe_errors(err):
-            print(line, file=sys.stderr)
-        return None
+        lines, reported = describe_errors(err), {f.upper() for f in bad_fields(err)}
+        settings = settings_without(bad_fields(err))
+    if settings is not None:
+        more = settings.missing_for_telegram() if telegram else []
+        if services:
+            from bot.wiring import config_problems
+
+            more += config_problems(settings)
+        # A line about a bad value's consequence (its default stands in) would only repeat it.
+        lines += [line for line in more if not any(var in line for var in reported)]
+    for line in lines:
+        print(line, file=sys.stderr)
+    return None if lines else settings
 
 
 def _build(settings: Settings) -> Services | None:
@@ -122,14 +139,23 @@ def _serve(settings: Settings, services: Services) -> None:
         app.run_polling(allowed_updates=Update.ALL_TYPES)
 
 
-def run_doctor(settings: Settings, quick: bool) -> int:
-    """Print one line per check; exit 1 if any failed."""
+def run_doctor(settings: Settings, quick: bool, timeout_s: float) -> int:
+    """Print one line per check; exit 1 if any failed (a warning is not a failure)."""
     from bot.ops import run_doctor as doctor
 
-    checks = asyncio.run(doctor(settings, quick=quick))
-    for check in checks:
-        print(check.line())
-    return 0 if all(c.ok for c in checks) else 1
+    async def go() -> int:
+        checks = await doctor(settings, quick=quick, timeout_s=timeout_s)
+        for check in checks:
+            print(check.line(), flush=True)
+        code = 0 if all(c.ok for c in checks) else 1
+        if any(c.timed_out for c in checks):
+            # A probe that did not answer may still hold a thread (a database connect): the report is
+            # out, and waiting for it is what `timeout_s` was to prevent.
+            sys.stderr.flush()
+            os._exit(code)
+        return code
+
+    return asyncio.run(go())
 
 
 def run_backup(settings: Settings, target: str) -> int:
@@ -171,19 +197,22 @@ def _url_secrets(url: str) -> list[str]:
     return [str(password)] if password else []
 
 
-def run_chat(settings: Settings) -> int:
-    """Chat in the terminal as the owner (or user 0)."""
-    from bot.terminal import chat_loop
+def run_chat(settings: Settings, out_dir: str | None = None) -> int:
+    """Chat in the terminal as the owner (OWNER_USER_ID, else the first allowed user; user 0 without any);
+    files of code runs go to `out_dir` (default TERMINAL_OUT_DIR)."""
+    from bot.terminal import TerminalChat
 
     services = _build(settings)
     if services is None:
         return 2
 
     async def go() -> None:
+        chat = TerminalChat(services, settings.owner_id or 0, Path(out_dir or settings.terminal_out_dir))
         try:
-            await services.start()
-            await chat_loop(services, settings.owner_id or 0)
+            await chat.start()
+            await chat.run()
         finally:
+            await chat.close()
             await services.aclose()
 
     asyncio.run(go())
@@ -195,11 +224,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bot", description="A personal assistant in Telegram.")
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("run", help="run the Telegram bot (the default)")
-    sub.add_parser("chat", help="chat in the terminal")
+    chat = sub.add_parser("chat", help="chat in the terminal, as the owner")
+    chat.add_argument(
+        "--out", metavar="DIR", help="save the files code runs write here (default: TERMINAL_OUT_DIR)"
+    )
     doctor = sub.add_parser(
         "doctor", help="check settings, Bot API, LLM, database, sandbox, search, embedder"
     )
     doctor.add_argument("--quick", action="store_true", help="only local checks (settings and database)")
+    doctor.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds each probe may take to answer (default 10)"
+    )
     backup = sub.add_parser(
         "backup",
         help="copy the SQLite database consistently while the bot runs (PostgreSQL: explains pg_dump)",
@@ -210,25 +245,26 @@ def main(argv: list[str] | None = None) -> int:
     )
     migrate.add_argument("--to", required=True, help="the target, e.g. postgresql+psycopg://user:pw@host/db")
     args = parser.parse_args(argv)
-    settings = _settings()
+    telegram = args.command in (None, "run")
+    # The doctor reports settings that are unusable together as its own failing line, with the rest.
+    settings = _settings(telegram, services=telegram or args.command == "chat")
     if settings is None:
         return 2
     setup_logging(settings.log_level, settings.secrets())
     if args.command in ("chat", "doctor", "backup", "migrate-db"):
         logging.getLogger().setLevel(logging.WARNING)  # keep the terminal for the output
+    if args.command == "chat":  # stdout is the conversation: warnings go to stderr
+        for handler in logging.getLogger().handlers:
+            if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
+                handler.setStream(sys.stderr)
     if args.command == "chat":
-        return run_chat(settings)
+        return run_chat(settings, args.out)
     if args.command == "doctor":
-        return run_doctor(settings, args.quick)
+        return run_doctor(settings, args.quick, args.timeout)
     if args.command == "backup":
         return run_backup(settings, args.target)
     if args.command == "migrate-db":
         return run_migrate_db(settings, args.to)
-    missing = settings.missing_for_telegram()
-    if missing:
-        for line in missing:
-            print(line, file=sys.stderr)
-        return 2
     return run_bot(settings)
 
 

@@ -58,6 +58,22 @@ def with_heard(transcript: str, answer: str) -> list[Rendered]:
     return [Rendered(f"{quote}\n\n{first.text}", head.entities + moved), *parts[1:]]
 
 
+def turn_failure_text(exc: BaseException) -> str:
+    """What the user is told when a turn ended with an error (their message is kept)."""
+    if isinstance(exc, BudgetExceeded):
+        return str(exc)
+    if isinstance(exc, LLMUnavailable):
+        return (
+            f"Sorry, I could not get an answer: {exc}. Your message is saved; please try again in a moment."
+        )
+    if isinstance(exc, TimeoutError):
+        return (
+            "Sorry, that took too long and I stopped. Your message is saved; try again, "
+            "or ask for something smaller."
+        )
+    return "Sorry, something went wrong on my side. It is logged; please try again."
+
+
 async def deliver(
     reply: StreamingReply,
     task: asyncio.Task[TurnResult],
@@ -69,20 +85,10 @@ async def deliver(
         await reply.finish_plain(STOPPED_MARK)
         return None
     exc = task.exception()
-    if isinstance(exc, BudgetExceeded):
-        await reply.finish_plain(str(exc))
-    elif isinstance(exc, LLMUnavailable):
-        await reply.finish_plain(
-            f"Sorry, I could not get an answer: {exc}. Your message is saved; please try again in a moment."
-        )
-    elif isinstance(exc, TimeoutError):
-        await reply.finish_plain(
-            "Sorry, that took too long and I stopped. Your message is saved; try again, "
-            "or ask for something smaller."
-        )
-    elif exc is not None:
-        log.error("error while answering in chat %s", reply.chat_id, exc_info=exc)
-        await reply.finish_plain("Sorry, something went wrong on my side. It is logged; please try again.")
+    if exc is not None:
+        if not isinstance(exc, BudgetExceeded | LLMUnavailable | TimeoutError):
+            log.error("error while answering in chat %s", reply.chat_id, exc_info=exc)
+        await reply.finish_plain(turn_failure_text(exc))
     else:
         result = task.result()
         if result.stopped_by == "user":

@@ -6,7 +6,7 @@ import contextlib
 import logging
 from typing import Any
 
-from telegram import BotCommand, Message, Update, User
+from telegram import Message, Update, User
 from telegram.error import TelegramError
 from telegram.ext import (
     Application,
@@ -21,11 +21,12 @@ from telegram.ext import (
 
 from bot.cluster import ChatLocks
 from bot.code_commands import CodeCommands
-from bot.commands import COMMANDS, help_text
+from bot.commands import audience_of, help_text, new_session_text
 from bot.control import Incoming, TurnRunner
 from bot.groups import Access, addressed, is_group, turn_text
 from bot.media import register_media_handlers
 from bot.memory_commands import MemoryCommands, schedule_jobs
+from bot.menu import publish
 from bot.model_commands import ModelChoice, ModelCommands
 from bot.schedule_commands import register_schedule_handlers
 from bot.topics import conversation_of, place_of
@@ -150,16 +151,22 @@ class Handlers:
             update_id=update.update_id,
         )
 
+    def _help(self, update: Update) -> str:
+        """The commands of this chat's audience (a group, the owner, another user)."""
+        chat, user = update.effective_chat, update.effective_user
+        assert chat and user
+        return help_text(audience_of(str(chat.type), self.access.is_owner(user.id)))
+
     async def start(self, update: Update, context: Ctx) -> None:
         """/start."""
         assert update.effective_message and update.effective_user
         name = update.effective_user.first_name or "there"
-        await update.effective_message.reply_text(f"Hello, {name}!\n\n{help_text()}")
+        await update.effective_message.reply_text(f"Hello, {name}!\n\n{self._help(update)}")
 
     async def help(self, update: Update, context: Ctx) -> None:
         """/help."""
         assert update.effective_message
-        await update.effective_message.reply_text(help_text())
+        await update.effective_message.reply_text(self._help(update))
 
     async def newsession(self, update: Update, context: Ctx) -> None:
         """/newsession [name]."""
@@ -170,12 +177,7 @@ class Handlers:
             result = await self.services.sessions.new_session(
                 update.effective_user.id, key, name, str(update.effective_chat.type)
             )
-        lines = [f"Started a new session: {result.new.name}."]
-        if result.carried:
-            lines.append(f"Carried forward as a short-term memory:\n{result.carried}")
-        elif result.old is None:
-            lines.append("The previous session was empty, so there was nothing to carry forward.")
-        await update.effective_message.reply_text("\n".join(lines))
+        await update.effective_message.reply_text(new_session_text(result))
 
     async def text(self, update: Update, context: Ctx) -> None:
         """A text message: queued for its chat's next turn, streamed into the chat."""
@@ -252,10 +254,7 @@ async def on_startup(app: Application[Any, Any, Any, Any, Any, Any]) -> None:
     replica = services.replica
     replica.join()
     await services.start()
-    try:
-        await app.bot.set_my_commands([BotCommand(c.name, c.description) for c in COMMANDS])
-    except TelegramError as exc:  # non-essential
-        log.warning("setMyCommands failed: %s", exc)
+    await publish(app.bot, services.settings.owner_id)  # the command menus and missing descriptions
     drop_unserved(app)
 
     def drive(chat_id: int) -> None:

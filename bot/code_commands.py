@@ -43,6 +43,41 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + "\n…"
 
 
+def codestats_reply(executions: Executions, user_id: int, args: list[str]) -> str:
+    """What /codestats [days] answers."""
+    days = parse_count(args, 7, 1, 365)
+    if days is None:
+        return STATS_USAGE
+    s = executions.stats(user_id, utcnow() - timedelta(days=days))
+    period = "day" if days == 1 else f"{days} days"
+    if s.total == 0:
+        return f"No code runs in the last {period}."
+    lines = [
+        f"Code runs in the last {period}",
+        f"Total: {s.total} · succeeded: {s.succeeded} · failed: {s.failed}",
+        f"Duration: average {s.avg_ms or 0:.0f} ms · p95 {s.p95_ms or 0} ms",
+    ]
+    if s.categories:
+        lines.append("Top errors: " + ", ".join(f"{name} {count}" for name, count in s.categories[:5]))
+    return "\n".join(lines)
+
+
+def codefailures_replies(executions: Executions, user_id: int, args: list[str]) -> tuple[list[str], bool]:
+    """What /codefailures [n] answers: the messages, and whether they are Markdown (a failure each)."""
+    n = parse_count(args, 5, 1, 20)
+    if n is None:
+        return [FAILURES_USAGE], False
+    failures = executions.failures(user_id, n)
+    if not failures:
+        return ["No failed code runs. 🎉"], False
+    replies = []
+    for f in failures:
+        head = f"❌ `{f.id[:8]}` · {f.error_category or 'unknown'} · {f.created_at:%Y-%m-%d %H:%M} UTC"
+        body = [head, _block(_clip(f.code, 500), f.language), "Error:", _block(_clip(f.stderr.strip(), 300))]
+        replies.append("\n".join(body))
+    return replies, True
+
+
 class CodeCommands:
     """Handlers for the execution-log commands."""
 
@@ -52,43 +87,18 @@ class CodeCommands:
     async def codestats(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """/codestats [days]."""
         assert update.effective_message and update.effective_user
-        days = parse_count(context.args or [], 7, 1, 365)
-        if days is None:
-            await update.effective_message.reply_text(STATS_USAGE)
-            return
-        s = self.executions.stats(update.effective_user.id, utcnow() - timedelta(days=days))
-        period = "day" if days == 1 else f"{days} days"
-        if s.total == 0:
-            await update.effective_message.reply_text(f"No code runs in the last {period}.")
-            return
-        lines = [
-            f"Code runs in the last {period}",
-            f"Total: {s.total} · succeeded: {s.succeeded} · failed: {s.failed}",
-            f"Duration: average {s.avg_ms or 0:.0f} ms · p95 {s.p95_ms or 0} ms",
-        ]
-        if s.categories:
-            lines.append("Top errors: " + ", ".join(f"{name} {count}" for name, count in s.categories[:5]))
-        await update.effective_message.reply_text("\n".join(lines))
+        reply = codestats_reply(self.executions, update.effective_user.id, context.args or [])
+        await update.effective_message.reply_text(reply)
 
     async def codefailures(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """/codefailures [n]."""
         assert update.effective_message and update.effective_user and update.effective_chat
-        n = parse_count(context.args or [], 5, 1, 20)
-        if n is None:
-            await update.effective_message.reply_text(FAILURES_USAGE)
-            return
-        failures = self.executions.failures(update.effective_user.id, n)
-        if not failures:
-            await update.effective_message.reply_text("No failed code runs. 🎉")
-            return
-        for f in failures:
-            head = f"❌ `{f.id[:8]}` · {f.error_category or 'unknown'} · {f.created_at:%Y-%m-%d %H:%M} UTC"
-            body = [
-                head,
-                _block(_clip(f.code, 500), f.language),
-                "Error:",
-                _block(_clip(f.stderr.strip(), 300)),
-            ]
-            place = place_of(update)  # in a forum topic: that topic
-            reply = StreamingReply(context.bot, place.chat_id, thread_id=place.thread_id)
-            await reply.finish("\n".join(body))
+        replies, markdown = codefailures_replies(
+            self.executions, update.effective_user.id, context.args or []
+        )
+        for reply in replies:
+            if markdown:
+                place = place_of(update)  # in a forum topic: that topic
+                await StreamingReply(context.bot, place.chat_id, thread_id=place.thread_id).finish(reply)
+            else:
+                await update.effective_message.reply_text(reply)

@@ -26,6 +26,7 @@ from bot.wiring import Services
 from core_tools.agent import TurnInput
 from core_tools.errors import BudgetExceeded, MediaError
 from core_tools.media import SUPPORTED
+from core_tools.media.audio import audio_length
 
 log = logging.getLogger(__name__)
 
@@ -208,17 +209,24 @@ class MediaHandlers:
                 [file_id],
             )
             return
-        if duration > limit:
-            file_id = self._record(update, kind, name, mime, data, "too_long", duration_s=duration)
+        # The length the audio really has (the declared one is the sender's to write): what the limit
+        # is checked against and the transcription reserved and accounted by.
+        length = await asyncio.to_thread(audio_length, data, duration, kind, limit)
+        seconds = length.seconds
+        label = f"[{kind.replace('_', ' ')}, {_duration(seconds)}"
+        if seconds > limit:
+            said = f" (its app said {_duration(duration)})" if length.understated else ""
+            long = f"at least {_duration(seconds)}" if length.at_least else _duration(seconds)
+            file_id = self._record(update, kind, name, mime, data, "too_long", duration_s=seconds)
             await self._refuse(
                 update,
                 f"{label}, not transcribed: longer than {_duration(limit)}]",
-                f"That recording is {_duration(duration)} long; I transcribe up to {_duration(limit)} "
+                f"That recording is {long} long{said}; I transcribe up to {_duration(limit)} "
                 f"(VOICE_MAX_SECONDS). It is saved; please send a shorter one or type the gist.",
                 [file_id],
             )
             return
-        file_id = self._record(update, kind, name, mime, data, "received", duration_s=duration)
+        file_id = self._record(update, kind, name, mime, data, "received", duration_s=seconds)
         audio = self.services.audio
         if audio is None or not audio.can_transcribe:
             self.services.media.rows.set_status(file_id, "kept", "no transcription endpoint")
@@ -245,7 +253,7 @@ class MediaHandlers:
         ):
             try:
                 heard = await audio.transcribe(
-                    data, name, duration, user_id=update.effective_user.id, session_id=None
+                    data, name, seconds, user_id=update.effective_user.id, session_id=None
                 )
             except (MediaError, BudgetExceeded) as exc:
                 self.services.media.rows.set_status(file_id, "failed", str(exc))
@@ -358,18 +366,17 @@ class MediaHandlers:
         except MediaError as exc:
             row = self._record(update, "document", name, mime, None, "too_big", size=size, detail=str(exc))
             return f"[file {name!r}: not received: {exc}]", row, f"{name}: {exc}"
-        try:
-            row, block = await asyncio.to_thread(
-                self.services.media.document,
-                update.effective_user.id,
-                self._key(update),
-                name,
-                mime,
-                data,
+        # Read in a worker held to FILE_READ_* limits; the file's row is kept (and linked) either way.
+        read = await self.services.media.document(
+            update.effective_user.id, self._key(update), name, mime, data
+        )
+        if read.block is None:
+            return (
+                f"[file {name!r}: could not be read: {read.problem}]",
+                read.file_id,
+                f"{name}: {read.problem}",
             )
-        except MediaError as exc:
-            return f"[file {name!r}: could not be read: {exc}]", None, f"{name}: {exc}"
-        return block, row, None
+        return read.block, read.file_id, None
 
     async def _gather(self, update: Update, context: Ctx, part: Any) -> None:
         """One item alone is a turn; the items of an album (media_group_id) are one turn together."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from datetime import timedelta
 from typing import Any
@@ -62,6 +63,73 @@ def _change_line(c: dict[str, Any]) -> str:
     return "\n".join(p for p in parts if p)
 
 
+async def memory_reply(services: Services, user_id: int, chat_id: int, private: bool, args: list[str]) -> str:
+    """What /memory (and its sub-commands) answers; memories are shown in the user's private chat only."""
+    store = services.memory
+    if not private:  # memories are private: never shown to a group
+        return "Your memories are private: use /memory in a private chat with me."
+    if not args:
+        session = services.conversations.current_session(user_id, chat_id)
+        sections = []
+        for layer, title in LAYER_TITLES.items():
+            items = await store.list_memories(
+                user_id, layer=layer, limit=15, session_id=session.id if layer == "session" else None
+            )
+            if items:
+                sections.append(f"{title}:\n" + "\n".join(_line(m) for m in items))
+        return "\n\n".join(sections) if sections else "I have no memories about you yet."
+    action, rest = args[0].lower(), " ".join(args[1:]).strip()
+    if action == "search" and rest:
+        found = await store.recall(user_id, rest, limit=10)
+        return "\n".join(_line(m) for m in found) if found else "Nothing matches that."
+    if action == "forget" and rest and len(args) == 2:
+        gone = await store.forget(user_id, rest)
+        return (
+            "Forgotten. (/memory undo brings it back.)"
+            if gone
+            else f"No memory with id {rest} (see /memory for ids)."
+        )
+    if action == "recent" and not rest:
+        recent = await store.recent(user_id, days=7)
+        if not recent:
+            return "Nothing new remembered in the last 7 days."
+        return "Remembered in the last 7 days:\n" + "\n".join(f"{_line(m)} (by {m['by']})" for m in recent)
+    if action == "history" and rest and len(args) == 2:
+        changes = await store.history(user_id, rest)
+        if not changes:
+            return f"No history for id {rest} (see /memory for ids)."
+        return f"Changes of {rest}, newest first:\n" + "\n".join(_change_line(c) for c in changes)
+    if action == "undo" and len(args) <= 2:
+        done = await store.undo(user_id, rest or None)
+        if done is None:
+            return "Nothing to undo." if not rest else f"Nothing to undo for id {rest}."
+        text = (done["content"] or "")[:200]
+        return f"Undone: {done['action']} of {done['memory_id']} ({text}): {done['detail']}."
+    return MEMORY_USAGE
+
+
+def timezone_reply(
+    services: Services, user_id: int, first_name: str | None, username: str | None, args: list[str]
+) -> str:
+    """What /timezone answers; with a valid zone it is set, and the user's schedules move with it (the
+    caller wakes the schedule runner: this runs in a worker thread)."""
+    conv = services.conversations
+    if not args:
+        current = conv.user_timezone(user_id) or services.settings.default_timezone
+        return f"Your time zone is {current}. {TIMEZONE_USAGE}"
+    name = args[0]
+    try:
+        zone = ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a name too long or a folder
+        return f"I don't know the time zone {name[:64]!r}. {TIMEZONE_USAGE}"
+    if len(args) != 1:
+        return TIMEZONE_USAGE
+    conv.ensure_user(user_id, first_name, username)
+    conv.set_user_timezone(user_id, name)
+    services.schedules.service.reconcile_zones()  # future firings of local-time schedules move
+    return f"Time zone set to {name} (it is {utcnow().astimezone(zone):%H:%M} there now)."
+
+
 class MemoryCommands:
     """Handlers that show and change a user's memories and time zone."""
 
@@ -71,84 +139,23 @@ class MemoryCommands:
     async def memory(self, update: Update, context: Ctx) -> None:
         """/memory, /memory search TEXT, /memory forget ID."""
         assert update.effective_message and update.effective_user and update.effective_chat
-        msg, user_id = update.effective_message, update.effective_user.id
-        args = context.args or []
-        store = self.services.memory
-        if update.effective_chat.type != ChatType.PRIVATE:  # memories are private: never shown to a group
-            await msg.reply_text("Your memories are private: use /memory in a private chat with me.")
-            return
-        if not args:
-            session = self.services.conversations.current_session(user_id, update.effective_chat.id)
-            sections = []
-            for layer, title in LAYER_TITLES.items():
-                items = await store.list_memories(
-                    user_id, layer=layer, limit=15, session_id=session.id if layer == "session" else None
-                )
-                if items:
-                    sections.append(f"{title}:\n" + "\n".join(_line(m) for m in items))
-            await msg.reply_text("\n\n".join(sections) if sections else "I have no memories about you yet.")
-            return
-        action, rest = args[0].lower(), " ".join(args[1:]).strip()
-        if action == "search" and rest:
-            found = await store.recall(user_id, rest, limit=10)
-            await msg.reply_text("\n".join(_line(m) for m in found) if found else "Nothing matches that.")
-        elif action == "forget" and rest and len(args) == 2:
-            gone = await store.forget(user_id, rest)
-            await msg.reply_text(
-                "Forgotten. (/memory undo brings it back.)"
-                if gone
-                else f"No memory with id {rest} (see /memory for ids)."
-            )
-        elif action == "recent" and not rest:
-            recent = await store.recent(user_id, days=7)
-            await msg.reply_text(
-                "Remembered in the last 7 days:\n" + "\n".join(f"{_line(m)} (by {m['by']})" for m in recent)
-                if recent
-                else "Nothing new remembered in the last 7 days."
-            )
-        elif action == "history" and rest and len(args) == 2:
-            changes = await store.history(user_id, rest)
-            await msg.reply_text(
-                f"Changes of {rest}, newest first:\n" + "\n".join(_change_line(c) for c in changes)
-                if changes
-                else f"No history for id {rest} (see /memory for ids)."
-            )
-        elif action == "undo" and len(args) <= 2:
-            done = await store.undo(user_id, rest or None)
-            if done is None:
-                await msg.reply_text("Nothing to undo." if not rest else f"Nothing to undo for id {rest}.")
-            else:
-                text = (done["content"] or "")[:200]
-                await msg.reply_text(
-                    f"Undone: {done['action']} of {done['memory_id']} ({text}): {done['detail']}."
-                )
-        else:
-            await msg.reply_text(MEMORY_USAGE)
+        chat = update.effective_chat
+        private = chat.type == ChatType.PRIVATE
+        reply = await memory_reply(
+            self.services, update.effective_user.id, chat.id, private, context.args or []
+        )
+        await update.effective_message.reply_text(reply)
 
     async def timezone(self, update: Update, context: Ctx) -> None:
         """/timezone [Area/City]."""
         assert update.effective_message and update.effective_user
-        msg, user_id = update.effective_message, update.effective_user.id
-        args = context.args or []
-        conv = self.services.conversations
-        if not args:
-            current = conv.user_timezone(user_id) or self.services.settings.default_timezone
-            await msg.reply_text(f"Your time zone is {current}. {TIMEZONE_USAGE}")
-            return
-        name = args[0]
-        try:
-            zone = ZoneInfo(name)
-        except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a name too long or a folder
-            await msg.reply_text(f"I don't know the time zone {name[:64]!r}. {TIMEZONE_USAGE}")
-            return
-        if len(args) != 1:
-            await msg.reply_text(TIMEZONE_USAGE)
-            return
-        conv.ensure_user(user_id, update.effective_user.first_name, update.effective_user.username)
-        conv.set_user_timezone(user_id, name)
-        self.services.schedules.service.reconcile_zones()  # future firings of local-time schedules move
-        self.services.schedules.wake()
-        await msg.reply_text(f"Time zone set to {name} (it is {utcnow().astimezone(zone):%H:%M} there now).")
+        user = update.effective_user
+        # Off the event loop: the user's schedules move with the zone (their next times are worked out).
+        reply = await asyncio.to_thread(
+            timezone_reply, self.services, user.id, user.first_name, user.username, context.args or []
+        )
+        self.services.schedules.wake()  # a moved firing may be due sooner than the armed look
+        await update.effective_message.reply_text(reply)
 
 
 def rollover_notice(name: str, carried: str | None) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -39,6 +40,45 @@ def _short(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def listing_text(service: ScheduleService, user_id: int, chat_scope: int | None) -> tuple[str, list[Any]]:
+    """The /reminders text and the schedules it shows (their ids for the cancel and resume buttons)."""
+    items = service.list_for(user_id, chat_scope)
+    if not items:
+        return EMPTY, []
+    lines = ["Your reminders and scheduled tasks:"]
+    for item in items[:LIST_LIMIT]:
+        label = "task" if item["kind"] == "task" else "reminder"
+        when = item.get("snoozed_until") or (item["next"][0] if item["next"] else "no further time")
+        line = f"#{item['id']} {label}: {_short(item['text'])}\n   next: {when} ({item['timezone']})"
+        if item.get("repeat"):
+            line += f"\n   {item['description']}"
+        if item["status"] == "paused":
+            why = "you had blocked me" if item.get("paused") == "blocked" else "it failed 3 times in a row"
+            line += f"\n   paused ({why})"
+        lines.append(line)
+    if len(items) > LIST_LIMIT:
+        lines.append(f"... and {len(items) - LIST_LIMIT} more.")
+    return "\n".join(lines), items[:LIST_LIMIT]
+
+
+def snooze_note(service: ScheduleService, user_id: int, firing_id: int, minutes: int) -> str:
+    """Snooze a fired reminder; what to tell the user (ScheduleInputError when it is not theirs)."""
+    when = service.snooze(user_id, firing_id, minutes)
+    return f"Snoozed until {service.local(user_id, when)}."
+
+
+def cancel_note(service: ScheduleService, user_id: int, schedule_id: int, chat_scope: int | None) -> str:
+    """Cancel a schedule; what to tell the user (ScheduleInputError when it is not theirs)."""
+    gone = service.cancel(user_id, schedule_id, chat_scope)
+    return f"Cancelled #{gone['id']}."
+
+
+def resume_note(service: ScheduleService, user_id: int, schedule_id: int) -> str:
+    """Resume a paused schedule; what to tell the user (ScheduleInputError when it is not theirs)."""
+    service.resume(user_id, schedule_id)
+    return f"Resumed #{schedule_id}."
+
+
 class ScheduleCommands:
     """The chat side of schedules."""
 
@@ -50,32 +90,19 @@ class ScheduleCommands:
 
     def listing(self, user_id: int, chat_scope: int | None) -> tuple[str, InlineKeyboardMarkup | None]:
         """The /reminders text and its buttons (a cancel button each; resume for paused ones)."""
-        items = self.service.list_for(user_id, chat_scope)
+        text, items = listing_text(self.service, user_id, chat_scope)
         if not items:
-            return EMPTY, None
-        lines = ["Your reminders and scheduled tasks:"]
+            return text, None
         buttons = []
-        for item in items[:LIST_LIMIT]:
-            label = "task" if item["kind"] == "task" else "reminder"
-            when = item.get("snoozed_until") or (item["next"][0] if item["next"] else "no further time")
-            line = f"#{item['id']} {label}: {_short(item['text'])}\n   next: {when} ({item['timezone']})"
-            if item.get("repeat"):
-                line += f"\n   {item['description']}"
+        for item in items:
             if item["status"] == "paused":
-                why = (
-                    "you had blocked me" if item.get("paused") == "blocked" else "it failed 3 times in a row"
-                )
-                line += f"\n   paused ({why})"
                 buttons.append(
                     [InlineKeyboardButton(f"Resume #{item['id']}", callback_data=f"sch:resume:{item['id']}")]
                 )
-            lines.append(line)
             buttons.append(
                 [InlineKeyboardButton(f"Cancel #{item['id']}", callback_data=f"sch:cancel:{item['id']}")]
             )
-        if len(items) > LIST_LIMIT:
-            lines.append(f"... and {len(items) - LIST_LIMIT} more.")
-        return "\n".join(lines), InlineKeyboardMarkup(buttons)
+        return text, InlineKeyboardMarkup(buttons)
 
     def _scope(self, update: Update) -> int | None:
         chat = update.effective_chat
@@ -89,7 +116,8 @@ class ScheduleCommands:
     async def reminders(self, update: Update, context: Ctx) -> None:
         """/reminders."""
         assert update.effective_message and update.effective_user
-        text, markup = self.listing(update.effective_user.id, self._scope(update))
+        # The listing works out each schedule's next times: in a worker thread, off the event loop.
+        text, markup = await asyncio.to_thread(self.listing, update.effective_user.id, self._scope(update))
         await update.effective_message.reply_text(text, reply_markup=markup)
 
     async def gate(self, update: object, context: Ctx) -> None:
@@ -122,24 +150,25 @@ class ScheduleCommands:
         item_id = int(raw_id)
         try:
             if action in SNOOZE_MINUTES:
-                when = self.service.snooze(user_id, item_id, SNOOZE_MINUTES[action])
+                note = await asyncio.to_thread(
+                    snooze_note, self.service, user_id, item_id, SNOOZE_MINUTES[action]
+                )
                 self.runner.wake()
-                note = f"Snoozed until {self.service.local(user_id, when)}."
                 await query.answer(note)
                 await self._replace_buttons(query, f"💤 {note}")
             elif action == "done":
-                self.service.done(user_id, item_id)
+                await asyncio.to_thread(self.service.done, user_id, item_id)
                 await query.answer("Done.")
                 await self._replace_buttons(query, "✅ Done.")
             elif action == "cancel":
                 scope = None if update.effective_chat is None else self._scope(update)
-                gone = self.service.cancel(user_id, item_id, scope)
-                await query.answer(f"Cancelled #{gone['id']}.")
+                note = await asyncio.to_thread(cancel_note, self.service, user_id, item_id, scope)
+                await query.answer(note)
                 await self._refresh_listing(query, user_id, scope)
             elif action == "resume":
-                self.service.resume(user_id, item_id)
+                note = await asyncio.to_thread(resume_note, self.service, user_id, item_id)
                 self.runner.wake()
-                await query.answer(f"Resumed #{item_id}.")
+                await query.answer(note)
                 scope = None if update.effective_chat is None else self._scope(update)
                 await self._refresh_listing(query, user_id, scope)
             else:
@@ -159,7 +188,7 @@ class ScheduleCommands:
             log.info("could not update a reminder message: %s", exc)
 
     async def _refresh_listing(self, query: Any, user_id: int, scope: int | None) -> None:
-        text, markup = self.listing(user_id, scope)
+        text, markup = await asyncio.to_thread(self.listing, user_id, scope)
         try:
             await query.edit_message_text(text, reply_markup=markup)
         except TelegramError as exc:

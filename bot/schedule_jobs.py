@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import replace
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -65,6 +67,86 @@ class _QuietSink:
 
     async def status(self, line: str) -> None:
         return None
+
+
+def firing_notes(service: ScheduleService, f: FiringRow) -> list[str]:
+    """The notes under a firing: a possible copy after a restart, late delivery, occurrences missed."""
+    now = service.clock()
+    notes = []
+    if f.resend:
+        notes.append("(I was restarted while sending this; if you already got it, ignore this copy.)")
+    late = now - f.due_at
+    if not f.snoozed and late > LATE_NOTE_AFTER:
+        notes.append(f"(Late by {human_delta(late)}: I was offline at {service.local(f.user_id, f.due_at)}.)")
+    if f.missed:
+        times = "time" if f.missed == 1 else "times"
+        notes.append(
+            f"(It also fell due {f.missed} more {times} while I was offline; this is the one catch-up.)"
+        )
+    return notes
+
+
+def firing_text(service: ScheduleService, f: FiringRow) -> str:
+    """What a firing says: a reminder's text, or a task's answer (Markdown), with its notes."""
+    if f.kind == "task":
+        body = f"⏰ Scheduled task: {f.text}\n\n{f.result_text or ''}"
+    else:
+        body = ("⏰ Snoozed reminder: " if f.snoozed else "⏰ ") + f.text
+    return "\n\n".join([body, *firing_notes(service, f)])
+
+
+def failure_text(f: FiringRow, reason: str, paused: bool) -> str:
+    """What the chat is told when a scheduled task could not run."""
+    text = f"Your scheduled task #{f.schedule_id} (\u201c{f.text[:80]}\u201d) could not run: {reason}"
+    if paused:
+        text += (
+            f"\n\nIt failed {FAILURES_BEFORE_PAUSE} times in a row, so I paused it. "
+            "Resume it from /reminders when the problem is solved."
+        )
+    elif f.repeating:
+        text += "\n\nIt will run again at its next time."
+    return text
+
+
+@dataclass(frozen=True)
+class TaskOutcome:
+    """A task firing's turn: its answer (kept on the firing), or what to tell the chat about its failure."""
+
+    answer: str | None
+    notice: str | None = None
+
+
+async def run_task(
+    services: Services, f: FiringRow, hold: Callable[[int], AbstractAsyncContextManager[None]]
+) -> TaskOutcome:
+    """Run a task's turn (caps checked first, accounted as `scheduled`) while holding its chat (`hold`)."""
+    service = services.schedules.service
+    service.mark_sending([f.id])
+    try:
+        # The caps are checked before anything is stored or sent; the agent checks them again.
+        services.usage_service.check(f.user_id, "scheduled")
+        turn = TurnInput(
+            f.user_id,
+            f.chat_id,
+            f"(Scheduled task #{f.schedule_id}, set earlier by the user; do it now.)\n{f.text}",
+            chat_type=f.chat_type,
+            purpose="scheduled",
+        )
+        async with hold(f.chat_id):  # a task's turn waits for the chat like a message
+            result = await services.agent.run_turn(turn, _QuietSink())
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        reason = str(exc) if isinstance(exc, BudgetExceeded) else f"{type(exc).__name__}: {exc}"
+        log.warning("scheduled task %s (firing %s) failed: %s", f.schedule_id, f.id, reason)
+        service.record([(f.id, service.outcome_failed(f.attempts + 1, reason[:500]))])
+        paused = service.task_failed(f.schedule_id)
+        return TaskOutcome(None, failure_text(f, reason, paused))
+    service.task_succeeded(f.schedule_id)
+    answer = result.text.strip() or "(The task produced no answer.)"
+    # Kept before sending: a failed send is retried with this answer, never by running the turn again.
+    service.record([(f.id, {"result_text": answer})])
+    return TaskOutcome(answer)
 
 
 def _retry_seconds(exc: RetryAfter) -> float:
@@ -172,7 +254,7 @@ class ScheduleRunner:
         if not held:
             return
         try:
-            if self.service.reconcile_zones():
+            if await asyncio.to_thread(self.service.reconcile_zones):
                 log.info("schedules moved to a new time zone")
         except Exception:
             log.exception("could not apply time zone changes to schedules")
@@ -180,9 +262,10 @@ class ScheduleRunner:
 
     async def startup(self) -> dict[str, int]:
         """Recover firings cut by a restart, repair, apply zone changes, then deliver what is due."""
-        resend, failed = self.service.recover()
-        repaired = self.service.repair()
-        moved = self.service.reconcile_zones()
+        # Each works out next times (bounded, but CPU work): in a worker thread, off the event loop.
+        resend, failed = await asyncio.to_thread(self.service.recover)
+        repaired = await asyncio.to_thread(self.service.repair)
+        moved = await asyncio.to_thread(self.service.reconcile_zones)
         counts = self.service.store.count_by_status()
         log.info(
             "schedules at start: %s; %d firing(s) to resend after a restart, %d interrupted task(s), "
@@ -208,7 +291,8 @@ class ScheduleRunner:
         async with self._lock:
             try:
                 started = time.monotonic()
-                fired = self.service.fire_due()
+                # Advancing every due schedule works out its next time: off the event loop.
+                fired = await asyncio.to_thread(self.service.fire_due)
                 if fired:
                     log.info(
                         "fired %d schedule(s) in %.0f ms", len(fired), (time.monotonic() - started) * 1000
@@ -264,32 +348,13 @@ class ScheduleRunner:
             for f in firings:
                 self.in_flight.discard(f.id)
 
-    def _notes(self, f: FiringRow) -> list[str]:
-        now = self.service.clock()
-        notes = []
-        if f.resend:
-            notes.append("(I was restarted while sending this; if you already got it, ignore this copy.)")
-        late = now - f.due_at
-        if not f.snoozed and late > LATE_NOTE_AFTER:
-            notes.append(
-                f"(Late by {human_delta(late)}: I was offline at {self.service.local(f.user_id, f.due_at)}.)"
-            )
-        if f.missed:
-            times = "time" if f.missed == 1 else "times"
-            notes.append(
-                f"(It also fell due {f.missed} more {times} while I was offline; this is the one catch-up.)"
-            )
-        return notes
-
     async def _deliver(self, f: FiringRow) -> tuple[int, dict[str, Any]] | None:
         """Send one firing; returns the row values of its outcome."""
+        text = firing_text(self.service, f)
         if f.kind == "task":
-            body = f"⏰ Scheduled task: {f.text}\n\n{f.result_text or ''}"
-            parts = render("\n\n".join([body, *self._notes(f)]))
+            parts = render(text)
             markup = None
         else:
-            prefix = "⏰ Snoozed reminder: " if f.snoozed else "⏰ "
-            text = "\n\n".join([prefix + f.text, *self._notes(f)])
             parts = []
             markup = reminder_keyboard(f.id)
         attempts = f.attempts + 1
@@ -352,47 +417,11 @@ class ScheduleRunner:
         self.arm(self.service.next_wake())
 
     async def _run_task(self, f: FiringRow) -> str | None:
-        """Run a task's turn (caps checked first, accounted as `scheduled`); its answer, or None if failed."""
-        services = self.services
-        self.service.mark_sending([f.id])
-        try:
-            # The caps are checked before anything is stored or sent; the agent checks them again.
-            services.usage_service.check(f.user_id, "scheduled")
-            turn = TurnInput(
-                f.user_id,
-                f.chat_id,
-                f"(Scheduled task #{f.schedule_id}, set earlier by the user; do it now.)\n{f.text}",
-                chat_type=f.chat_type,
-                purpose="scheduled",
-            )
-            async with self.locks.hold(f.chat_id):  # a task's turn waits for the chat like a message
-                result = await services.agent.run_turn(turn, _QuietSink())
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            reason = str(exc) if isinstance(exc, BudgetExceeded) else f"{type(exc).__name__}: {exc}"
-            log.warning("scheduled task %s (firing %s) failed: %s", f.schedule_id, f.id, reason)
-            self.service.record([(f.id, self.service.outcome_failed(f.attempts + 1, reason[:500]))])
-            paused = self.service.task_failed(f.schedule_id)
-            await self._tell(f.chat_id, self._failure_text(f, reason, paused))
-            return None
-        self.service.task_succeeded(f.schedule_id)
-        answer = result.text.strip() or "(The task produced no answer.)"
-        # Kept before sending: a failed send is retried with this answer, never by running the turn again.
-        self.service.record([(f.id, {"result_text": answer})])
-        return answer
-
-    @staticmethod
-    def _failure_text(f: FiringRow, reason: str, paused: bool) -> str:
-        text = f"Your scheduled task #{f.schedule_id} (\u201c{f.text[:80]}\u201d) could not run: {reason}"
-        if paused:
-            text += (
-                f"\n\nIt failed {FAILURES_BEFORE_PAUSE} times in a row, so I paused it. "
-                "Resume it from /reminders when the problem is solved."
-            )
-        elif f.repeating:
-            text += "\n\nIt will run again at its next time."
-        return text
+        """Run a task's turn; its answer, or None if it failed (the chat is told why)."""
+        outcome = await run_task(self.services, f, self.locks.hold)
+        if outcome.notice is not None:
+            await self._tell(f.chat_id, outcome.notice)
+        return outcome.answer
 
     async def _tell(self, chat_id: int, text: str) -> None:
         place = self.services.conversations.topics.place(chat_id)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import time
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, get_args, get_origin
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import AnyHttpUrl, Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from bot.logs import secret_values
+from core_tools.sandbox.toolkit import DEFAULT_ENV as DEFAULT_TOOLKIT_ENV
+from core_tools.sandbox.toolkit import visibility_problem
 from core_tools.usage import parse_prices
 
 # What to tell an operator for each setting that is missing or wrong: one line, no traceback.
@@ -40,6 +43,8 @@ HINTS: dict[str, str] = {
     "ALLOWED_CHAT_IDS": "comma-separated numeric group chat ids, e.g. -1001234567890 (the bot tells a "
     "group its id when mentioned there)",
     "LLM_MODELS": "comma-separated model names your endpoint serves; the first is the default",
+    "CODE_PYTHON_ENV": "put a directory of its own, e.g. /opt/assistant-sandbox, or leave it empty for no "
+    "data toolkit",
     "MESSAGE_DEBOUNCE_MS": "milliseconds to wait for more messages before answering, e.g. 1500 (0: none)",
 }
 
@@ -101,6 +106,10 @@ class Settings(BaseSettings):
     mcp_servers_file: str | None = None
     mcp_tool_timeout_s: float = Field(default=60.0, gt=0, le=3600)
     mcp_reconnect_max_s: float = Field(default=60.0, ge=1, le=3600)
+    # Every tool's schema goes with every chat request: an MCP tool whose input schema (compact JSON) is
+    # larger, or that would bring all MCP tools' schemas past the total, is skipped and reported.
+    mcp_max_schema_bytes: int = Field(default=16_000, ge=100, le=10_000_000)
+    mcp_max_tools_bytes: int = Field(default=64_000, ge=100, le=100_000_000)
     # The bearer token `python -m core_tools.mcp --http` requires (it refuses to start without one).
     mcp_server_token: SecretStr | None = None
     # The code sandbox (bubblewrap). Without bwrap the code tool refuses to run unless unsandboxed is allowed.
@@ -168,7 +177,13 @@ class Settings(BaseSettings):
     # A document with at most this much text goes into the turn whole; a larger one is read by pages.
     file_inline_chars: int = Field(default=12000, ge=500)
     file_page_chars: int = Field(default=8000, ge=500)
+    # A file's text is read in a worker process held to these limits (a crafted file costs it, not the bot).
+    file_read_timeout_s: float = Field(default=60, ge=1, le=3600)
+    file_read_memory_mb: int = Field(default=512, ge=128, le=65536)
+    file_max_text_chars: int = Field(default=1_000_000, ge=10_000)
     media_dir: str = "data/media"
+    # The terminal chat (`python -m bot chat`) saves the files of code runs here (`--out DIR` for one run).
+    terminal_out_dir: str = "data/terminal-out"
     # Voice answers to voice notes through an OpenAI-compatible POST /audio/speech; empty: off.
     tts_model: str | None = None
     tts_voice: str = "alloy"
@@ -177,8 +192,9 @@ class Settings(BaseSettings):
     # Files a code run writes under out/ go to the chat: at most this many, each at most this big.
     code_out_max_files: int = Field(default=10, ge=0, le=50)
     code_out_max_mb: int = Field(default=10, ge=1, le=50)
-    # The sandbox's data toolkit (numpy, pandas, matplotlib): a separate environment, bound read-only.
-    code_python_env: str = "/opt/assistant-sandbox"
+    # The sandbox's data toolkit (numpy, pandas, matplotlib): a separate environment, bound read-only,
+    # installed there at the first start when missing (empty: none).
+    code_python_env: str = DEFAULT_TOOLKIT_ENV
     # Storage and logs
     database_url: str = "sqlite:///data/assistant.db"
     log_level: str = "INFO"
@@ -261,6 +277,17 @@ class Settings(BaseSettings):
                 raise ValueError(f"{url.strip()!r} is neither tcp://host:port nor unix:///path")
         return value
 
+    @field_validator("code_python_env")
+    @classmethod
+    def _check_python_env(cls, value: str, info: ValidationInfo) -> str:
+        value = value.strip()
+        if not value or info.data.get("code_sandbox_socket") or info.data.get("code_sandbox_urls"):
+            return value  # no toolkit, or the sandbox service's own
+        problem = visibility_problem(value)
+        if problem is not None:
+            raise ValueError(f"code runs could not see it: {problem}")
+        return value
+
     @property
     def sandbox_urls(self) -> list[str]:
         """CODE_SANDBOX_URLS as a list (empty when unset)."""
@@ -327,14 +354,117 @@ class Settings(BaseSettings):
 
 def describe_errors(err: ValidationError) -> list[str]:
     """One line per bad setting: the variable, what is wrong, what to put there. Never the value itself."""
-    lines = []
+    lines, seen = [], set()
     for e in err.errors(include_url=False):
         field = str(e["loc"][0]) if e["loc"] else "?"
-        var = field.upper()
-        problem = "is missing" if e["type"] == "missing" else f"is invalid ({e['msg']})"
-        hint = HINTS.get(var, "see .env.example")
-        lines.append(f"Configuration error: {var} {problem}: {hint}.")
+        if field in seen:  # one line per variable: a union type reports each of its members
+            continue
+        seen.add(field)
+        lines.append(
+            f"Configuration error: {field.upper()} {_problem(e, field)}: {hint_for(field)}{_default(field)}."
+        )
     return lines
+
+
+def bad_fields(err: ValidationError) -> set[str]:
+    """The settings a ValidationError is about."""
+    return {str(e["loc"][0]) for e in err.errors(include_url=False) if e["loc"]}
+
+
+def _problem(e: Mapping[str, Any], field: str) -> str:
+    """What is wrong, in plain words: "is missing" for an unset or empty required value."""
+    info = Settings.model_fields.get(field)
+    given = e.get("input")
+    empty = e["type"] == "missing" or (isinstance(given, str) and not given.strip())
+    if empty:
+        return "is missing" if info is None or info.is_required() else "is empty"
+    ctx = e.get("ctx") or {}
+    kind = e["type"]
+    if kind == "value_error":  # our own validators' sentences
+        return f"is invalid ({str(ctx.get('error', e['msg'])).removeprefix('Value error, ')})"
+    words = {
+        "int_parsing": "is not a whole number",
+        "int_from_float": "is not a whole number",
+        "int_type": "is not a whole number",
+        "float_parsing": "is not a number",
+        "float_type": "is not a number",
+        "bool_parsing": "is neither true nor false",
+        "bool_type": "is neither true nor false",
+        "literal_error": "is none of the allowed values",
+        "url_parsing": "is not a URL",
+        "url_scheme": "is not an http:// or https:// URL",
+        "url_type": "is not a URL",
+        "time_parsing": "is not a time of day",
+        "time_type": "is not a time of day",
+        "string_too_short": "is too short",
+        "greater_than_equal": f"is below {ctx.get('ge')}",
+        "greater_than": f"is not above {ctx.get('gt')}",
+        "less_than_equal": f"is above {ctx.get('le')}",
+        "less_than": f"is not below {ctx.get('lt')}",
+    }
+    return words.get(kind, "is invalid")
+
+
+def hint_for(field: str) -> str:
+    """What to put in a setting: its hint, else its type and range (and its default)."""
+    var = field.upper()
+    if var in HINTS:
+        return HINTS[var]
+    info = Settings.model_fields.get(field)
+    if info is None:
+        return "see .env.example"
+    kind = info.annotation
+    choices = get_args(kind) if get_origin(kind) is Literal else ()
+    if choices:
+        what = "one of " + ", ".join(str(c) for c in choices)
+    elif kind is bool:
+        what = "true or false"
+    elif kind in (int, float):
+        # pydantic keeps Field(ge=..., gt=..., le=...) as annotated-types objects of those names
+        low = next((m.ge for m in info.metadata if hasattr(m, "ge")), None)
+        above = next((m.gt for m in info.metadata if hasattr(m, "gt")), None)
+        high = next((m.le for m in info.metadata if hasattr(m, "le")), None)
+        what = "a whole number" if kind is int else "a number"
+        if low is not None and high is not None:
+            what += f" from {low} to {high}"
+        elif low is not None:
+            what += f" of at least {low}"
+        else:
+            bounds = [f"above {above}"] if above is not None else []
+            bounds += [f"at most {high}"] if high is not None else []
+            what += " " + " and ".join(bounds) if bounds else ""
+    else:
+        return "see .env.example"
+    return f"put {what}"
+
+
+def _default(field: str) -> str:
+    """ " (or delete the line: DEFAULT)" for a setting with a default worth naming."""
+    info = Settings.model_fields.get(field)
+    if info is None or info.is_required() or info.default in (None, "", []):
+        return ""
+    shown = str(info.default).lower() if isinstance(info.default, bool) else info.default
+    return f" (or delete the line: {shown})"
+
+
+def settings_without(fields: set[str]) -> Settings | None:
+    """The settings with these (bad) ones at their defaults: what the other checks run on, so that every
+    problem is reported at once; None when even that does not load."""
+    values: dict[str, Any] = {}
+    for name in fields:
+        info = Settings.model_fields.get(name)
+        if info is None:
+            continue
+        values[name] = "placeholder" if info.is_required() else info.get_default(call_default_factory=True)
+    try:
+        return Settings(**values)
+    except ValidationError as err:
+        # A default that does not hold here either (CODE_PYTHON_ENV's relative default under /tmp): empty.
+        again = {name: "" for name in bad_fields(err) if name in values and isinstance(values[name], str)}
+    try:
+        return Settings(**{**values, **again}) if again else None
+    except ValidationError:
+        return None
 
 
 def load_settings() -> Settings:

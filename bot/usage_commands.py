@@ -83,6 +83,44 @@ def parse_budget_change(args: list[str]) -> BudgetChange | None:
 _SCALE = {"": 1, "k": 1_000, "m": 1_000_000}
 
 
+def usage_reply(service: UsageService, user_id: int, args: list[str]) -> str:
+    """What /usage [today|week|month] and the owner's /usage all [period] answer."""
+    words = [a.lower() for a in args]
+    everyone = bool(words) and words[0] == "all"
+    if everyone:
+        words = words[1:]
+    if len(words) > 1 or (words and words[0] not in REPORT_PERIODS):
+        return USAGE_HELP
+    period = words[0] if words else "today"
+    if everyone:
+        if not service.is_owner(user_id):
+            return "Only the owner can see everyone's usage. /usage shows yours."
+        return format_all(service.usage_of_all(period))
+    return format_report(service.report(user_id, period), service.clock())
+
+
+def budget_reply(service: UsageService, user_id: int, args: list[str]) -> str:
+    """What /budget [USER_ID [daily|monthly AMOUNT|off|default [usd|tokens]]] answers (owner only)."""
+    if not service.is_owner(user_id):
+        return "Only the owner can see and set usage caps. /usage shows yours."
+    if not args:
+        return f"{format_budgets(service)}\n\n{BUDGET_HELP}"
+    if len(args) == 1:
+        target = parse_user_id(args[0])
+        return BUDGET_HELP if target is None else format_budgets(service, target)
+    change = parse_budget_change(args)
+    if change is None:
+        return BUDGET_HELP
+    if change.action == "default":
+        service.reset_cap(user_id=change.user_id, period=change.period, kind=change.kind)
+    else:
+        service.set_cap(
+            by=user_id, user_id=change.user_id, period=change.period, kind=change.kind, limit=change.limit
+        )
+    known = "" if service.queries.users([change.user_id]) else "\n(This user has not talked to me yet.)"
+    return f"Done.\n{format_budgets(service, change.user_id)}{known}"
+
+
 class UsageHandlers:
     """The /usage and /budget handlers."""
 
@@ -97,58 +135,12 @@ class UsageHandlers:
     async def usage(self, update: Update, context: Ctx) -> None:
         """/usage [today|week|month], /usage all [period] (owner)."""
         assert update.effective_user
-        user_id = update.effective_user.id
-        args = [a.lower() for a in context.args or []]
-        everyone = bool(args) and args[0] == "all"
-        if everyone:
-            args = args[1:]
-        if len(args) > 1 or (args and args[0] not in REPORT_PERIODS):
-            await self._reply(update, USAGE_HELP)
-            return
-        period = args[0] if args else "today"
-        if everyone:
-            if not self.service.is_owner(user_id):
-                await self._reply(update, "Only the owner can see everyone's usage. /usage shows yours.")
-                return
-            await self._reply(update, format_all(self.service.usage_of_all(period)))
-            return
-        report = self.service.report(user_id, period)
-        await self._reply(update, format_report(report, self.service.clock()))
+        await self._reply(update, usage_reply(self.service, update.effective_user.id, context.args or []))
 
     async def budget(self, update: Update, context: Ctx) -> None:
         """/budget [USER_ID [daily|monthly AMOUNT|off|default [usd|tokens]]] (owner only)."""
         assert update.effective_user
-        if not self.service.is_owner(update.effective_user.id):
-            await self._reply(update, "Only the owner can see and set usage caps. /usage shows yours.")
-            return
-        args = context.args or []
-        if not args:
-            await self._reply(update, f"{format_budgets(self.service)}\n\n{BUDGET_HELP}")
-            return
-        if len(args) == 1:
-            user_id = parse_user_id(args[0])
-            if user_id is None:
-                await self._reply(update, BUDGET_HELP)
-                return
-            await self._reply(update, format_budgets(self.service, user_id))
-            return
-        change = parse_budget_change(args)
-        if change is None:
-            await self._reply(update, BUDGET_HELP)
-            return
-        s = self.service
-        if change.action == "default":
-            s.reset_cap(user_id=change.user_id, period=change.period, kind=change.kind)
-        else:
-            s.set_cap(
-                by=update.effective_user.id,
-                user_id=change.user_id,
-                period=change.period,
-                kind=change.kind,
-                limit=change.limit,
-            )
-        known = "" if s.queries.users([change.user_id]) else "\n(This user has not talked to me yet.)"
-        await self._reply(update, f"Done.\n{format_budgets(s, change.user_id)}{known}")
+        await self._reply(update, budget_reply(self.service, update.effective_user.id, context.args or []))
 
 
 def register_usage_handlers(app: Application[Any, Any, Any, Any, Any, Any], service: UsageService) -> None:
@@ -163,6 +155,8 @@ __all__ = [
     "USAGE_HELP",
     "BudgetChange",
     "UsageHandlers",
+    "budget_reply",
     "parse_budget_change",
     "register_usage_handlers",
+    "usage_reply",
 ]

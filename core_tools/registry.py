@@ -16,6 +16,7 @@ import jsonschema
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from core_tools.errors import ToolError
+from core_tools.schema_check import CHECK_SECONDS, CheckTimeout, bounded_validator, check_arguments
 from core_tools.types import ToolCallRequest, ToolContext, ToolOutcome
 
 log = logging.getLogger(__name__)
@@ -97,11 +98,10 @@ class Tool:
     paged: bool = True
 
     @functools.cached_property
-    def validator(self) -> jsonschema.protocols.Validator:
-        """The JSON-schema validator of an external tool's arguments."""
+    def validator(self) -> Any:
+        """The JSON-schema validator of an external tool's arguments (bounded: core_tools.schema_check)."""
         assert self.input_schema is not None
-        cls = jsonschema.validators.validator_for(self.input_schema, default=jsonschema.Draft202012Validator)
-        return cls(self.input_schema)
+        return bounded_validator(self.input_schema)
 
     @classmethod
     def from_function(
@@ -301,13 +301,17 @@ class ToolRegistry:
         if not isinstance(args, dict):
             raise ToolError("the arguments must be a JSON object")
         if tool.input_schema is not None:
-            problems = sorted(tool.validator.iter_errors(args), key=lambda e: list(e.absolute_path))
+            # A schema we did not write: checked in a worker thread, with linear-time regular expressions
+            # and a deadline, so neither its patterns nor its size can hold the event loop.
+            try:
+                problems = await asyncio.to_thread(check_arguments, tool.validator, args)
+            except CheckTimeout:
+                raise ToolError(
+                    f"the arguments for {tool.name} could not be checked against its schema within "
+                    f"{CHECK_SECONDS:.0f} s; the schema is too complex"
+                ) from None
             if problems:
-                detail = "; ".join(
-                    f"{'.'.join(str(p) for p in e.absolute_path) or 'arguments'}: {e.message}"
-                    for e in problems[:5]
-                )
-                raise ToolError(f"invalid arguments for {tool.name}: {detail}")
+                raise ToolError(f"invalid arguments for {tool.name}: {'; '.join(problems)}")
             async with asyncio.timeout(tool.timeout_s):
                 return await tool.fn(ctx, args)
         assert tool.args_model is not None

@@ -109,10 +109,15 @@ class MediaFiles:
                 .values(message_id=message_id, session_id=session_id)
             )
 
-    def set_status(self, file_id: int, status: str, detail: str | None = None) -> None:
-        """Record what became of a file (transcribed, failed, ...)."""
+    def set_status(
+        self, file_id: int, status: str, detail: str | None = None, *, text_chars: int | None = None
+    ) -> None:
+        """Record what became of a file (transcribed, extracted and how much text, failed, ...)."""
+        values: dict[str, object] = {"status": status, "detail": detail}
+        if text_chars is not None:
+            values["text_chars"] = text_chars
         with self._engine.begin() as conn:
-            conn.execute(update(_TABLE).where(_TABLE.c.id == file_id).values(status=status, detail=detail))
+            conn.execute(update(_TABLE).where(_TABLE.c.id == file_id).values(**values))
 
     def get(self, file_id: int) -> MediaRow | None:
         """One row by id."""

@@ -170,8 +170,8 @@ class Schedules:
             )
             return {sid: when for sid, when in s.execute(q)}
 
-    def due_schedules(self, now: datetime, limit: int) -> list[ScheduleRow]:
-        """Active schedules whose next fire time has come."""
+    def due_schedules(self, now: datetime, limit: int, chat_id: int | None = None) -> list[ScheduleRow]:
+        """Active schedules whose next fire time has come (only those of one chat, given `chat_id`)."""
         with self._sessions() as s:
             q = (
                 select(Schedule)
@@ -179,6 +179,8 @@ class Schedules:
                 .order_by(Schedule.next_fire_at)
                 .limit(limit)
             )
+            if chat_id is not None:
+                q = q.where(Schedule.chat_id == chat_id)
             return [_row(r) for r in s.scalars(q)]
 
     def fire(
@@ -245,10 +247,13 @@ class Schedules:
             )
             return [(_row(r), str(z)) for r, z in s.execute(q)]
 
-    def next_schedule_time(self) -> datetime | None:
-        """The earliest next fire time of any active schedule."""
+    def next_schedule_time(self, chat_id: int | None = None) -> datetime | None:
+        """The earliest next fire time of any active schedule (of one chat, given `chat_id`)."""
+        q = select(func.min(Schedule.next_fire_at)).where(Schedule.status == ACTIVE)
+        if chat_id is not None:
+            q = q.where(Schedule.chat_id == chat_id)
         with self._sessions() as s:
-            return s.scalar(select(func.min(Schedule.next_fire_at)).where(Schedule.status == ACTIVE))
+            return s.scalar(q)
 
     def active_without_time(self) -> list[ScheduleRow]:
         """Active schedules with no next fire time (should not exist; repaired at start)."""
@@ -294,8 +299,10 @@ class Schedules:
             assert sched is not None
             return _firing(f, sched)
 
-    def due_firings(self, now: datetime, limit: int, exclude: Iterable[int] = ()) -> list[FiringRow]:
-        """Firings waiting to be sent whose time has come, oldest first."""
+    def due_firings(
+        self, now: datetime, limit: int, exclude: Iterable[int] = (), chat_id: int | None = None
+    ) -> list[FiringRow]:
+        """Firings waiting to be sent whose time has come, oldest first (of one chat, given `chat_id`)."""
         skip = list(exclude)
         with self._sessions() as s:
             q = (
@@ -307,12 +314,17 @@ class Schedules:
             )
             if skip:
                 q = q.where(ScheduleFiring.id.not_in(skip))
+            if chat_id is not None:
+                q = q.where(ScheduleFiring.chat_id == chat_id)
             return [_firing(f, sched) for f, sched in s.execute(q)][:limit]
 
-    def next_firing_time(self) -> datetime | None:
-        """When the earliest waiting firing may be sent."""
+    def next_firing_time(self, chat_id: int | None = None) -> datetime | None:
+        """When the earliest waiting firing may be sent (of one chat, given `chat_id`)."""
+        q = select(func.min(ScheduleFiring.not_before)).where(ScheduleFiring.status == "due")
+        if chat_id is not None:
+            q = q.where(ScheduleFiring.chat_id == chat_id)
         with self._sessions() as s:
-            return s.scalar(select(func.min(ScheduleFiring.not_before)).where(ScheduleFiring.status == "due"))
+            return s.scalar(q)
 
     def set_firings(self, ids: Sequence[int], **values: Any) -> None:
         """Update columns of some firings (one transaction)."""

@@ -18,9 +18,11 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from core_tools.llm import LLMClient
+from core_tools.sandbox.toolkit import ToolkitError, install_blocking
 from db.engine import make_engine, make_sessionmaker
 from db.migrate import upgrade
 from tests import harness
+from tests.core_tools.fake_search import FakeServer, reply_json, searxng_payload, searxng_result
 from tests.fakes.openai_api import FakeLLM
 from tests.fakes.telegram_api import FakeTelegram
 from tests.harness import TOKEN
@@ -33,6 +35,34 @@ def test_databases() -> list[str]:
     """The databases the suite runs against (TEST_DATABASES=sqlite,postgresql; both by default)."""
     wanted = os.environ.get("TEST_DATABASES", ",".join(DATABASES))
     return [d for d in DATABASES if d in wanted.split(",")]
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def sandbox_visible_dir(name: str) -> Path:
+    """A directory for the tests' own toolkits that code runs can see: not under /tmp (each run gets its own
+    empty one), and, when the suite runs as root (the code then runs as nobody), below directories anyone
+    may enter. `ASSISTANT_TEST_CACHE` chooses another."""
+    chosen = os.environ.get("ASSISTANT_TEST_CACHE")
+    if chosen:
+        return Path(chosen) / name
+    base = REPO / ".cache"
+    if os.geteuid() == 0 and not all(os.stat(p).st_mode & 0o001 for p in REPO.parents if p != Path("/")):
+        base = Path("/var/cache/assistant-tests")
+    return base / name
+
+
+@pytest.fixture(scope="session")
+def sandbox_toolkit() -> str:
+    """The sandbox's data toolkit (numpy, pandas, matplotlib), set up the way the bot sets up its own:
+    scripts/sandbox-toolkit.sh into a cache directory, once (later sessions find it up to date)."""
+    target = sandbox_visible_dir("sandbox-python")
+    try:
+        install_blocking(target)
+    except ToolkitError as exc:
+        pytest.fail(f"the sandbox data toolkit could not be installed at {target}: {exc}")
+    return str(target)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -107,6 +137,17 @@ async def llm() -> AsyncIterator[FakeLLM]:
     """A fake OpenAI-compatible server."""
     async with FakeLLM() as server:
         yield server
+
+
+@pytest.fixture
+async def searxng() -> AsyncIterator[str]:
+    """The base URL of a fake SearXNG on 127.0.0.1 that answers every search with one result."""
+    server = FakeServer()
+    await server.start()
+    answer = searxng_payload([searxng_result("https://example.org/", "Result")])
+    server.on("GET", "/search", reply_json(answer))
+    yield server.base_url
+    await server.close()
 
 
 @pytest.fixture

@@ -41,6 +41,9 @@ def make_settings(tmp_path: Path, tg: FakeTelegram | None, llm: FakeLLM, **overr
         "stream_edit_interval_s": 0.2,
         # Tests answer at once; the burst tests set a debounce of their own.
         "message_debounce_ms": 0,
+        # No data toolkit (nothing is installed at start); the tests that use it pass the session's
+        # (the `sandbox_toolkit` fixture).
+        "code_python_env": "",
     }
     values.update(overrides)
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]

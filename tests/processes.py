@@ -35,6 +35,8 @@ def free_port() -> int:
 def bot_env(home: Path, **values: str) -> dict[str, str]:
     """A clean environment: nothing of the test runner's leaks in; the repo is importable from `home`."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "PYTHONPATH": str(REPO)}
+    # No data toolkit, so that no test process installs one at start (tests/bot/test_toolkit.py does).
+    env["CODE_PYTHON_ENV"] = ""
     env.update(values)
     return env
 

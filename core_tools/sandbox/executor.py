@@ -234,10 +234,9 @@ class LocalExecutor:
         if self.isolation is Isolation.UNAVAILABLE and allow_unsandboxed:
             self.isolation = Isolation.UNSANDBOXED
         self._interpreters = find_interpreters()
-        toolkit = toolkit_interpreter(python_env) if python_env else None
-        self.toolkit = toolkit is not None
-        if toolkit is not None:
-            self._interpreters["python"] = toolkit
+        self._system_python = self._interpreters.get("python")
+        self.toolkit = False
+        self.use_python_env(python_env)
         found: RunParent | str = find_run_parent() if cgroups else "cgroups not used"
         self._run_parent = found if isinstance(found, RunParent) else None
         # Told of every run's process (the sandbox service's guardian, which kills them if we die).
@@ -247,6 +246,16 @@ class LocalExecutor:
             if isinstance(found, RunParent)
             else f"watchdog sampling the run's processes and tmpfs ({found})"
         )
+
+    def use_python_env(self, python_env: str | None) -> bool:
+        """Run Python with the environment's python3 (the data toolkit) from now on, or, for None or an
+        unusable one, the system's; True when the environment is used."""
+        toolkit = toolkit_interpreter(python_env, self._system_python) if python_env else None
+        self.toolkit = toolkit is not None
+        python = toolkit or self._system_python
+        if python is not None:
+            self._interpreters["python"] = python
+        return self.toolkit
 
     @property
     def run_parent(self) -> RunParent | None:

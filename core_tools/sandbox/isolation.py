@@ -70,6 +70,23 @@ class Interpreter:
     work_files: tuple[tuple[str, str], ...] = ()
 
 
+def hidden_from_runs(path: Path) -> str | None:
+    """Why a directory bound into the sandbox would not be what the code sees there, or None.
+
+    Each run gets its own /proc, /dev and empty tmpfs mounts (SCRATCH_DIR, /tmp, /dev/shm) on top of every
+    bind, and the bot's own files, home and system directories are never bound at all."""
+    resolved = path.resolve()
+    for mount in ("/proc", "/dev", SCRATCH_DIR, "/tmp"):  # noqa: S108 - the sandbox's own mounts
+        if resolved == Path(mount) or Path(mount) in resolved.parents:
+            return f"{resolved} is under {mount}, which every code run replaces with its own"
+    if not _is_safe_prefix(resolved):
+        return (
+            f"{resolved} is not a directory of its own (a system directory, the bot's folder or one above "
+            "it, the home directory or the bot's environment), which the sandbox never shows"
+        )
+    return None
+
+
 def _is_safe_prefix(prefix: Path) -> bool:
     """Whether binding `prefix` read-only could not expose the bot's files, home or the repo."""
     resolved = prefix.resolve()
@@ -106,8 +123,11 @@ def find_interpreters() -> dict[str, Interpreter]:
     return found
 
 
-def toolkit_interpreter(env: str) -> Interpreter | None:
-    """The python3 of a separate environment (the data toolkit), bound read-only; None when unusable."""
+def toolkit_interpreter(env: str, base: Interpreter | None = None) -> Interpreter | None:
+    """The python3 of a separate environment (the data toolkit), bound read-only; None when unusable.
+
+    `base` is the interpreter the environment was made from (its binds are needed too when it does not
+    live under /usr)."""
     root = Path(env)
     python = root / "bin" / "python3"
     if not (root / "pyvenv.cfg").is_file() or not os.access(python, os.X_OK):
@@ -122,7 +142,8 @@ def toolkit_interpreter(env: str) -> Interpreter | None:
     files = tuple(
         (str(p), f".cache/matplotlib/{p.name}") for p in sorted(cache.glob("*.json")) if p.is_file()
     )
-    return Interpreter(str(resolved / "bin" / "python3"), (str(resolved),), files)
+    binds = (str(resolved), *(base.binds if base is not None else ()))
+    return Interpreter(str(resolved / "bin" / "python3"), binds, files)
 
 
 def interpreter_argv(language: str, interpreter: Interpreter, limits: SandboxLimits, code: str) -> list[str]:

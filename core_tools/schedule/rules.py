@@ -16,9 +16,10 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from cronsim import CronSim, CronSimError
-from dateutil.rrule import rrule, rrulestr
+from dateutil.rrule import rrulestr
 
 from core_tools.errors import ToolError
+from core_tools.schedule.expand import Budget, ExpansionError, check_rule, wall_times
 
 # How far back an iteration starts before the wanted instant: more than any zone's DST shift.
 ZONE_SLACK = timedelta(hours=3)
@@ -148,6 +149,10 @@ def parse_repeat(text: str, zone: ZoneInfo) -> tuple[Repeat, int | None, datetim
             rrulestr(f"RRULE:{body}", dtstart=datetime(2026, 1, 1, 9, 0))
         except (ValueError, TypeError) as exc:
             raise ScheduleInputError(f"the RRULE {text[:80]!r} does not parse: {exc}") from None
+        try:
+            check_rule(body)
+        except ExpansionError as exc:
+            raise ScheduleInputError(str(exc)) from None
         until = _rrule_until(until_raw, zone) if until_raw else None
         return Repeat("rrule", body), count, until
     fields = raw.split(" ")
@@ -163,14 +168,9 @@ def parse_repeat(text: str, zone: ZoneInfo) -> tuple[Repeat, int | None, datetim
     return Repeat("cron", raw), None, None
 
 
-def _rule(repeat: Repeat, start_local: datetime) -> rrule:
-    parsed = rrulestr(f"RRULE:{repeat.text}", dtstart=start_local)
-    assert isinstance(parsed, rrule)
-    return parsed
-
-
-def _wall_times(spec: Spec, zone: ZoneInfo, after_local: datetime) -> Iterator[datetime]:
-    """Naive wall-clock occurrences at or after `after_local` (not before the start), in order."""
+def _wall_times(spec: Spec, after_local: datetime, budget: Budget) -> Iterator[datetime]:
+    """Naive wall-clock occurrences at or after `after_local` (not before the start), in order; bounded
+    (see expand.py): ExpansionError past the budget."""
     start = spec.start_local
     if spec.repeat is None:
         if start >= after_local:
@@ -178,20 +178,25 @@ def _wall_times(spec: Spec, zone: ZoneInfo, after_local: datetime) -> Iterator[d
         return
     begin = max(start, after_local)
     if spec.repeat.kind == "rrule":
-        yield from _rule(spec.repeat, start).xafter(begin, inc=True)
+        yield from wall_times(spec.repeat.text, start, begin, budget)
         return
     # cronsim iterates the naive wall clock for fixed-time expressions (Debian cron semantics); we
-    # localize every result ourselves, so it gets naive input and gives naive output.
+    # localize every result ourselves, so it gets naive input and gives naive output. It refuses
+    # impossible days itself and starts at `begin`, not at the schedule's start.
     it = CronSim(spec.repeat.text, begin - timedelta(seconds=1))
     for t in it:
+        budget.step()
         yield t.replace(tzinfo=None)
 
 
-def occurrences_after(spec: Spec, zone: ZoneInfo, after: datetime, limit: int) -> list[datetime]:
-    """Up to `limit` UTC fire times strictly after `after` (aware), ignoring COUNT (see next_fire)."""
+def occurrences_after(
+    spec: Spec, zone: ZoneInfo, after: datetime, limit: int, budget: Budget | None = None
+) -> list[datetime]:
+    """Up to `limit` UTC fire times strictly after `after` (aware), ignoring COUNT (see next_fire);
+    within expand.HORIZON_YEARS, ExpansionError when the rule is too costly to work out."""
     out: list[datetime] = []
     last = after
-    for local in _wall_times(spec, zone, wall(after, zone) - ZONE_SLACK):
+    for local in _wall_times(spec, wall(after, zone) - ZONE_SLACK, budget or Budget()):
         instant = localize(local, zone)
         if instant <= last:  # before `after`, or a second wall time folded onto the same instant
             continue
@@ -219,23 +224,28 @@ def advance(
     missed while the bot was down, which fold into it) and the next fire time after `now` (None: ended)."""
     if spec.repeat is None:
         return 1, None
-    consumed, last, nxt = 1, due, None
+    consumed, last, nxt, counted = 1, due, None, False
     # One pass over the occurrences: a long downtime of a frequent repeat costs one iteration each.
-    for local in _wall_times(spec, zone, wall(due, zone) - ZONE_SLACK):
-        instant = localize(local, zone)
-        if instant <= last:
-            continue
-        if spec.until is not None and instant > spec.until:
-            break
-        if instant > now:
-            nxt = instant
-            break
-        consumed += 1
-        last = instant
-        if consumed > CATCH_UP_LIMIT:  # stop counting; the next one after now is all that matters
-            found = occurrences_after(spec, zone, now, 1)
-            nxt = found[0] if found else None
-            break
+    try:
+        for local in _wall_times(spec, wall(due, zone) - ZONE_SLACK, Budget(steps=CATCH_UP_LIMIT)):
+            instant = localize(local, zone)
+            if instant <= last:
+                continue
+            if spec.until is not None and instant > spec.until:
+                counted = True
+                break
+            if instant > now:
+                nxt, counted = instant, True
+                break
+            consumed += 1
+            last = instant
+        else:
+            counted = True
+    except ExpansionError:  # too many to count: the next one after now is all that matters
+        pass
+    if not counted:
+        found = occurrences_after(spec, zone, now, 1)
+        nxt = found[0] if found else None
     if nxt is not None and spec.count is not None and fired + consumed >= spec.count:
         return consumed, None
     return consumed, nxt
@@ -257,12 +267,13 @@ def rebased_start(spec: Spec, zone: ZoneInfo, nxt: datetime) -> datetime | None:
     return local if localize(local, zone) == nxt else None
 
 
-def shortest_interval(spec: Spec, zone: ZoneInfo) -> timedelta | None:
-    """The shortest gap between consecutive wall-clock occurrences among the first ones (None: < 2)."""
+def shortest_interval(spec: Spec, from_local: datetime) -> timedelta | None:
+    """The shortest gap between consecutive wall-clock occurrences among the first ones from `from_local`
+    (None: fewer than 2)."""
     if spec.repeat is None:
         return None
     times: list[datetime] = []
-    for t in _wall_times(spec, zone, spec.start_local):
+    for t in _wall_times(spec, from_local, Budget()):
         times.append(t)
         if len(times) >= GAP_SAMPLE or (spec.count is not None and len(times) >= spec.count):
             break

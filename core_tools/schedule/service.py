@@ -8,11 +8,13 @@ The clock is injected, so tests drive time without sleeping; the bot's job queue
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from core_tools.schedule.expand import ExpansionError
 from core_tools.schedule.rules import (
     Repeat,
     ScheduleInputError,
@@ -57,6 +59,9 @@ class ScheduleService:
         self.default_timezone = default_timezone
         self.limits = limits or Limits()
         self.clock = clock
+        # The tool runs in worker threads, several calls of one turn at once: the check of the active limit
+        # and the insert it allows are one step.
+        self._adding = threading.Lock()
 
     # ------------------------------------------------------------------ zones and specs
 
@@ -84,7 +89,11 @@ class ScheduleService:
         if row.next_fire_at is None or row.status not in LIVE:
             return []
         zone = ZoneInfo(self.zone_of(row))
-        rest = occurrences_after(self.spec_of(row), zone, row.next_fire_at, n - 1)
+        try:
+            rest = occurrences_after(self.spec_of(row), zone, row.next_fire_at, n - 1)
+        except ExpansionError as exc:  # a rule stored before the bounds: show what is known
+            log.warning("schedule %s: its later times are not worked out: %s", row.id, exc)
+            rest = []
         if row.count is not None:
             rest = rest[: max(0, row.count - row.fired_count - 1)]
         return [row.next_fire_at, *rest][:n]
@@ -129,11 +138,7 @@ class ScheduleService:
         """Validate and store a schedule; returns its view (id, next times, description)."""
         now = self.clock()
         zone_name = self.zone_of_user(user_id)
-        if self.store.count_active(user_id) >= self.limits.max_active:
-            raise ScheduleInputError(
-                f"the user already has {self.limits.max_active} active schedules (the limit); "
-                "cancel one first (action list shows them)"
-            )
+        self._check_room(user_id)
         spec, explicit, first = build_spec(
             limits=self.limits,
             zone_name=zone_name,
@@ -145,28 +150,37 @@ class ScheduleService:
             count=count,
             now=now,
         )
-        row = self.store.add(
-            user_id=user_id,
-            chat_id=chat_id,
-            chat_type=chat_type,
-            kind=kind,
-            text=text.strip(),
-            start_local=spec.start_local.isoformat(),
-            # An explicit offset pins the schedule to the zone it was made in; a local time follows the
-            # user's zone, so a later /timezone moves its future firings.
-            timezone=zone_name if explicit else None,
-            zone_used=zone_name,
-            repeat=spec.repeat.text if spec.repeat else None,
-            repeat_kind=spec.repeat.kind if spec.repeat else None,
-            until_at=spec.until,
-            count=spec.count,
-            fired_count=0,
-            status=ACTIVE,
-            failures=0,
-            next_fire_at=first,
-        )
+        with self._adding:
+            self._check_room(user_id)
+            row = self.store.add(
+                user_id=user_id,
+                chat_id=chat_id,
+                chat_type=chat_type,
+                kind=kind,
+                text=text.strip(),
+                start_local=spec.start_local.isoformat(),
+                # An explicit offset pins the schedule to the zone it was made in; a local time follows the
+                # user's zone, so a later /timezone moves its future firings.
+                timezone=zone_name if explicit else None,
+                zone_used=zone_name,
+                repeat=spec.repeat.text if spec.repeat else None,
+                repeat_kind=spec.repeat.kind if spec.repeat else None,
+                until_at=spec.until,
+                count=spec.count,
+                fired_count=0,
+                status=ACTIVE,
+                failures=0,
+                next_fire_at=first,
+            )
         log.info("schedule %s created by user %s (%s, next %s)", row.id, user_id, kind, first.isoformat())
         return self.view(row)
+
+    def _check_room(self, user_id: int) -> None:
+        if self.store.count_active(user_id) >= self.limits.max_active:
+            raise ScheduleInputError(
+                f"the user already has {self.limits.max_active} active schedules (the limit); "
+                "cancel one first (action list shows them)"
+            )
 
     def _owned(self, user_id: int, schedule_id: int, chat_scope: int | None) -> ScheduleRow:
         row = self.store.get(schedule_id)
@@ -282,17 +296,18 @@ class ScheduleService:
 
     # ------------------------------------------------------------------ the delivery job's side
 
-    def fire_due(self, limit: int = 500) -> list[int]:
+    def fire_due(self, limit: int = 500, chat_id: int | None = None) -> list[int]:
         """Turn every schedule whose time has come into a firing and advance it; returns firing ids.
 
         A repeating schedule missed for several occurrences (the bot was down) fires once, with `missed`
-        saying how many more it stood for; its next time is the first occurrence after now.
+        saying how many more it stood for; its next time is the first occurrence after now. With `chat_id`
+        only that chat's schedules fire (the terminal chat, which cannot deliver to any other).
         """
         now = self.clock()
         fired: list[int] = []
         zones: dict[int, str] = {}  # one look-up per user, not per schedule: 500 may fall due at 09:00
         while True:
-            rows = self.store.due_schedules(now, limit)
+            rows = self.store.due_schedules(now, limit, chat_id)
             if not rows:
                 return fired
             changes: list[tuple[ScheduleRow, int, datetime | None, str | None]] = []
@@ -314,13 +329,18 @@ class ScheduleService:
             if len(rows) < limit:
                 return fired
 
-    def due_firings(self, limit: int, exclude: Sequence[int] = ()) -> list[FiringRow]:
-        """Firings to send now (excluding the ones already being sent by this process)."""
-        return self.store.due_firings(self.clock(), limit, exclude)
+    def due_firings(
+        self, limit: int, exclude: Sequence[int] = (), chat_id: int | None = None
+    ) -> list[FiringRow]:
+        """Firings to send now (excluding the ones already being sent by this process; of one chat)."""
+        return self.store.due_firings(self.clock(), limit, exclude, chat_id)
 
-    def next_wake(self) -> datetime | None:
-        """When something next needs doing: a schedule falls due or a firing may be (re)tried."""
-        times = [t for t in (self.store.next_schedule_time(), self.store.next_firing_time()) if t]
+    def next_wake(self, chat_id: int | None = None) -> datetime | None:
+        """When something next needs doing: a schedule falls due or a firing may be (re)tried (in one
+        chat, given `chat_id`)."""
+        times = [
+            t for t in (self.store.next_schedule_time(chat_id), self.store.next_firing_time(chat_id)) if t
+        ]
         return min(times) if times else None
 
     def mark_sending(self, ids: Sequence[int]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
@@ -68,13 +69,16 @@ class ScheduleTool:
         svc = self.service
         # In a group only that group's schedules of the user are visible: private reminders stay private.
         scope = None if is_private(ctx.chat_type, ctx.user_id, ctx.chat_id) else ctx.chat_id
+        # Working out a repeat's times is bounded but CPU work, and the store is blocking I/O: both run in
+        # a worker thread, so other chats are served meanwhile.
         if action == "list":
-            items = svc.list_for(ctx.user_id, scope)
+            items = await asyncio.to_thread(svc.list_for, ctx.user_id, scope)
             return {"ok": True, "schedules": items, "count": len(items)}
         if action == "create":
             if text is None:
                 raise ScheduleInputError("create needs text")
-            created = svc.create(
+            created = await asyncio.to_thread(
+                svc.create,
                 user_id=ctx.user_id,
                 chat_id=ctx.chat_id,
                 chat_type=ctx.chat_type,
@@ -90,9 +94,17 @@ class ScheduleTool:
         if id is None:
             raise ScheduleInputError(f"{action} needs the schedule's id (action list shows them)")
         if action == "cancel":
-            return {"ok": True, **svc.cancel(ctx.user_id, id, scope)}
-        updated = svc.update(
-            ctx.user_id, id, chat_scope=scope, text=text, at=at, repeat=repeat, until=until, count=count
+            return {"ok": True, **await asyncio.to_thread(svc.cancel, ctx.user_id, id, scope)}
+        updated = await asyncio.to_thread(
+            svc.update,
+            ctx.user_id,
+            id,
+            chat_scope=scope,
+            text=text,
+            at=at,
+            repeat=repeat,
+            until=until,
+            count=count,
         )
         self.wake()
         return {"ok": True, **updated}

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
+from core_tools.schedule.expand import HORIZON_YEARS, ExpansionError, aligned_start, shape_of
 from core_tools.schedule.rules import (
+    ZONE_SLACK,
     Repeat,
     ScheduleInputError,
     Spec,
@@ -20,6 +22,8 @@ from core_tools.schedule.rules import (
 
 KINDS = ("message", "task")
 MAX_TEXT_CHARS = 2000
+# The furthest ahead a schedule may start: far enough for any plan, near enough for datetime's range.
+MAX_YEARS_AHEAD = 100
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,16 @@ def build_spec(
         start_local, explicit = now_local.replace(second=0, microsecond=0), False
     else:
         start_local, explicit = parse_datetime(at, zone)
+    if start_local.year > now_local.year + MAX_YEARS_AHEAD:
+        raise ScheduleInputError(f"at {at!r} is more than {MAX_YEARS_AHEAD} years ahead")
+    if rep is not None and start_local < now_local:
+        # A repeating schedule may start in the past ("every weekday at 8" said at 10): it fires from
+        # the next occurrence on, never for the past ones. A start long past (at=1000-01-01) is moved
+        # forward by whole repeats, so the rule is the same and its times are worked out from now.
+        if rep.kind == "rrule":
+            start_local = aligned_start(shape_of(rep.text), start_local, now_local - ZONE_SLACK)
+        else:  # a cron expression's times do not depend on its start
+            start_local = max(start_local, now_local.replace(second=0, microsecond=0) - ZONE_SLACK)
     spec = Spec(start_local, rep, until_at, count if count is not None else rule_count)
     if rep is None:
         first = localize(start_local, zone)
@@ -98,16 +112,26 @@ def build_spec(
                 f"at {at!r} is in the past: it is now {now_local:%Y-%m-%d %H:%M} in {zone_name}"
             )
     else:
-        # A repeating schedule may start in the past ("every weekday at 8" said at 10): it fires from
-        # the next occurrence on, never for the past ones.
-        found = occurrences_after(spec, zone, now, 1)
+        try:
+            found = occurrences_after(spec, zone, now, 1)
+        except ExpansionError as exc:
+            raise ScheduleInputError(str(exc)) from None
         if not found:
+            if until_at is not None and occurrences_after(replace(spec, until=None), zone, now, 1):
+                raise ScheduleInputError(
+                    f"this repeat has no occurrence between now ({now_local:%Y-%m-%d %H:%M} {zone_name}) "
+                    "and its end (until)"
+                )
             raise ScheduleInputError(
-                f"this repeat has no occurrence after now ({now_local:%Y-%m-%d %H:%M} {zone_name})"
+                f"this repeat never happens: it has no occurrence in the {HORIZON_YEARS} years after now "
+                f"({now_local:%Y-%m-%d %H:%M} {zone_name}); check its BY... parts and INTERVAL"
             )
         first = found[0]  # `count` counts from here: occurrences before now are not owed
         minimum = limits.min_task_interval if kind == "task" else limits.min_message_interval
-        gap = shortest_interval(spec, zone)
+        try:
+            gap = shortest_interval(spec, wall(first, zone))
+        except ExpansionError as exc:
+            raise ScheduleInputError(str(exc)) from None
         if gap is not None and gap < minimum:
             raise ScheduleInputError(
                 f"this repeats every {human_delta(gap)}; a {kind} may repeat at most every "

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import logging
 import os
 import re
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, Literal
@@ -20,6 +22,7 @@ from core_tools.errors import BudgetExceeded, LLMUnavailable, ToolError
 from core_tools.llm import LLMClient
 from core_tools.sandbox import ExecutionResult, Executor
 from core_tools.sandbox.model import FileLimits
+from core_tools.sandbox.toolkit import Toolkit
 from core_tools.types import ChatMessage, FileSink, Notifier, ToolContext
 from db.executions import Executions
 from db.jobs import JobRow, Jobs
@@ -246,8 +249,9 @@ class CodeTool:
         self.files_in = files_in
         self.file_sink = file_sink
         self.file_limits = file_limits or FileLimits()
-        # numpy, pandas and matplotlib importable (a service executor is assumed to have them: its image does)
-        self.toolkit = bool(getattr(executor, "toolkit", True))
+        # The sandbox's data toolkit (numpy, pandas, matplotlib): set by the wiring; without it, what the
+        # executor says (a service executor is assumed to have it: its image does).
+        self.python_toolkit: Toolkit | None = None
         self.jobs: dict[str, Job] = {}
         # Background jobs as rows (their state survives a restart), and who runs them: "host:pid".
         self.jobs_db = jobs_db
@@ -279,8 +283,8 @@ class CodeTool:
         """Write, run or check code in a sandbox without network or access to the bot's files.
 
         Use it for calculations, data processing and anything that should be computed rather than guessed.
-        The program prints its result to stdout. Python has numpy, pandas, matplotlib. The user's files are
-        in in/; files written to out/ are sent to the user. Long output is shown cut in the middle; read it
+        The program prints its result to stdout. The user's files are in in/; files written to out/ are sent
+        to the user. Long output is shown cut in the middle; read it
         whole with read_result and the run's execution_id. A slow generate continues as a background job:
         check it with action=status and its job_id.
         """
@@ -313,6 +317,34 @@ class CodeTool:
         if row.status == "interrupted":
             out["note"] = "The bot restarted while this job ran; run generate again if it is still needed."
         return out
+
+    @property
+    def toolkit(self) -> bool:
+        """Whether Python runs have the data toolkit (or will once its install, which they wait for, ends)."""
+        if self.python_toolkit is not None:
+            return self.python_toolkit.usable
+        return bool(getattr(self.executor, "toolkit", True))
+
+    def description(self) -> str:
+        """The `code` tool's description: its docstring and what Python has installed right now."""
+        if self.python_toolkit is not None:
+            python = self.python_toolkit.model_note()
+        elif self.toolkit:
+            python = "Python has numpy, pandas and matplotlib (no display: save figures to out/)."
+        else:
+            python = "Python has only its standard library: no third-party packages are installed."
+        return f"{inspect.getdoc(CodeTool.code)}\n\n{python}"
+
+    def tool(self) -> Callable[..., Awaitable[dict[str, Any]]]:
+        """The `code` tool to register: `code` described by `description()` (register it again after the
+        toolkit's state changes)."""
+
+        @functools.wraps(self.code)
+        async def code(*args: Any, **kwargs: Any) -> dict[str, Any]:
+            return await self.code(*args, **kwargs)
+
+        code.__doc__ = self.description()
+        return code
 
     def prune(self) -> int:
         """Drop finished jobs older than `keep_finished_s`, then the oldest beyond `max_finished`."""
@@ -350,6 +382,8 @@ class CodeTool:
 
         A run that lasts shows `label`, its elapsed time and its last line of output as the turn's status."""
         files = self.files_in(ctx.session_id) if self.files_in is not None else None
+        if self.python_toolkit is not None and language.strip().lower() in ("python", "py", "python3"):
+            await self.python_toolkit.wait_for_install(ctx.progress, self.limits.queue_wait_s)
         async with self._run_slot(ctx.user_id):
             output = _LastLine()
             run = self.executor.run(
@@ -414,6 +448,9 @@ class CodeTool:
             out["files_not_sent"] = list(result.files_skipped)
             if self.file_sink is not None:
                 out["files_not_sent_note"] = "the user was shown this list"
+        note = self.python_toolkit.run_note() if self.python_toolkit and result.language == "python" else None
+        if note and not result.success:
+            out["note"] = note
         if result.truncated:
             out["truncated"] = (
                 f"output was cut at the sandbox cap: {result.stdout_bytes} bytes of stdout and "

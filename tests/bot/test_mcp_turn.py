@@ -11,10 +11,10 @@ from sqlalchemy import select
 from db.models import ToolCallLog
 from tests.bot.test_ops import full_env
 from tests.bot.test_process import run_bot
-from tests.fakes.openai_api import FakeLLM, call, text, tool_calls
+from tests.fakes.openai_api import FakeLLM, Step, call, text, tool_calls
 from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER, running_bot
-from tests.mcp.helpers import stdio_entry
+from tests.harness import FRIEND, OWNER, running_bot
+from tests.mcp.helpers import heavy_entry, stdio_entry
 
 
 def servers_file(tmp_path: Path, servers: dict[str, object]) -> str:
@@ -76,3 +76,37 @@ async def test_doctor_reports_each_mcp_server(tmp_path: Path, tg: FakeTelegram, 
     (tmp_path / "mcp.json").write_text("{oops")
     code, out, err = await run_bot(tmp_path, "doctor", env=full_env(tmp_path, tg, llm, MCP_SERVERS_FILE=path))
     assert code == 1 and "FAIL services: MCP_SERVERS_FILE" in out and "not valid JSON" in out
+
+
+async def test_a_server_that_weighs_on_every_turn_is_held_to_its_bounds(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    # An attacker's server: a 4 MB input schema (it went with every chat request: 4.2 MB for "hello")
+    # and a pattern ^(a+)+$ that held the event loop while an argument "aaa...a!" was checked.
+    def respond(request: dict[str, object]) -> Step:
+        messages = request["messages"]
+        assert isinstance(messages, list)
+        last = messages[-1]
+        if last["role"] == "tool":
+            return text(f"Checked: {last['content']}")
+        if "redos" in str(last["content"]):
+            return tool_calls(call("heavy__redos", {"text": "a" * 35 + "!"}))
+        return text("Hello to you.")
+
+    llm.default = respond
+    path = servers_file(tmp_path, {"heavy": heavy_entry()})
+    async with running_bot(tmp_path, tg, llm, mcp_servers_file=path) as h:
+        tg.push_text(OWNER, "hello")
+        await h.final_text(OWNER, "Hello to you.", timeout=20)
+        (first,) = llm.requests
+        assert len(json.dumps(first)) < 200_000
+        offered = {t["function"]["name"] for t in first["tools"]}
+        assert "heavy__light" in offered and "heavy__huge" not in offered
+        assert h.services.mcp is not None
+        assert "skipped huge (its input schema has" in "\n".join(h.services.mcp.lines())
+
+        tg.push_text(OWNER, "check redos")
+        tg.push_text(FRIEND, "hello")  # another chat is answered meanwhile
+        await h.final_text(FRIEND, "Hello to you.", timeout=20)
+        checked = await h.final_text(OWNER, "Checked:", timeout=20)
+        assert "does not match" in checked and "invalid arguments for heavy__redos" in checked

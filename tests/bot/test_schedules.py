@@ -350,3 +350,69 @@ async def test_a_task_cut_by_a_restart_is_not_run_again_and_the_user_is_told(
         assert f"#{sid}" in told and "did not run it again" in told
         (firing,) = svc(h).store.firings_of(sid)
         assert firing.status == "failed" and llm.requests == []
+
+
+async def test_rules_that_stalled_everyone_get_a_prompt_answer_and_other_users_are_served(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    # What an attacker sent: a minutely rule from the year 1000 (it never returned) or 1900 (28 s, then
+    # every /reminders took 15 s), and a rule that never happens (10 s before it was refused).
+    async with running_bot(tmp_path, tg, llm) as h:
+        attacks: list[tuple[dict[str, Any], str]] = [
+            ({"at": "1000-01-01T00:00", "repeat": "FREQ=MINUTELY"}, "ok"),
+            ({"at": "1900-01-01T00:00", "repeat": "FREQ=MINUTELY"}, "ok"),
+            ({"at": local_at(60), "repeat": "FREQ=MINUTELY;BYMONTH=2;BYMONTHDAY=30"}, "never happens"),
+        ]
+        for n, (args, expected) in enumerate(attacks):
+            llm.script(
+                tool_calls(call("schedule", {"action": "create", "text": f"attack {n}", **args})),
+                text(f"Answered {n}."),
+            )
+            tg.push_text(OWNER, f"attack {n}")
+            await h.command(FRIEND, "/help", "Commands:")  # another user is served meanwhile
+            await h.final_text(OWNER, f"Answered {n}.", timeout=30)
+            result = json.loads(llm.requests[-1]["messages"][-1]["content"])
+            if expected == "ok":
+                # Accepted, and worked out from now: its next times are the next minutes.
+                assert result["ok"] and len(result["next"]) == 3, result
+                nxt = datetime.strptime(result["next"][0], "%a %d %b %Y %H:%M").replace(tzinfo=UTC)
+                assert timedelta(0) < nxt - datetime.now(UTC) <= timedelta(minutes=2)
+                assert "from 01 Jan" not in result["description"]  # the start moved forward
+            else:
+                assert result["ok"] is False and expected in result["error"], result
+        listing = await h.command(OWNER, "/reminders", "attack 1")
+        assert "attack 0" in listing and "attack 2" not in listing
+        await h.command(FRIEND, "/help", "Commands:")
+
+
+async def test_a_rule_stored_before_the_bounds_fires_and_lists_without_stalling_the_bot(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    async with running_bot(tmp_path, tg, llm) as h:
+        now = datetime.now(UTC)
+        # As a row made before starts were moved forward: minutely since 1900, due now.
+        row = svc(h).store.add(
+            user_id=OWNER,
+            chat_id=OWNER,
+            chat_type="private",
+            kind="message",
+            text="Old minutely",
+            start_local="1900-01-01T00:00:00",
+            timezone=None,
+            zone_used="UTC",
+            repeat="FREQ=MINUTELY",
+            repeat_kind="rrule",
+            until_at=None,
+            count=None,
+            fired_count=0,
+            status="active",
+            failures=0,
+            next_fire_at=now.replace(second=0, microsecond=0),
+        )
+        h.services.schedules.wake()
+        await h.final_text(OWNER, "⏰ Old minutely", timeout=30)
+        await h.command(FRIEND, "/help", "Commands:")
+        listing = await h.command(OWNER, "/reminders", "Old minutely")
+        assert "every minute" in listing
+        later = svc(h).store.get(row.id)
+        assert later is not None and later.next_fire_at is not None and later.next_fire_at > now

@@ -20,7 +20,7 @@ from db.engine import make_sessionmaker
 from db.models import ToolCallLog
 from db.results import ToolResults
 from db.usage import UsageLog
-from tests.mcp.helpers import PROBE, free_port, process, stdio_entry, until
+from tests.mcp.helpers import PROBE, free_port, heavy_entry, process, stdio_entry, until
 
 
 def specs(servers: dict[str, Any]) -> list[ServerSpec]:
@@ -205,3 +205,32 @@ def test_the_servers_file_is_checked_with_clear_messages(tmp_path: Any) -> None:
         parse_servers({"mcpServers": {"x": {"command": "a", "enviroment": {}}}})
     with pytest.raises(ValueError, match="1-40 letters"):
         parse_servers({"mcpServers": {"bad name": {"command": "a"}}})
+
+
+async def test_a_schema_of_megabytes_is_skipped_and_reported_and_a_backtracking_pattern_is_harmless(
+    world: World, servers: list[McpServers]
+) -> None:
+    mcp = await start(world, servers, {"heavy": heavy_entry()})
+    heavy = mcp.servers["heavy"]
+    assert heavy.state == "connected" and heavy.tools == ["heavy__redos", "heavy__light"]
+    assert (
+        "MCP_MAX_SCHEMA_BYTES" in heavy.skipped["huge"]
+        and "skipped huge (its input schema has" in heavy.line()
+    )
+    # What goes with every chat request stays small.
+    assert len(json.dumps(world.registry.schemas())) < 20_000
+    # ^(a+)+$ against "aaa...a!" took Python's `re` ~2**35 steps; RE2 answers at once.
+    bad = await world.call("heavy__redos", text="a" * 35 + "!")
+    assert bad["ok"] is False and "does not match '^(a+)+$'" in bad["error"]
+    assert (await world.call("heavy__redos", text="aaaa"))["content"] == "matched 4"
+
+
+async def test_tools_past_the_total_schema_bytes_are_skipped_and_reported(
+    world: World, servers: list[McpServers]
+) -> None:
+    mcp = await start(world, servers, {"probe": stdio_entry()}, max_tools_bytes=700)
+    probe = mcp.servers["probe"]
+    assert probe.tools and probe.skipped
+    assert all("MCP_MAX_TOOLS_BYTES" in why for why in probe.skipped.values())
+    assert {s["function"]["name"] for s in world.registry.schemas()} >= set(probe.tools)
+    assert not {f"probe__{t}" for t in probe.skipped} & set(world.registry.names)

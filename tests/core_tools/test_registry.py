@@ -152,3 +152,41 @@ async def test_an_external_tools_description_is_bounded_and_its_schema_checked()
     assert not bad.ok and "n: 0 is less than the minimum of 1" in (bad.error or "")
     with pytest.raises(ValueError, match="registered twice"):
         reg.register_external("srv__tool", "again", schema, call, timeout_s=1)
+
+
+async def test_an_external_schema_is_checked_in_linear_time_and_within_a_deadline() -> None:
+    reg = ToolRegistry()
+
+    async def call(ctx: ToolContext, arguments: dict[str, object]) -> dict[str, object]:
+        return {"got": arguments}
+
+    def tool(name: str, schema: dict[str, object]) -> None:
+        reg.register_external(name, name, {"type": "object", **schema}, call, timeout_s=5)
+
+    async def run(name: str, args: object) -> tuple[bool, str]:
+        out = await reg.call(ToolCallRequest("c", name, json.dumps(args)), CTX)
+        return out.ok, out.error or out.content
+
+    evil = "a" * 40 + "!"  # Python's `re` takes ~2**40 steps for ^(a+)+$ on this
+    tool("regex", {"properties": {"s": {"type": "string", "pattern": "^(a+)+$"}}})
+    assert await run("regex", {"s": "aaaa"}) == (True, '{"got": {"s": "aaaa"}}')
+    ok, error = await run("regex", {"s": evil})
+    assert not ok and "does not match '^(a+)+$'" in error
+    tool("keys", {"patternProperties": {"^(a+)+$": {"type": "integer"}}, "additionalProperties": False})
+    ok, error = await run("keys", {evil: 1})
+    assert not ok and "Additional properties are not allowed" in error
+    assert (await run("keys", {"aaa": "x"}))[0] is False  # a key that matches is held to its schema
+    tool("unique", {"properties": {"xs": {"type": "array", "uniqueItems": True}}})
+    ok, error = await run("unique", {"xs": [{"i": i} for i in range(20_000)] + [{"i": 7}]})
+    assert not ok and "non-unique elements" in error
+    # A pattern RE2 cannot read (a look-ahead) is left for the server to check.
+    tool("lookahead", {"properties": {"s": {"type": "string", "pattern": "^(?=a)a+$"}}})
+    assert (await run("lookahead", {"s": "b"}))[0] is True
+    # Nested choices over `$ref` take 2**depth steps: the check stops at its deadline with an error.
+    branch = {"type": "array", "items": {"$ref": "#/$defs/n"}}
+    tool("nested", {"$defs": {"n": {"anyOf": [branch, branch]}}, "properties": {"v": {"$ref": "#/$defs/n"}}})
+    deep: object = "leaf"
+    for _ in range(40):
+        deep = [deep]
+    ok, error = await run("nested", {"v": deep})
+    assert not ok and "could not be checked against its schema within 2 s" in error

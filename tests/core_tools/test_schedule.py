@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
+from dateutil.rrule import rrulestr
 from sqlalchemy import Engine
 
 from core_tools.registry import ToolRegistry
+from core_tools.schedule.expand import HORIZON, Budget, wall_times
 from core_tools.schedule.rules import ScheduleInputError, Spec, localize, occurrences_after, parse_repeat
 from core_tools.schedule.service import ScheduleService
 from core_tools.schedule.tool import ScheduleTool
@@ -119,7 +122,8 @@ def test_bad_input_is_a_clear_error_and_stores_nothing(svc: ScheduleService) -> 
         ({"at": "2026-03-28T09:00", "repeat": "61 * * * *"}, "does not parse"),
         ({"at": "2026-03-28T09:00", "repeat": "every day"}, "neither an iCalendar RRULE"),
         ({"at": "2026-03-28T09:00", "repeat": "*/10 * * * *", "kind": "task"}, "at most every 15 min"),
-        ({"at": "2026-03-28T09:00", "repeat": "FREQ=SECONDLY;INTERVAL=30"}, "at most every 1 min"),
+        ({"at": "2026-03-28T09:00", "repeat": "FREQ=SECONDLY;INTERVAL=30"}, "FREQ=SECONDLY is not supported"),
+        ({"at": "2026-03-28T09:00", "repeat": "FREQ=MINUTELY;BYSECOND=0,30"}, "at most every 1 min"),
         ({"at": "2026-03-28T09:00", "text": " "}, "text is empty"),
     ]
     for kw, message in cases:
@@ -255,3 +259,79 @@ def test_update_changes_time_text_and_repeat(svc: ScheduleService, clock: Clock)
     with pytest.raises(ScheduleInputError, match="no schedule with id"):
         svc.update(BOB, sid, text="mine now")
     assert svc.list_for(ANN)[0]["text"] == "call mum"
+
+
+def test_a_start_long_past_is_moved_forward_by_whole_repeats(svc: ScheduleService, clock: Clock) -> None:
+    # Minutely since the year 1000 (it never returned): worked out from now, the start moved forward.
+    made = create(svc, at="1000-01-01T00:00", repeat="FREQ=MINUTELY;INTERVAL=7")
+    # It is 11:00 in Berlin, 5 minutes past a multiple of 7 minutes since 1 January 1000 (proleptic).
+    assert made["next"] == ["Fri 27 Mar 2026 11:02", "Fri 27 Mar 2026 11:09", "Fri 27 Mar 2026 11:16"]
+    row = svc.store.get(int(made["id"]))  # type: ignore[call-overload]
+    assert row is not None and row.start_local.startswith("2026-03-27T")
+    # A birthday given with the year of birth keeps its day; a 29 February one comes in leap years.
+    birthday = create(svc, at="1904-02-29T09:00", repeat="FREQ=YEARLY")
+    assert birthday["next"] == ["Tue 29 Feb 2028 09:00", "Sun 29 Feb 2032 09:00", "Fri 29 Feb 2036 09:00"]
+    fortnightly = create(svc, at="1990-01-01T08:00", repeat="FREQ=WEEKLY;INTERVAL=2;BYDAY=MO")
+    # 1 January 1990 was a Monday; Monday 30 March 2026 is 1891 weeks later (odd): the phase is kept.
+    assert fortnightly["next"] == ["Mon 06 Apr 2026 08:00", "Mon 20 Apr 2026 08:00", "Mon 04 May 2026 08:00"]
+
+
+def test_rules_that_never_happen_or_cost_too_much_are_refused_at_once(svc: ScheduleService) -> None:
+    cases = [
+        ("FREQ=MINUTELY;BYMONTH=2;BYMONTHDAY=30", "never happens"),
+        ("FREQ=YEARLY;BYMONTH=4;BYMONTHDAY=31", "never happens"),
+        ("FREQ=MONTHLY;BYDAY=MO;BYSETPOS=6", "never happens"),
+        ("FREQ=DAILY;INTERVAL=7;BYDAY=TU", "never happens"),  # from a Monday: only Mondays are visited
+        ("FREQ=YEARLY;INTERVAL=4;BYMONTH=2;BYMONTHDAY=29", "never happens"),  # from 2029: no leap year
+        ("FREQ=MINUTELY;BYHOUR=23;BYDAY=MO;BYMONTH=2;BYMONTHDAY=30", "never happens"),
+        ("FREQ=SECONDLY;BYSECOND=0", "FREQ=SECONDLY is not supported"),
+        ("FREQ=YEARLY;BYHOUR=0,1,2,3,4,5,6,7,8,9,10,11;BYMINUTE=0,10,20,30,40,50", "at most 20000"),
+        ("FREQ=MINUTELY;BYSETPOS=2", "BYSETPOS is not supported"),
+        ("FREQ=DAILY;INTERVAL=100000", "too large"),
+    ]
+    for repeat, message in cases:
+        with pytest.raises(ScheduleInputError, match=message):
+            create(
+                svc, at="2029-01-01T09:00" if "INTERVAL=4" in repeat else "2026-03-30T09:00", repeat=repeat
+            )
+    assert svc.store.count_by_status() == {}
+
+
+RULES = [
+    "FREQ=DAILY",
+    "FREQ=WEEKLY;INTERVAL=2;BYDAY=MO,TH",
+    "FREQ=WEEKLY;WKST=SU;INTERVAL=3;BYDAY=SU,SA",
+    "FREQ=MONTHLY;BYDAY=-1FR",
+    "FREQ=MONTHLY;BYMONTHDAY=31",
+    "FREQ=MONTHLY;BYDAY=FR;BYMONTHDAY=13",
+    "FREQ=MONTHLY;BYDAY=MO,TU,WE,TH,FR;BYSETPOS=-1",
+    "FREQ=MONTHLY;INTERVAL=5;BYDAY=2WE",
+    "FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=29",
+    "FREQ=YEARLY;BYWEEKNO=53;BYDAY=MO",
+    "FREQ=YEARLY;BYYEARDAY=-1,100;BYHOUR=7,19",
+    "FREQ=YEARLY;INTERVAL=4;BYMONTH=2;BYMONTHDAY=29",
+    "FREQ=DAILY;INTERVAL=3;BYMONTHDAY=1,15",
+    "FREQ=HOURLY;INTERVAL=5;BYDAY=MO",
+    "FREQ=HOURLY;INTERVAL=7;BYDAY=MO;BYMINUTE=5,35",
+    "FREQ=MINUTELY;INTERVAL=45;BYDAY=SA,SU;BYHOUR=9,10",
+    "FREQ=MINUTELY;INTERVAL=7;BYHOUR=9,17;BYDAY=MO,FR",
+    "FREQ=MINUTELY;INTERVAL=90;BYMONTHDAY=1,-1",
+    "FREQ=MINUTELY;BYMONTH=2;BYMONTHDAY=29;BYHOUR=3",
+]
+
+
+@pytest.mark.parametrize("body", RULES)
+def test_bounded_expansion_gives_the_times_dateutil_gives(body: str) -> None:
+    # The walk on a moved start and a shifted calendar must not change a single time.
+    for start, begin in [
+        (datetime(2024, 2, 29, 9, 30), datetime(2026, 11, 26, 10, 0)),
+        (datetime(2019, 1, 31, 23, 15), datetime(2031, 6, 1)),
+        (datetime(2075, 12, 27, 0, 0), datetime(2078, 3, 1)),  # its horizon holds 2100, not a leap year
+    ]:
+        want = []
+        for t in rrulestr(f"RRULE:{body}", dtstart=start):
+            if t > begin + HORIZON or len(want) == 6:
+                break
+            if t >= begin:
+                want.append(t)
+        assert list(itertools.islice(wall_times(body, start, begin, Budget()), 6)) == want, (start, begin)

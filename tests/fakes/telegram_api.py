@@ -31,6 +31,11 @@ Notes on fidelity:
   a topic of a forum (General's 1 included) is refused with 400 ``message thread not found``; a send into a
   topic (given, or inferred from the message it replies to) is a topic message. ``topic_texts`` shows what
   the bot sent in one topic.
+* Command lists are kept per scope and language as ``setMyCommands`` sets them (an empty list removes one);
+  ``commands_for`` answers which list a user sees in a chat, by the Bot API's documented order of scopes.
+  Descriptions (``setMyDescription``, ``setMyShortDescription``) are kept per language; an empty or missing
+  value removes one, as in the Bot API. Preset ``descriptions``/``short_descriptions`` to play an operator
+  who set them in BotFather.
 """
 
 from __future__ import annotations
@@ -110,6 +115,30 @@ _MEDIA_METHODS = {
 }
 
 _MDV2_RESERVED = frozenset("_*[]()~`>#+-=|{}.!")
+
+# BotCommandScope types and the fields each needs (Bot API, "BotCommandScope").
+_SCOPE_FIELDS: dict[str, tuple[str, ...]] = {
+    "default": (),
+    "all_private_chats": (),
+    "all_group_chats": (),
+    "all_chat_administrators": (),
+    "chat": ("chat_id",),
+    "chat_administrators": ("chat_id",),
+    "chat_member": ("chat_id", "user_id"),
+}
+_COMMAND_NAME = re.compile(r"^[a-z0-9_]{1,32}$")
+MAX_DESCRIPTION_LENGTH = 512
+MAX_SHORT_DESCRIPTION_LENGTH = 120
+# (scope type, uses chat_id, uses user_id, administrators only), most specific first (Bot API,
+# "Determining list of commands"); each is tried with the user's language first, then without.
+_PRIVATE_ORDER = (("chat", True, False, False), ("all_private_chats", False, False, False))
+_GROUP_ORDER = (
+    ("chat_member", True, True, False),
+    ("chat_administrators", True, False, True),
+    ("chat", True, False, False),
+    ("all_chat_administrators", False, False, True),
+    ("all_group_chats", False, False, False),
+)
 
 
 def utf16_len(text: str) -> int:
@@ -375,7 +404,11 @@ class FakeTelegram:
         self.messages: dict[int, list[JsonDict]] = {}
         self.incoming: dict[int, list[JsonDict]] = {}  # users' messages pushed by push_text, per chat
         self.updates: list[JsonDict] = []
-        self.commands: dict[str, list[JsonDict]] = {}
+        # (scope type, chat_id, user_id, language_code) -> the commands set for it
+        self.commands: dict[tuple[str, int | None, int | None, str], list[JsonDict]] = {}
+        # language_code ("" for all languages) -> the bot's description / short description
+        self.descriptions: dict[str, str] = {}
+        self.short_descriptions: dict[str, str] = {}
         self.webhook_url = ""
         self.files: dict[str, tuple[str, bytes]] = {}
         # file_id -> the size getFile reports, for files "bigger" than the bytes stored (the 20 MB limit)
@@ -944,7 +977,13 @@ class FakeTelegram:
             "deletemessages": lambda: self._delete_messages(p, list(p.get("message_ids") or [])),
             "setmycommands": lambda: self._set_commands(p),
             "getmycommands": lambda: list(self.commands.get(self._scope_key(p), [])),
-            "deletemycommands": lambda: bool(self.commands.pop(self._scope_key(p), True)),
+            "deletemycommands": lambda: self._delete_commands(p),
+            "setmydescription": lambda: self._set_text(p, "description", self.descriptions),
+            "getmydescription": lambda: {"description": self.descriptions.get(self._language(p), "")},
+            "setmyshortdescription": lambda: self._set_text(p, "short_description", self.short_descriptions),
+            "getmyshortdescription": lambda: {
+                "short_description": self.short_descriptions.get(self._language(p), "")
+            },
             "deletewebhook": lambda: self._delete_webhook(p),
             "setwebhook": lambda: self._set_webhook(p),
             "getwebhookinfo": lambda: {
@@ -1155,18 +1194,72 @@ class FakeTelegram:
         }
 
     @staticmethod
-    def _scope_key(p: JsonDict) -> str:
+    def _language(p: JsonDict) -> str:
+        code = p.get("language_code") or ""
+        if not isinstance(code, str) or (code and not re.fullmatch(r"[a-z]{2}", code)):
+            raise _bad_request("invalid language code specified")
+        return code
+
+    @classmethod
+    def _scope_key(cls, p: JsonDict) -> tuple[str, int | None, int | None, str]:
         scope = p.get("scope") or {"type": "default"}
-        return json.dumps([scope, p.get("language_code", "")], sort_keys=True)
+        if not isinstance(scope, dict) or scope.get("type") not in _SCOPE_FIELDS:
+            raise _bad_request("invalid scope specified")
+        kind = str(scope["type"])
+        for name in _SCOPE_FIELDS[kind]:
+            if not isinstance(scope.get(name), int):
+                raise _bad_request(f"{name} is empty" if scope.get(name) in (None, "") else "chat not found")
+        chat_id = scope.get("chat_id") if "chat_id" in _SCOPE_FIELDS[kind] else None
+        user_id = scope.get("user_id") if "user_id" in _SCOPE_FIELDS[kind] else None
+        return kind, chat_id, user_id, cls._language(p)
 
     def _set_commands(self, p: JsonDict) -> bool:
         commands = p.get("commands")
         if not isinstance(commands, list):
             raise _bad_request("can't parse commands JSON object")
+        if len(commands) > 100:
+            raise _bad_request("too many commands specified")
         for cmd in commands:
-            if not isinstance(cmd, dict) or not cmd.get("command") or not cmd.get("description"):
+            if not isinstance(cmd, dict) or not _COMMAND_NAME.match(str(cmd.get("command", ""))):
                 raise _bad_request("BOT_COMMAND_INVALID")
-        self.commands[self._scope_key(p)] = commands
+            if not 1 <= len(str(cmd.get("description") or "")) <= 256:
+                raise _bad_request("BOT_COMMAND_DESCRIPTION_INVALID")
+        key = self._scope_key(p)
+        if commands:
+            self.commands[key] = commands
+        else:  # an empty list is no list: the next scope in the order applies
+            self.commands.pop(key, None)
+        return True
+
+    def _delete_commands(self, p: JsonDict) -> bool:
+        self.commands.pop(self._scope_key(p), None)
+        return True
+
+    def commands_for(
+        self, chat_id: int, user_id: int, *, group: bool = False, admin: bool = False, language: str = ""
+    ) -> list[str]:
+        """The command names `user_id` sees in the menu of chat `chat_id` (a private chat unless `group`),
+        chosen as the Bot API documents: the first list set, from the most specific scope to the default."""
+        order = (*(_GROUP_ORDER if group else _PRIVATE_ORDER), ("default", False, False, False))
+        for kind, by_chat, by_user, admins_only in order:
+            if admins_only and not admin:
+                continue
+            for lang in dict.fromkeys((language, "")):
+                key = (kind, chat_id if by_chat else None, user_id if by_user else None, lang)
+                if key in self.commands:
+                    return [str(c["command"]) for c in self.commands[key]]
+        return []
+
+    def _set_text(self, p: JsonDict, field: str, store: dict[str, str]) -> bool:
+        limit = MAX_DESCRIPTION_LENGTH if field == "description" else MAX_SHORT_DESCRIPTION_LENGTH
+        value = p.get(field) or ""
+        if not isinstance(value, str) or len(value) > limit:
+            raise _bad_request(f"{field} is too long")
+        language = self._language(p)
+        if value:
+            store[language] = value
+        else:  # an empty (or missing) one removes the dedicated description of that language
+            store.pop(language, None)
         return True
 
     def _delete_webhook(self, p: JsonDict) -> bool:

@@ -149,6 +149,54 @@ async def test_commands_document_and_misc(tg: FakeTelegram, bot: telegram.Bot) -
     assert updates[1].message is not None and updates[1].message.sticker is not None
 
 
+@pytest.mark.filterwarnings("ignore::telegram.warnings.PTBUserWarning")  # do_api_request for bad scopes
+async def test_command_scopes_and_descriptions(tg: FakeTelegram, bot: telegram.Bot) -> None:
+    """Command lists per scope and language, chosen as the Bot API documents; descriptions per language."""
+    from telegram import (
+        BotCommandScopeAllChatAdministrators,
+        BotCommandScopeAllGroupChats,
+        BotCommandScopeAllPrivateChats,
+        BotCommandScopeChat,
+        BotCommandScopeChatMember,
+    )
+
+    await bot.set_my_commands([("start", "Start")])
+    await bot.set_my_commands([("help", "Help")], scope=BotCommandScopeAllPrivateChats())
+    await bot.set_my_commands([("budget", "Caps")], scope=BotCommandScopeChat(7))
+    private = BotCommandScopeAllPrivateChats()
+    await bot.set_my_commands([("hilfe", "Hilfe")], scope=private, language_code="de")
+    assert tg.commands_for(7, 7) == ["budget"]  # the chat's own list first
+    assert tg.commands_for(8, 8) == ["help"] and tg.commands_for(8, 8, language="de") == ["hilfe"]
+    assert tg.commands_for(-5, 8, group=True) == ["start"]  # no group scope set: the default
+    await bot.set_my_commands([("model", "Model")], scope=BotCommandScopeAllGroupChats())
+    await bot.set_my_commands([("ban", "Ban")], scope=BotCommandScopeAllChatAdministrators())
+    await bot.set_my_commands([("mine", "Mine")], scope=BotCommandScopeChatMember(-5, 9))
+    assert tg.commands_for(-5, 8, group=True) == ["model"]
+    assert tg.commands_for(-5, 8, group=True, admin=True) == ["ban"]
+    assert tg.commands_for(-5, 9, group=True, admin=True) == ["mine"]
+    assert [c.command for c in await bot.get_my_commands(scope=BotCommandScopeChat(7))] == ["budget"]
+    await bot.set_my_commands([], scope=BotCommandScopeChat(7))  # an empty list removes it
+    assert tg.commands_for(7, 7) == ["help"]
+    for bad in ([("Start", "x")], [("start", "")], [("a" * 33, "x")]):
+        with pytest.raises(BadRequest):
+            await bot.set_my_commands(bad)
+    with pytest.raises(BadRequest, match=r"(?i)chat_id is empty"):
+        await bot.do_api_request("setMyCommands", {"commands": [], "scope": {"type": "chat"}})
+    with pytest.raises(BadRequest, match=r"(?i)invalid scope"):
+        await bot.do_api_request("setMyCommands", {"commands": [], "scope": {"type": "everyone"}})
+
+    assert (await bot.get_my_description()).description == ""
+    assert await bot.set_my_description("An assistant.")
+    assert await bot.set_my_short_description("Short.", language_code="de")
+    assert (await bot.get_my_description()).description == "An assistant."
+    assert (await bot.get_my_short_description()).short_description == ""
+    assert (await bot.get_my_short_description(language_code="de")).short_description == "Short."
+    with pytest.raises(BadRequest):
+        await bot.set_my_short_description("x" * 121)
+    assert await bot.set_my_description("")  # removes it
+    assert tg.descriptions == {} and tg.short_descriptions == {"de": "Short."}
+
+
 async def test_long_polling_returns_on_push(tg: FakeTelegram, bot: telegram.Bot) -> None:
     """getUpdates blocks until an update is pushed, and offset confirms updates."""
     task = asyncio.create_task(bot.get_updates(timeout=5))

@@ -61,3 +61,11 @@ def process(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+HEAVY = str(Path(__file__).with_name("heavy_server.py"))
+
+
+def heavy_entry(**extra: object) -> dict[str, object]:
+    """The server of tests/mcp/heavy_server.py: a 4 MB schema and a backtracking pattern."""
+    return {"command": sys.executable, "args": [HEAVY], **extra}

@@ -82,3 +82,41 @@ async def test_read_file_is_only_for_the_users_own_files(
         await h.final_text(FRIEND, "No access.")
         result = json.loads(llm.requests[2]["messages"][-1]["content"])
         assert "no readable file 1" in json.dumps(result) and "secret" not in json.dumps(result)
+
+
+async def test_a_file_sent_in_private_is_not_readable_in_a_group(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    group = -100777
+    secret = "the vault code is 5521. "
+    llm.script(
+        text("Stored."),
+        # In the group, the model asks for the owner's private file and for an id that does not exist.
+        tool_calls(
+            call("read_file", {"file_id": 1}, id="private"), call("read_file", {"file_id": 7}, id="none")
+        ),
+        text("Nothing to read here."),
+    )
+    async with running_bot(
+        tmp_path, tg, llm, allowed_chat_ids=str(group), file_inline_chars=500, file_page_chars=500
+    ) as h:
+        tg.push_document(OWNER, (secret * 60).encode(), "vault.txt", "text/plain")
+        await h.final_text(OWNER, "Stored.")
+        tg.push_text(OWNER, "@test_bot read file 1 for everyone", chat_id=group)
+        await h.final_text(group, "Nothing to read here.")
+        answers = {
+            m["tool_call_id"]: m["content"] for m in llm.requests[2]["messages"] if m["role"] == "tool"
+        }
+        # Exactly the answer of an unknown id: the group learns nothing, not even that file 1 exists.
+        assert answers["private"].replace("file 1", "file N") == answers["none"].replace("file 7", "file N")
+        assert "no readable file 1" in answers["private"]
+        for request in llm.requests[1:]:
+            assert "vault code" not in json.dumps(request)
+        assert not any("vault code" in t for t in tg.sent_texts(group))
+        # Code runs' in/ files come from the chat's own session: the private file is not among the group's.
+        conversations = h.services.conversations
+        group_session = conversations.current_session(OWNER, group, chat_type="supergroup").id
+        private_session = conversations.current_session(OWNER, OWNER).id
+        assert h.services.media is not None
+        assert h.services.media.sandbox_files(group_session) == {}
+        assert list(h.services.media.sandbox_files(private_session)) == ["vault.txt"]

@@ -135,7 +135,8 @@ async def test_a_voice_note_sent_during_a_text_turn_waits_and_joins_the_next_tex
         await tg.wait_for(lambda: waiting(h) == ["also book a table"], what="the voice note in the inbox")
         tg.push_text(OWNER, "for two people")
         await tg.wait_for(lambda: len(waiting(h)) == 2, what="the text queued after it")
-        answer = await h.final_text(OWNER, "Both done.")
+        # The first turn streams for 8 s at least (400 chunks, 20 ms apart): a loaded machine takes longer.
+        answer = await h.final_text(OWNER, "Both done.", timeout=60)
         assert answer.startswith("heard: \u201calso book a table\u201d")
         first, second = llm.requests
         assert users_said(first) == ["plan my evening"]

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
-
-import pytest
 
 from core_tools.sandbox import LocalExecutor
 from core_tools.sandbox.model import FileLimits
@@ -15,17 +12,6 @@ from tests.fakes.openai_api import FakeLLM, call, text, tool_calls
 from tests.fakes.telegram_api import FakeTelegram
 from tests.harness import OWNER, running_bot
 from tests.media.files import PNG_SIGNATURE, rows
-
-TOOLKIT = "/opt/assistant-sandbox"
-
-
-def needs_toolkit() -> None:
-    """Skip where the data toolkit is not installed (scripts/sandbox-toolkit.sh); CI must have it."""
-    if not Path(TOOLKIT, "bin", "python3").exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"the sandbox data toolkit is missing at {TOOLKIT}: run scripts/sandbox-toolkit.sh")
-        pytest.skip(f"the sandbox data toolkit is not installed at {TOOLKIT}")
-
 
 CHART = """
 import pandas as pd
@@ -39,16 +25,15 @@ df.describe().to_csv("out/summary.csv")
 
 
 async def test_csv_analysed_by_the_code_tool_comes_back_as_a_chart(
-    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM, sandbox_toolkit: str
 ) -> None:
-    needs_toolkit()
     csv = b"month,sales\njan,10\nfeb,32\nmar,18\n"
     llm.script(
         text("Got the spreadsheet."),
         tool_calls(call("code", {"action": "execute", "code": CHART})),
         text("Here is your chart."),
     )
-    async with running_bot(tmp_path, tg, llm) as h:
+    async with running_bot(tmp_path, tg, llm, code_python_env=sandbox_toolkit) as h:
         tg.push_document(OWNER, csv, "sales.csv", "text/csv")
         await h.final_text(OWNER, "Got the spreadsheet.")
         tg.push_text(OWNER, "plot the sales column")
@@ -66,9 +51,10 @@ async def test_csv_analysed_by_the_code_tool_comes_back_as_a_chart(
         assert sizes["chart.png"] == len(photo.params["photo"].data)
 
 
-async def test_in_is_read_only_out_is_bounded_and_the_bots_env_is_invisible(tmp_path: Path) -> None:
-    needs_toolkit()
-    executor = LocalExecutor(python_env=TOOLKIT)
+async def test_in_is_read_only_out_is_bounded_and_the_bots_env_is_invisible(
+    tmp_path: Path, sandbox_toolkit: str
+) -> None:
+    executor = LocalExecutor(python_env=sandbox_toolkit)
     bot_env = str(Path(__file__).resolve().parents[2] / ".venv")
     code = f"""
 import os, numpy

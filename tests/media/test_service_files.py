@@ -8,13 +8,11 @@ from core_tools.sandbox.model import FileLimits
 from core_tools.sandbox.service import ServiceExecutor
 from tests.deploy.test_service import Service
 from tests.media.files import PNG_SIGNATURE
-from tests.media.test_sandbox_files import TOOLKIT, needs_toolkit
 
 
-async def test_files_in_and_out_through_the_service(tmp_path: Path) -> None:
-    needs_toolkit()
+async def test_files_in_and_out_through_the_service(tmp_path: Path, sandbox_toolkit: str) -> None:
     sock = tmp_path / "run" / "sandbox.sock"
-    service = Service(sock, "--timeout", "30", "--python-env", TOOLKIT).start()
+    service = Service(sock, "--timeout", "30", "--python-env", sandbox_toolkit).start()
     try:
         executor = ServiceExecutor(str(sock))
         code = (

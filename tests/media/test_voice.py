@@ -9,7 +9,7 @@ from db.models import LLMCall, MediaFile, Message
 from tests.fakes.openai_api import FakeLLM, text
 from tests.fakes.telegram_api import FakeTelegram
 from tests.harness import OWNER, running_bot
-from tests.media.files import make_wav, rows, user_content
+from tests.media.files import make_ogg_opus, make_wav, rows, user_content
 
 
 async def test_voice_note_is_transcribed_answered_shown_and_accounted(
@@ -136,3 +136,53 @@ def test_a_transcription_price_per_minute_can_be_set_in_llm_prices() -> None:
     table = PriceTable(parse_prices('{"local-whisper": {"per_minute": 0.01}}'))
     assert table.cost("local-whisper", 0, 0, 0, audio_seconds=90) == 0.015
     assert table.cost("whisper-1", 0, 0, 0, audio_seconds=60) == 0.006
+
+
+async def test_a_voice_note_is_bounded_by_the_audio_it_carries_not_by_what_it_declares(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    # Two minutes of audio; Telegram's duration and the file's own header (its granule positions) say 1 s.
+    forged = make_ogg_opus(120, header_seconds=1)
+    async with running_bot(tmp_path, tg, llm, voice_max_seconds=60) as h:
+        tg.push_voice(OWNER, forged, duration=1)
+        reply = await h.final_text(OWNER, "I transcribe up to 1:00")
+        assert "at least 1:0" in reply and "its app said 0:01" in reply and "saved" in reply
+        assert llm.transcription_requests == []
+        assert [(f["status"], f["size"]) for f in rows(h, MediaFile)] == [("too_long", len(forged))]
+        assert [m["status"] for m in rows(h, Message)] == ["unsupported"]
+
+
+async def test_the_cap_holds_against_voice_notes_that_understate_their_length(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    # whisper-1 at $0.006 a minute: 90 s is $0.009, under the $0.01 cap. A request starts while the spend
+    # is under the cap, so the second note is still transcribed (its answer is not), the third is not.
+    note = make_ogg_opus(90)
+    llm.transcript = "a long story"
+    llm.script(text("Heard one."))
+    async with running_bot(tmp_path, tg, llm, budget_daily_usd=0.01) as h:
+        tg.push_voice(OWNER, note, duration=1)
+        await h.final_text(OWNER, "Heard one.")
+        tg.push_voice(OWNER, note, duration=1)
+        await h.final_text(OWNER, "Usage cap reached")
+        tg.push_voice(OWNER, note, duration=1)
+        reply = await h.final_text(OWNER, "voice note is saved")
+        assert "Usage cap reached" in reply and "$0.0180 is spent" in reply
+        assert len(llm.transcription_requests) == 2 and len(llm.requests) == 1
+        calls = [c for c in rows(h, LLMCall) if c["purpose"] == "transcribe"]
+        assert [c["audio_seconds"] for c in calls] == [90, 90]
+        assert [f["duration_s"] for f in rows(h, MediaFile)] == [90, 90, 90]
+        assert [f["status"] for f in rows(h, MediaFile)] == ["transcribed", "transcribed", "failed"]
+
+
+def test_the_length_of_honest_and_forged_recordings() -> None:
+    from core_tools.media.audio import audio_length
+
+    assert audio_length(make_ogg_opus(3), 3, "voice").seconds == 3  # an honest voice note
+    assert audio_length(make_wav(2.0), 0, "audio").seconds == 2  # WAV: its header, as decoders read it
+    assert audio_length(make_wav(1.0), 5, "voice").seconds == 5  # declared longer: the declared counts
+    # The packets are counted, whatever the granule positions say; counting stops past the limit.
+    forged = audio_length(make_ogg_opus(600, header_seconds=1), 1, "voice", stop_after=30)
+    assert 30 < forged.seconds < 40 and forged.at_least and forged.understated
+    # Nothing readable: the size at 320 kbit/s is the floor (a 20 MB blob is at least 500 s).
+    assert audio_length(b"\x01" * 20_000_000, 1, "audio").seconds == 500

@@ -1,0 +1,155 @@
+"""A file's text read in a worker process held to limits of time, memory and output, never in the bot.
+
+A crafted file (a zip bomb, a PDF whose pages share one huge text stream, a CSV that sends a regular
+expression backtracking) costs the worker its limits, not the bot its memory or event loop: the worker
+(core_tools.media.worker) runs under RLIMIT_AS and RLIMIT_CPU, is killed at a wall-clock deadline, and its
+answer is read up to a bound. At most `concurrency` files are read at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from core_tools.errors import MediaError
+from core_tools.media.extract import MAX_TEXT_CHARS, Extracted
+from core_tools.media.worker import MEMORY_EXIT
+
+log = logging.getLogger(__name__)
+
+WORKER = (sys.executable, "-m", "core_tools.media.worker")
+_PROJECT = Path(__file__).resolve().parents[2]  # where `core_tools` is importable from
+_STDERR_KEPT = 4096  # the end of a crashed worker's traceback, for the log
+
+
+@dataclass(frozen=True)
+class ReadLimits:
+    """What reading one file may take (FILE_READ_TIMEOUT_S, FILE_READ_MEMORY_MB, FILE_MAX_TEXT_CHARS)."""
+
+    timeout_s: float = 60.0
+    memory_mb: int = 512
+    max_chars: int = MAX_TEXT_CHARS
+    concurrency: int = 2  # workers at once: the memory they may take is at most this many times memory_mb
+    worker: tuple[str, ...] = WORKER  # the command that starts a worker (its JSON argument follows)
+
+    @property
+    def max_unpacked(self) -> int:
+        """The most a DOCX may unpack to: a quarter of the memory (its XML parsed takes several times it)."""
+        return self.memory_mb * 1024 * 1024 // 4
+
+
+class _TooMuch(Exception):
+    """The worker wrote more than its answer can be."""
+
+
+class FileReader:
+    """Reads files' text through workers; MediaError (safe to show) says why a file could not be read."""
+
+    def __init__(self, limits: ReadLimits) -> None:
+        self.limits = limits
+        self._slots = asyncio.Semaphore(max(1, limits.concurrency))
+
+    async def read(self, path: Path, name: str, mime_type: str | None) -> Extracted:
+        """The text of the stored file at `path` (sent as `name`), within the limits."""
+        async with self._slots:
+            return await self._run(path, name, mime_type)
+
+    async def _run(self, path: Path, name: str, mime_type: str | None) -> Extracted:
+        limits = self.limits
+        params = {
+            "path": str(path),
+            "name": name,
+            "mime": mime_type,
+            "max_chars": limits.max_chars,
+            "max_unpacked": limits.max_unpacked,
+            "memory_bytes": limits.memory_mb * 1024 * 1024,
+            "cpu_s": max(1, math.ceil(limits.timeout_s)),
+        }
+        # Only what Python needs: the bot's secrets stay out of a process that parses untrusted files.
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "PYTHONPATH": str(_PROJECT),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONIOENCODING": "utf-8",
+        }
+        proc = await asyncio.create_subprocess_exec(
+            *limits.worker,
+            json.dumps(params),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+        )
+        # The answer: the text (at most 4 bytes a character in UTF-8, 6 when JSON escapes it) and a margin.
+        bound = limits.max_chars * 6 + 1024 * 1024
+        try:
+            out, err = await asyncio.wait_for(self._collect(proc, bound), limits.timeout_s)
+        except TimeoutError:
+            log.warning("reading %r took longer than %s s: the worker is stopped", name, limits.timeout_s)
+            raise MediaError(
+                f"it could not be read: reading it took longer than {limits.timeout_s:g} s "
+                "(FILE_READ_TIMEOUT_S)"
+            ) from None
+        except _TooMuch:
+            log.warning("the worker reading %r wrote more than %d bytes: stopped", name, bound)
+            raise MediaError("it could not be read: the reader gave more text than it may") from None
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        return self._answer(proc.returncode, out, err, name)
+
+    async def _collect(self, proc: asyncio.subprocess.Process, bound: int) -> tuple[bytes, bytes]:
+        assert proc.stdout is not None and proc.stderr is not None
+        out, err = await asyncio.gather(_drain(proc.stdout, bound), _drain(proc.stderr, None))
+        await proc.wait()
+        return out, err
+
+    def _answer(self, code: int | None, out: bytes, err: bytes, name: str) -> Extracted:
+        limits = self.limits
+        if code == MEMORY_EXIT:
+            log.warning("reading %r needed more than %d MB: the worker stopped", name, limits.memory_mb)
+            raise MediaError(
+                f"it could not be read: reading it needs more than {limits.memory_mb} MB of memory "
+                "(FILE_READ_MEMORY_MB)"
+            )
+        if code in (-signal.SIGXCPU, -signal.SIGKILL):
+            log.warning("reading %r was stopped by the CPU limit (signal %s)", name, -(code or 0))
+            raise MediaError(
+                f"it could not be read: reading it took more than {limits.timeout_s:g} s of processing "
+                "(FILE_READ_TIMEOUT_S)"
+            )
+        try:
+            answer = json.loads(out) if code == 0 else None
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            log.warning(
+                "the worker reading %r failed (exit %s): %s",
+                name,
+                code,
+                err[-_STDERR_KEPT:].decode("utf-8", "replace"),
+            )
+            raise MediaError("it could not be read: the reader failed on it (it may be damaged)")
+        if "error" in answer:
+            raise MediaError(str(answer["error"]))
+        return Extracted(str(answer["kind"]), str(answer["text"]), str(answer["outline"]))
+
+
+async def _drain(stream: asyncio.StreamReader, bound: int | None) -> bytes:
+    """All of a pipe; with `bound`, _TooMuch past it; without, only its last bytes are kept."""
+    kept = bytearray()
+    while chunk := await stream.read(65536):
+        kept += chunk
+        if bound is None:
+            del kept[:-_STDERR_KEPT]
+        elif len(kept) > bound:
+            raise _TooMuch
+    return bytes(kept)
