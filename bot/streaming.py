@@ -74,6 +74,7 @@ class StreamingReply:
         self._flush_task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self._finished = False
+        self._stale_preview: int | None = None  # a preview the final answer could not be edited into
 
     async def text(self, partial: str) -> None:
         """The answer so far."""
@@ -163,7 +164,12 @@ class StreamingReply:
         return await self.finish_rendered([Rendered(t, ()) for t in plain_chunks(text)])
 
     async def finish_rendered(self, parts: list[Rendered]) -> list[int]:
-        """Deliver already rendered parts."""
+        """Deliver already rendered parts.
+
+        Whatever Telegram refuses, the rest still goes: a part refused with formatting goes as plain text, one
+        refused as too long goes in smaller pieces, a preview that cannot take the text is replaced by new
+        messages. A part refused even so is named in a short note; this raises only when nothing arrived.
+        """
         self._finished = True
         if self._flush_task is not None:
             self._flush_task.cancel()
@@ -171,9 +177,40 @@ class StreamingReply:
             if self.guard is not None and not await self.guard():
                 return []
             ids: list[int] = []
+            refused: list[BadRequest] = []
             for i, part in enumerate(parts):
-                ids.extend(await self._deliver(part, self.message_id if i == 0 else None))
+                try:
+                    ids.extend(await self._deliver(part, self.message_id if i == 0 else None))
+                except BadRequest as exc:  # (network trouble that outlasted the retries still raises)
+                    log.error(
+                        "chat %s: part %d of %d of the answer was refused: %s",
+                        self.chat_id,
+                        i + 1,
+                        len(parts),
+                        exc,
+                    )
+                    refused.append(exc)
+            if refused:
+                ids.extend(await self._tell_refused(refused, len(parts)))
+            if refused and not ids:
+                raise refused[-1]
+            if self._stale_preview is not None and self._stale_preview not in ids:
+                # The preview could not be edited into the answer, which went as new messages: the half
+                # streamed text (and its Stop button) must not stay above it.
+                with contextlib.suppress(TelegramError):
+                    await self.bot.delete_message(self.chat_id, self._stale_preview)
             return ids
+
+    async def _tell_refused(self, refused: list[BadRequest], parts: int) -> list[int]:
+        """A short plain note about parts Telegram would not take in any form (the answer is stored)."""
+        note = (
+            f"(Telegram refused {len(refused)} of the {parts} parts of this answer: {refused[-1]}. "
+            "The answer is saved; ask me to repeat it in shorter form.)"
+        )
+        with contextlib.suppress(TelegramError):
+            msg = await self.bot.send_message(self.chat_id, note, message_thread_id=self.thread_id)
+            return [msg.message_id]
+        return []
 
     async def _deliver(self, part: Rendered, edit_id: int | None) -> list[int]:
         entities: tuple[MessageEntity, ...] | None = part.entities or None
@@ -206,10 +243,23 @@ class StreamingReply:
                     log.info("chat %s: formatting rejected (%s); sending plain text", self.chat_id, exc)
                     entities = None
                     continue
+                if edit_id is not None:
+                    # The preview cannot take this text (gone, not editable, or too long by the Bot API's
+                    # count): the answer goes as new messages, and the preview is removed afterwards.
+                    log.info(
+                        "chat %s: the preview cannot be edited (%s); sending the answer anew",
+                        self.chat_id,
+                        exc,
+                    )
+                    self._stale_preview, edit_id = edit_id, None
+                    continue
                 if _too_long(text):
-                    return await self._deliver_in_pieces(Rendered(part.text, entities or ()), edit_id, exc)
-                if edit_id is not None:  # the preview is gone or cannot be edited: send a new message
-                    edit_id = None
+                    pieces = await self._deliver_in_pieces(Rendered(part.text, entities or ()), exc)
+                    if pieces is not None:
+                        return pieces
+                if entities:  # refused for another reason: plain text may still pass
+                    log.info("chat %s: message refused (%s); trying plain text", self.chat_id, exc)
+                    entities = None
                     continue
                 raise
             except TelegramError as exc:  # network trouble or 5xx: try again shortly
@@ -217,12 +267,13 @@ class StreamingReply:
                 await asyncio.sleep(1.0)
         raise TelegramError(f"could not deliver a message to chat {self.chat_id}")
 
-    async def _deliver_in_pieces(self, part: Rendered, edit_id: int | None, exc: BadRequest) -> list[int]:
-        """Telegram counted the text longer than we did (see `_too_long`): resend it in halves."""
+    async def _deliver_in_pieces(self, part: Rendered, exc: BadRequest) -> list[int] | None:
+        """Telegram counted the text longer than we did (see `_too_long`): resend it in halves; None when it
+        cannot be cut smaller."""
         half = utf16_len(part.text) // 2
         pieces = split_rendered(part, half)
         if half < MIN_PIECE or len(pieces) < 2:
-            raise exc
+            return None
         log.info(
             "chat %s: a message was too long for Telegram (%s); sending it in %d parts",
             self.chat_id,
@@ -230,8 +281,8 @@ class StreamingReply:
             len(pieces),
         )
         ids: list[int] = []
-        for i, piece in enumerate(pieces):
-            ids.extend(await self._deliver(piece, edit_id if i == 0 else None))
+        for piece in pieces:
+            ids.extend(await self._deliver(piece, None))
         return ids
 
 

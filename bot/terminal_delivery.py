@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager, suppress
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
@@ -62,8 +62,10 @@ class TerminalFiles:
         self.folder = folder
         self.out = out
 
-    async def send_files(self, chat_id: int, files: list[OutputFile]) -> list[str]:
-        """Save each file; a line per file that could not be saved."""
+    async def send_files(
+        self, chat_id: int, files: list[OutputFile], skipped: Sequence[str] = ()
+    ) -> list[str]:
+        """Save each file, then name those not saved and why; a line per file that could not be saved."""
         failed: list[str] = []
         for f in files:
             try:
@@ -73,6 +75,8 @@ class TerminalFiles:
                 failed.append(f"{f.name}: could not be saved ({exc.strerror or exc})")
                 continue
             self.out.notice(f"[file saved: {path}]")
+        for line in [*skipped, *failed]:
+            self.out.notice(f"[file not saved: {line}]")
         return failed
 
     def _save(self, f: OutputFile) -> Path:

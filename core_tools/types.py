@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
@@ -174,6 +174,9 @@ class OutputFile:
 class FileSink(Protocol):
     """Where files a tool produced go (the chat in the app)."""
 
-    async def send_files(self, chat_id: int, files: list[OutputFile]) -> list[str]:
-        """Send the files; return a line per file that could not be sent (empty when all went)."""
+    async def send_files(
+        self, chat_id: int, files: list[OutputFile], skipped: Sequence[str] = ()
+    ) -> list[str]:
+        """Send the files, then tell the chat which were not sent and why (`skipped`, as "name (size): why",
+        and any it could not send); return a line per file that could not be sent (empty when all went)."""
         ...

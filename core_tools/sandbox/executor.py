@@ -361,16 +361,18 @@ class LocalExecutor:
             env["MPLBACKEND"] = "Agg"
             self._unsandboxed_files(scratch, files_in, files_out is not None)
         try:
-            result, tar = await self._execute(
+            result, tar, cut = await self._execute(
                 argv, cwd, env, kwargs, code, name, timeout, sandboxed, cgroup, pipe, on_output
             )
+            # What out/ can really hold: only files of holes (truncate) could claim more, once read.
+            scratch_bytes = self.limits.scratch_mb * _MIB
             if result.timed_out:
                 pass  # a run killed on the clock hands nothing back (its files may be half written)
             elif files_out is not None and scratch is not None:
-                kept, skipped = collect_dir(os.path.join(scratch, OUT_DIR), files_out)
+                kept, skipped = collect_dir(os.path.join(scratch, OUT_DIR), files_out, scratch_bytes)
                 result = replace(result, files_out=kept, files_skipped=skipped)
             elif files_out is not None:
-                kept, skipped = collect_tar(tar, files_out)
+                kept, skipped = collect_tar(tar, files_out, cut=cut, total=scratch_bytes)
                 result = replace(result, files_out=kept, files_skipped=skipped)
             return result
         finally:
@@ -429,10 +431,11 @@ class LocalExecutor:
         cgroup: RunCgroup | None,
         pipe: list[int] | None = None,
         on_output: OutputWatcher | None = None,
-    ) -> tuple[ExecutionResult, bytes]:
+    ) -> tuple[ExecutionResult, bytes, bool]:
         """Start the process, stream its output under the caps, enforce the wall clock, reap everything.
 
-        Also returns what came through `pipe` (the tar of out/), at most the size of the working tmpfs.
+        Also returns what came through `pipe` (the tar of out/), at most the size of the working tmpfs, and
+        whether more came than that (the head is still returned: the whole files in it are kept).
         """
         out = _Capture(self.limits.output_cap_bytes)
         err = _Capture(self.limits.output_cap_bytes)
@@ -530,7 +533,7 @@ class LocalExecutor:
             language=language,
             timed_out=timed_out,
         )
-        return result, bytes(files.head) if not files.truncated else b""
+        return result, bytes(files.head), files.truncated
 
 
 def describe(executor: Executor) -> str:

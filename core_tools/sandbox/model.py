@@ -57,6 +57,8 @@ class ExecutionResult:
     # taken (over a limit), as "name: why".
     files_out: tuple[OutputFile, ...] = ()
     files_skipped: tuple[str, ...] = ()
+    # The user's files that were not put under in/ (over a sandbox service's limits), as "name: why".
+    files_in_skipped: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import os
 import shutil
 import tarfile
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path, PurePosixPath
 
 from core_tools.sandbox.model import FileLimits
@@ -46,41 +46,91 @@ def epilogue_argv(shell: str, out_dir: str, fd: int, command: list[str]) -> list
     # The tar starts once the program has ended (whatever its exit) and goes to the pipe, not to stdout.
     # bash, not sh: dash's `>&N` takes single-digit descriptors only, and the pipe's number is the bot's
     # (reopening it through /proc is denied: the pipe belongs to the bot's uid, not the sandbox's).
-    archive = f"tar --sort=name -C {out_dir} -cf - . >&{fd} 2>/dev/null"
+    # --sparse: a file of holes (truncate to 15 MB) travels as its map, not as megabytes of zeros that
+    # would push every file after it beyond what the bot reads back.
+    archive = f"tar --sort=name --sparse -C {out_dir} -cf - . >&{fd} 2>/dev/null"
     script = f'"$@"; rc=$?; if [ -d {out_dir} ]; then {archive}; fi; exit "$rc"'
     return [shell, "-c", script, "sh", *command]
 
 
-def collect_tar(data: bytes, limits: FileLimits) -> tuple[tuple[OutputFile, ...], tuple[str, ...]]:
-    """Regular files of a tar of out/ (flattened to their names), within the limits; and what was left."""
-    kept: list[OutputFile] = []
-    skipped: list[str] = []
+def human_size(n: int) -> str:
+    """A byte count as people read it: 512 bytes, 12 KB, 15.5 MB."""
+    if n < 1024:
+        return f"{n} bytes"
+    if n < 1024 * 1024:
+        return f"{n / 1024:.0f} KB"
+    return f"{n / (1024 * 1024):.1f}".removesuffix(".0") + " MB"
+
+
+def _nothing() -> None:
+    """What a tar member without data reads as."""
+
+
+class _Picker:
+    """Takes files in the order offered, within the count and size limits; notes the others."""
+
+    def __init__(self, limits: FileLimits, total: int | None) -> None:
+        self.limits = limits
+        self.total = total  # bytes of all kept files together, None: no bound beyond the two limits
+        self.taken = 0
+        self.kept: list[OutputFile] = []
+        self.skipped: list[str] = []
+        self.last = ""  # the last file dealt with (kept or noted)
+
+    def offer(self, path: str, size: int, read: Callable[[], bytes | None]) -> None:
+        """One regular file of out/: kept (read) when it fits, else a line saying why not."""
+        name = PurePosixPath(path).name
+        label = f"{name} ({human_size(size)})"
+        if len(self.kept) >= self.limits.max_files:
+            self.skipped.append(f"{label}: over the limit of {self.limits.max_files} files")
+        elif size > self.limits.max_bytes:
+            self.skipped.append(f"{label}: over the limit of {human_size(self.limits.max_bytes)} per file")
+        elif self.total is not None and self.taken + size > self.total:
+            self.skipped.append(f"{label}: over the limit of {human_size(self.total)} for all files together")
+        elif (data := read()) is not None:
+            self.kept.append(OutputFile(name, data))
+            self.taken += len(data)
+        self.last = name
+
+
+def collect_tar(
+    data: bytes, limits: FileLimits, *, cut: bool = False, total: int | None = None
+) -> tuple[tuple[OutputFile, ...], tuple[str, ...]]:
+    """Regular files of a tar of out/ (flattened to their names), within the limits; and what was left,
+    as "name (size): why".
+
+    `cut`: `data` is only the head of a longer stream (the reader's cap): the whole files in it are taken,
+    and a line says the rest was not looked at. `total`: the most all kept files may hold together (files of
+    holes are small in the tar, not once read).
+    """
+    picker = _Picker(limits, total)
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as archive:
             for member in archive:
-                if not member.isfile():
-                    continue
-                name = PurePosixPath(member.name).name
-                if len(kept) >= limits.max_files:
-                    skipped.append(f"{name}: over the limit of {limits.max_files} files")
-                    continue
-                if member.size > limits.max_bytes:
-                    skipped.append(f"{name}: {member.size} bytes, over the limit of {limits.max_bytes}")
-                    continue
-                handle = archive.extractfile(member)
-                if handle is not None:
-                    kept.append(OutputFile(name, handle.read()))
+                if member.isfile():
+                    handle = archive.extractfile(member)
+                    picker.offer(member.name, member.size, handle.read if handle is not None else _nothing)
     except (tarfile.TarError, EOFError, OSError):
-        if data:
-            skipped.append("out/: the files could not be read back (the run was cut off while writing)")
-    return tuple(kept), tuple(skipped)
+        if data and not cut:
+            picker.skipped.append(
+                "out/: the files could not be read back (the run was cut off while writing)"
+            )
+    if cut:
+        after = f" after {picker.last}" if picker.last else ""
+        picker.skipped.append(
+            f"out/: the files{after} were not looked at: out/ as a whole is larger than the "
+            f"{human_size(len(data))} the sandbox hands back"
+        )
+    return tuple(picker.kept), tuple(picker.skipped)
 
 
-def collect_dir(root: str, limits: FileLimits) -> tuple[tuple[OutputFile, ...], tuple[str, ...]]:
-    """The same as `collect_tar` for a host directory (unsandboxed runs)."""
-    buffer = io.BytesIO()
-    with contextlib.suppress(OSError), tarfile.open(fileobj=buffer, mode="w:") as archive:
+def collect_dir(
+    root: str, limits: FileLimits, total: int | None = None
+) -> tuple[tuple[OutputFile, ...], tuple[str, ...]]:
+    """The same as `collect_tar` for a host directory (unsandboxed runs): only what is kept is read."""
+    picker = _Picker(limits, total)
+    with contextlib.suppress(OSError):
         for path in sorted(Path(root).rglob("*")):
             if path.is_file() and not path.is_symlink():
-                archive.add(path, arcname=str(path.relative_to(root)))
-    return collect_tar(buffer.getvalue(), limits)
+                picker.offer(str(path.relative_to(root)), path.stat().st_size, path.read_bytes)
+    return tuple(picker.kept), tuple(picker.skipped)

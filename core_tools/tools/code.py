@@ -395,10 +395,16 @@ class CodeTool:
                 on_output=output.see,
             )
             result = await _showing_progress(ctx, label, run, output)
-        if result.files_out and self.file_sink is not None:
-            failed = await self.file_sink.send_files(ctx.chat_id, list(result.files_out))
+        if self.file_sink is not None and (result.files_out or result.files_skipped):
+            # The chat gets what fits, and a note naming what did not (over a limit, or refused by it).
+            failed = await self.file_sink.send_files(
+                ctx.chat_id, list(result.files_out), list(result.files_skipped)
+            )
             if failed:
-                result = replace(result, files_skipped=result.files_skipped + tuple(failed))
+                sent = tuple(
+                    f for f in result.files_out if not any(x.startswith(f"{f.name}: ") for x in failed)
+                )
+                result = replace(result, files_out=sent, files_skipped=result.files_skipped + tuple(failed))
         row = CodeExecution(
             id=str(uuid.uuid4()),
             code=code,
@@ -436,8 +442,12 @@ class CodeTool:
             out["error_category"] = result.error_category
         if result.files_out:
             out["files_sent_to_chat"] = [{"name": f.name, "bytes": len(f.data)} for f in result.files_out]
+        if result.files_in_skipped:
+            out["files_not_in"] = list(result.files_in_skipped)
         if result.files_skipped:
             out["files_not_sent"] = list(result.files_skipped)
+            if self.file_sink is not None:
+                out["files_not_sent_note"] = "the user was shown this list"
         note = self.python_toolkit.run_note() if self.python_toolkit and result.language == "python" else None
         if note and not result.success:
             out["note"] = note

@@ -20,7 +20,7 @@ import pytest
 
 from core_tools.errors import ToolError
 from core_tools.sandbox import Isolation, detect_isolation
-from core_tools.sandbox import service as service_module
+from core_tools.sandbox import client as client_module
 from core_tools.sandbox.model import FileLimits
 from core_tools.sandbox.pool import SandboxPool
 from core_tools.sandbox.service import ServiceExecutor
@@ -217,7 +217,7 @@ async def test_pool_never_waits_for_a_hanging_service_on_the_event_loop(
     services: Callable[..., TcpService], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A single client asks a silent service again after _INFO_RETRY_S; the pool must not ask at all.
-    monkeypatch.setattr(service_module, "_INFO_RETRY_S", 0.0)
+    monkeypatch.setattr(client_module, "_INFO_RETRY_S", 0.0)
     a = services()
     hanging = socket.socket()  # accepts connections and never answers
     hanging.bind(("127.0.0.1", 0))

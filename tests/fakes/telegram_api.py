@@ -18,7 +18,8 @@ Notes on fidelity:
   unescaped reserved characters the way Telegram rejects them (400 ``can't parse entities``).
 * The length limit (4096 for texts, 1024 for captions) is Telegram's: UTF-16 code units of the text *after*
   parse_mode parsing (HTML tags and entities, Markdown markup and escapes removed), answered with Telegram's
-  exact 400 ``Bad Request: message is too long``. An astral-plane emoji counts 2.
+  exact 400 ``Bad Request: message is too long``. An astral-plane emoji counts 2. ``message_limit`` lowers
+  that limit (a Bot API that counts some text longer than the bot does) for sends and edits alike.
 * With ``strict_entities=True`` (the default) entities pointing outside the text (in UTF-16 code units) are
   rejected with 400 ``can't parse entities``; real Telegram may be more lenient, but such entities are bugs.
 * ``messages[chat_id]`` holds only the messages the bot sent (what the user sees from the bot), with edits
@@ -386,6 +387,8 @@ class FakeTelegram:
         self.token = token
         self.host = host
         self.strict_entities = strict_entities
+        # The longest text (UTF-16 units after parsing) sendMessage and editMessageText accept.
+        self.message_limit = MAX_MESSAGE_LENGTH
         self.port = 0
         bot_id = token.split(":", 1)[0]
         self.bot_user: JsonDict = {
@@ -1080,7 +1083,7 @@ class FakeTelegram:
     def _send_message(self, p: JsonDict) -> JsonDict:
         chat_id = self._require_chat(p)
         text, entities = p.get("text"), p.get("entities")
-        self._validate_text(text, entities, p.get("parse_mode"), limit=MAX_MESSAGE_LENGTH, caption=False)
+        self._validate_text(text, entities, p.get("parse_mode"), limit=self.message_limit, caption=False)
         msg = self._new_message(chat_id, p)
         msg["text"] = text
         if entities:
@@ -1098,7 +1101,7 @@ class FakeTelegram:
 
     def _edit_message_text(self, p: JsonDict) -> Any:
         text, entities = p.get("text"), p.get("entities")
-        self._validate_text(text, entities, p.get("parse_mode"), limit=MAX_MESSAGE_LENGTH, caption=False)
+        self._validate_text(text, entities, p.get("parse_mode"), limit=self.message_limit, caption=False)
         if "inline_message_id" in p:
             return True
         chat_id = self._require_chat(p)
