@@ -334,7 +334,7 @@ async def test_service_killed_mid_run_gives_a_clear_error_and_recovers(
     """A SIGKILLed service takes every process of its runs with it, and a restarted one serves at once.
 
     Killed while bwrap was still setting its sandbox up, the run used to survive the service: orphaned, it
-    ran its 30 s program to the end (7 such kills in 8 before the guardian).
+    ran its program to the end (7 such kills in 8 before the guardian).
     """
     service = start()
     assert service.proc is not None
@@ -345,8 +345,9 @@ async def test_service_killed_mid_run_gives_a_clear_error_and_recovers(
         return ToolCallRequest(call_id, "code", json.dumps({"action": "execute", "code": code}))
 
     for attempt in range(5):
-        started = time.monotonic()
-        program = call("import time; time.sleep(30); print('late')", f"c1-{attempt}")
+        # Ten minutes: far past the tool's 60 s timeout, so an answer at all shows it came when the service
+        # died, and a later run that works was not waiting for this program.
+        program = call("import time; time.sleep(600); print('late')", f"c1-{attempt}")
         pending = asyncio.create_task(registry.call(program, CTX))
         try:
             seen = await asyncio.to_thread(MOMENTS[moment], service.proc)
@@ -359,9 +360,8 @@ async def test_service_killed_mid_run_gives_a_clear_error_and_recovers(
     outcome = await pending
     assert not outcome.ok and outcome.error is not None
     assert "closed the connection without answering" in outcome.error and str(sock) in outcome.error
-    assert time.monotonic() - started < 15, "the error comes when the service dies, not when the program ends"
-    # Every process the run had, and any it started since (found by its cgroup), is gone within seconds.
-    deadline = time.monotonic() + 5
+    # Every process the run had, and any it started since (found by its cgroup), goes (deadline: a guard).
+    deadline = time.monotonic() + 60
     while (any(_alive(p) for p in seen) or _in_run_cgroups(service.proc.pid)) and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     left = [p for p in seen if _alive(p)] + _in_run_cgroups(service.proc.pid)
@@ -375,11 +375,9 @@ async def test_service_killed_mid_run_gives_a_clear_error_and_recovers(
     assert f"not reachable at {sock}" in down.error and "connection refused" in down.error
 
     start()  # the same socket path: the stale socket file left by kill -9 is replaced
-    restarted = time.monotonic()
     again = await registry.call(call("print('back')", "c3"), CTX)
     assert again.ok, again.error
     assert json.loads(again.content)["stdout"] == "back\n"
-    assert time.monotonic() - restarted < 10, "the new run does not wait for the old program's 30 s"
 
 
 async def test_no_process_of_a_run_holds_the_services_sockets(
