@@ -189,6 +189,8 @@ class Probe:
 
     def _timed(self, fn: Callable[..., Any], label: str) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
+            if threading.get_ident() != self._thread:  # the heartbeat thread: not the event loop's work
+                return fn(*args, **kwargs)
             outer = label.startswith("db:") and not self._in_db
             if outer:
                 self._in_db = True
