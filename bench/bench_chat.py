@@ -138,6 +138,17 @@ class Probe:
                     self._wrap_attr(obj, name, f"db: {type(obj).__name__}.{name}")
         self._wrap_module(streaming_mod, "render", "render Markdown (bot.render.render)")
         self._wrap_module(agent_mod, "build_history", "build_history")
+        memory = services.memory
+        recall = memory.context_for_prompt
+
+        async def timed_recall(*args: Any, **kwargs: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return await recall(*args, **kwargs)
+            finally:  # a user without memories: two reads and no await (with memories: an embedding)
+                self.seconds["memory recall for the prompt"] += time.perf_counter() - t
+
+        memory.context_for_prompt = timed_recall  # type: ignore[method-assign]
         self.llm_called: list[float] = []
         self.llm_returned: list[float] = []
         complete = services.llm.complete
@@ -479,14 +490,14 @@ async def sequential(base: Path, turns: int, warmup: int, users: str, results: d
         sql.update(t.sql)
     n = len(ours)
     kinds = {k: v for k, v in sql.items() if k not in ("COMMIT", "read-only commit")}
-    sql_text = ", ".join(f"{k} {v / n:.1f}" for k, v in sorted(kinds.items()))
+    sql_text = ", ".join(f"{k} {v / n:.2f}" for k, v in sorted(kinds.items()))
     statements = sum(kinds.values()) / n
     writes = sql["COMMIT"] / n
     print(f"    this bot: Bot API calls: {per_turn_counts(ours)}")
     print(
         f"              LLM requests {sum(t.llm_requests for t in ours) / n:.2f}; "
-        f"SQL statements {statements:.1f} ({sql_text}); write transactions {writes:.1f} "
-        f"(target <= 3); commits of read-only transactions {sql['read-only commit'] / n:.1f}"
+        f"SQL statements {statements:.2f} ({sql_text}); write transactions {writes:.2f} "
+        f"(target <= 3); commits of read-only transactions {sql['read-only commit'] / n:.2f}"
     )
     results["statements"], results["write_tx"] = statements, writes
 
@@ -1066,7 +1077,7 @@ def summary(args: argparse.Namespace, results: dict[str, Any]) -> None:
         ),
         (
             "SQL statements / write transactions per turn",
-            f"{results['statements']:.1f} / {results['write_tx']:.1f}",
+            f"{results['statements']:.2f} / {results['write_tx']:.2f}",
             "write transactions <= 3: " + verdict(results["write_tx"] <= 3.0),
         ),
         (

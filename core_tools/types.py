@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
+from db.usage import LLMCallRecord
+
 
 async def _no_progress(_status: str) -> None:
     return None
@@ -92,6 +94,35 @@ class Usage:
 
 
 @dataclass
+class UnrecordedCall:
+    """A successful LLM request whose usage record its caller stores with rows of its own (a turn's answer
+    and its usage in one transaction). Until `stored` or `store_alone` its budget reservation stays held, so
+    a parallel request's check counts its spend once: as reserved, then as recorded."""
+
+    record: LLMCallRecord
+    _store: Callable[[LLMCallRecord], None]
+    _release: Callable[[], None]
+    done: bool = False
+
+    def stored(self) -> None:
+        """The caller stored `record` (committed): release the reservation."""
+        if not self.done:
+            self.done = True
+            self._release()
+
+    def store_alone(self) -> None:
+        """Store the record by itself (the caller's transaction did not happen), then release; a no-op once
+        settled."""
+        if self.done:
+            return
+        self.done = True
+        try:
+            self._store(self.record)
+        finally:
+            self._release()
+
+
+@dataclass
 class LLMReply:
     """A finished (streamed) assistant reply."""
 
@@ -102,6 +133,8 @@ class LLMReply:
     model: str = ""
     # The request had images but they were left out: the endpoint cannot see images (LLM_VISION).
     images_dropped: bool = False
+    # Set when the caller asked to store the usage record itself (LLMClient.complete(defer_record=True)).
+    unrecorded: UnrecordedCall | None = None
 
 
 @dataclass(frozen=True)
