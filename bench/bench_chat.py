@@ -112,10 +112,13 @@ class Probe:
     The DB calls are plain synchronous calls made from the event loop: their wall time blocks every chat.
     Only the event loop's thread is counted (the heartbeat thread writes on a clock of its own). A write
     transaction is a commit after at least one INSERT/UPDATE/DELETE; a commit of a read-only transaction
-    is counted apart.
+    is counted apart, and so are the statements of the process's periodic jobs (BACKGROUND).
     """
 
     WRITES = ("INSERT", "UPDATE", "DELETE", "WITH")
+    # The process's periodic jobs (job-lease claims every few seconds, the reminders' looks, code jobs):
+    # counted apart, as they fall into a turn's window by chance and are no part of a turn.
+    BACKGROUND = ("job_leases", "replicas ", "schedules", "schedule_firings", "code_jobs")
 
     def __init__(self, services: Services) -> None:
         self.sql: Counter[str] = Counter()
@@ -123,7 +126,7 @@ class Probe:
         self.counts: Counter[str] = Counter()
         self._restore: list[Callable[[], None]] = []
         self._thread = threading.get_ident()
-        self._wrote: set[int] = set()
+        self._writes: dict[int, str] = {}  # connection -> "turn" or "background": what it wrote since begin
         self._in_db = False
         event.listen(services.engine, "before_cursor_execute", self._statement)
         event.listen(services.engine, "commit", self._commit)
@@ -181,22 +184,26 @@ class Probe:
         if threading.get_ident() != self._thread:
             return
         word = statement.lstrip().split(None, 1)[0].upper()
-        self.sql[word] += 1
+        background = any(table in statement for table in self.BACKGROUND)
+        self.sql[f"background {word}" if background else word] += 1
         if word in self.WRITES:
-            self._wrote.add(id(conn.connection))
+            key = id(conn.connection)
+            self._writes[key] = self._writes.get(key, "background") if background else "turn"
 
     def _commit(self, conn: Any) -> None:
         if threading.get_ident() != self._thread:
             return
-        if id(conn.connection) in self._wrote:
-            self._wrote.discard(id(conn.connection))
+        kind = self._writes.pop(id(conn.connection), None)
+        if kind == "turn":
             self.sql["COMMIT"] += 1
+        elif kind == "background":
+            self.sql["background COMMIT"] += 1
         else:
             self.sql["read-only commit"] += 1
 
     def _rollback(self, conn: Any) -> None:
         if threading.get_ident() == self._thread:
-            self._wrote.discard(id(conn.connection))
+            self._writes.pop(id(conn.connection), None)
 
     def _timed(self, fn: Callable[..., Any], label: str) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
@@ -489,15 +496,20 @@ async def sequential(base: Path, turns: int, warmup: int, users: str, results: d
     for t in ours:
         sql.update(t.sql)
     n = len(ours)
-    kinds = {k: v for k, v in sql.items() if k not in ("COMMIT", "read-only commit")}
+    kinds = {k: v for k, v in sql.items() if "commit" not in k.lower() and "background" not in k}
     sql_text = ", ".join(f"{k} {v / n:.2f}" for k, v in sorted(kinds.items()))
     statements = sum(kinds.values()) / n
     writes = sql["COMMIT"] / n
+    background = sum(v for k, v in sql.items() if k.startswith("background") and "COMMIT" not in k) / n
     print(f"    this bot: Bot API calls: {per_turn_counts(ours)}")
     print(
         f"              LLM requests {sum(t.llm_requests for t in ours) / n:.2f}; "
         f"SQL statements {statements:.2f} ({sql_text}); write transactions {writes:.2f} "
         f"(target <= 3); commits of read-only transactions {sql['read-only commit'] / n:.2f}"
+    )
+    print(
+        f"              the process's periodic jobs inside these windows (not the turns'): {background:.2f} "
+        f"statements, {sql['background COMMIT'] / n:.2f} write transactions per turn"
     )
     results["statements"], results["write_tx"] = statements, writes
 
@@ -632,10 +644,14 @@ async def burst_round(
 
 async def burst(base: Path, chats: int, delay: float, rounds: int, results: dict[str, Any]) -> None:
     expected = render(REPLY)[0].text
+    cold = list(range(chats + 1, 2 * chats + 1))
     users = list(range(1, chats + 1))
     print(
         f"\n== 2. {chats} chats send at once, fake LLM takes {delay:.1f} s per request "
-        f"(target: all answered within {BURST_TARGET_S} s of the pushes, first contact included)"
+        f"(target: all answered within {BURST_TARGET_S} s of the pushes, first contact included)\n"
+        f"   round 0: {chats} other users, the first burst of a fresh process (its HTTP pools open {chats} "
+        "connections to each fake: a cold start, not the target's first contact); round 1: first contact "
+        f"of {chats} new users (user and session rows created); then returning users"
     )
     async with StampedTelegram(token=TOKEN) as tg, StampedLLM() as llm:
         llm.default = text(REPLY)
@@ -644,17 +660,25 @@ async def burst(base: Path, chats: int, delay: float, rounds: int, results: dict
             base / "burst",
             tg,
             llm,
-            allowed_user_ids=",".join(map(str, users)),
+            allowed_user_ids=",".join(map(str, cold + users)),
             stream_edit_interval_s=DEFAULT_EDIT_INTERVAL,
         ):
-            for r in range(rounds):
-                answered, wall, b = await burst_round(tg, llm, users, f"round {r}", expected)
+            for r in range(rounds + 1):
+                who = cold if r == 0 else users
+                answered, wall, b = await burst_round(tg, llm, who, f"round {r}", expected)
                 in_time = sum(1 for d in b.done_at if d <= BURST_TARGET_S)
-                kind = "first contact: users+sessions created" if r == 0 else "returning users"
+                kind = (
+                    "a fresh process, other users"
+                    if r == 0
+                    else "first contact: users+sessions created"
+                    if r == 1
+                    else "returning users"
+                )
                 verdict = "MEETS" if in_time == chats else "MISSES"
                 print(
-                    f"  round {r + 1} ({kind}): wall {wall:.3f} s from the pushes to the last final answer; "
-                    f"answered {answered}/{chats}, within {BURST_TARGET_S} s: {in_time}/{chats} ({verdict})"
+                    f"  round {r} ({kind}): wall {wall:.3f} s from the pushes to the last final answer; "
+                    f"answered {answered}/{chats}, within {BURST_TARGET_S} s: {in_time}/{chats}"
+                    + (f" ({verdict})" if r else "")
                 )
                 if b.done_at:
                     print(
@@ -1092,7 +1116,9 @@ def summary(args: argparse.Namespace, results: dict[str, Any]) -> None:
             (
                 f"{args.chats} chats ({kind})",
                 f"last answer {wall:.2f} s, {answered} answered, {in_time} in {BURST_TARGET_S} s",
-                f"all in {BURST_TARGET_S} s: " + verdict(in_time == args.chats),
+                f"all in {BURST_TARGET_S} s: " + verdict(in_time == args.chats)
+                if not kind.startswith("a fresh")
+                else "(not the target)",
             )
         )
     for label, idle, loaded, ratio in results.get("long", []):
@@ -1114,7 +1140,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--chats", type=int, default=50)
     p.add_argument("--llm-delay", type=float, default=1.0)
-    p.add_argument("--rounds", type=int, default=2, help="bursts: first contact, then returning users")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="measured bursts after a fresh process's first: first contact, then returning users",
+    )
     p.add_argument("--profile-turns", type=int, default=60)
     p.add_argument("--no-profile", action="store_true")
     p.add_argument("--long-rounds", type=int, default=10, help="rounds of the 4096-character message test")
