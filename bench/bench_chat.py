@@ -30,6 +30,7 @@ import cProfile
 import inspect
 import logging
 import pstats
+import re
 import statistics
 import sys
 import tempfile
@@ -116,9 +117,11 @@ class Probe:
     """
 
     WRITES = ("INSERT", "UPDATE", "DELETE", "WITH")
-    # The process's periodic jobs (job-lease claims every few seconds, the reminders' looks, code jobs):
-    # counted apart, as they fall into a turn's window by chance and are no part of a turn.
-    BACKGROUND = ("job_leases", "replicas ", "schedules", "schedule_firings", "code_jobs")
+    # The process's periodic jobs (job-lease claims every few seconds, the reminders' looks, code jobs),
+    # known by the table a statement is on: counted apart, as they fall into a turn's window by chance and
+    # are no part of a turn.
+    BACKGROUND = frozenset({"job_leases", "replicas", "schedules", "schedule_firings", "code_jobs"})
+    TABLE = re.compile(r"\b(?:INSERT INTO|UPDATE|DELETE FROM|FROM)\s+(\w+)", re.IGNORECASE)
 
     def __init__(self, services: Services) -> None:
         self.sql: Counter[str] = Counter()
@@ -184,7 +187,8 @@ class Probe:
         if threading.get_ident() != self._thread:
             return
         word = statement.lstrip().split(None, 1)[0].upper()
-        background = any(table in statement for table in self.BACKGROUND)
+        table = self.TABLE.search(statement)
+        background = table is not None and table.group(1).lower() in self.BACKGROUND
         self.sql[f"background {word}" if background else word] += 1
         if word in self.WRITES:
             key = id(conn.connection)
