@@ -1,6 +1,6 @@
 """The database side of a memory write and of an undo: one transaction each, with its history rows.
 
-MemoryStore (core_tools.tools.memory) embeds and asks the judge first, outside any transaction; these
+MemoryStore (core_tools.memory.store) embeds and asks the judge first, outside any transaction; these
 functions then apply the decision. A target that changed meanwhile (forgotten, superseded) turns the
 decision into ADD.
 """
@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from core_tools.errors import ToolError
-from core_tools.memory_judge import Decision
+from core_tools.memory.judge import Decision
 from db import memories as q
 from db import memory_history as h
 from db.models import Memory, MemoryChange
