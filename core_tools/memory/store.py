@@ -31,6 +31,7 @@ from core_tools.prompts import MEMORY_NOTE, memory_block
 from db import memories as q
 from db import memory_history as h
 from db import memory_search, memory_words
+from db.memories import NewMemory
 from db.models import utcnow
 
 __all__ = [
@@ -197,20 +198,22 @@ class MemoryStore:
         expires = self._expiry(layer, now)
 
         write = Write(
-            user_id=user_id,
-            layer=layer,
-            category=category,
-            content=content,
-            now=now,
-            certainty=certainty,
-            session_id=sid,
-            expires_at=expires,
-            vector=vector,
-            embedder_id=emb_id,
-            origin=origin,
-            untrusted=untrusted,
-            said_at=said_at,
-            event_at=event_at,
+            memory=NewMemory(
+                user_id=user_id,
+                layer=layer,
+                category=category,
+                content=content,
+                now=now,
+                certainty=certainty,
+                session_id=sid,
+                expires_at=expires,
+                vector=vector,
+                embedder_id=emb_id,
+                origin=origin,
+                untrusted=untrusted,
+                said_at=said_at,
+                event_at=event_at,
+            ),
             actor=actor,
             supersedes=supersedes,
             decision=decision,
