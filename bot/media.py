@@ -28,6 +28,7 @@ from core_tools.agent import TurnInput
 from core_tools.errors import BudgetExceeded, MediaError
 from core_tools.media import SUPPORTED
 from core_tools.media.audio import audio_length
+from db.media import NewMediaFile
 
 log = logging.getLogger(__name__)
 
@@ -135,18 +136,18 @@ class MediaHandlers:
     ) -> int:
         user, chat = update.effective_user, update.effective_chat
         assert user and chat and self.services.media is not None
-        return self.services.media.record(
+        row = NewMediaFile(
             user_id=user.id,
             chat_id=self._key(update),
             kind=kind,
-            name=name,
+            file_name=name,
             mime_type=mime,
-            data=data,
             status=status,
-            size=size,
+            size=size or 0,
             duration_s=duration_s,
             detail=detail,
         )
+        return self.services.media.record(row, data)
 
     async def _download(self, context: Ctx, file_id: str, size: int | None) -> bytes:
         """The file's bytes through getFile; MediaError (saying what to do) when Telegram refuses."""

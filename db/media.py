@@ -34,6 +34,27 @@ class MediaRow:
     detail: str | None
 
 
+@dataclass(frozen=True, kw_only=True)  # by name: kind, file_name, mime_type and status are all strings
+class NewMediaFile:
+    """A file a user sent, as a row to store (not yet linked to a message).
+
+    `size` and `sha256` are the stored bytes' (core_tools.media fills them in); a file kept without its bytes
+    (too big, not downloaded) has only the size Telegram announced and no hash.
+    """
+
+    user_id: int
+    chat_id: int
+    kind: str
+    file_name: str
+    mime_type: str | None
+    status: str
+    size: int = 0
+    sha256: str | None = None
+    duration_s: int | None = None
+    text_chars: int | None = None
+    detail: str | None = None
+
+
 # Every turn looks for the images of its history's messages (one session's): built once, in MediaRow's order.
 _FOR_MESSAGES = (
     select(
@@ -84,36 +105,22 @@ class MediaFiles:
         # Core statements for the writes: they run on the event loop in the middle of a voice turn.
         self._engine: Engine = sessions.kw["bind"]
 
-    def add(
-        self,
-        *,
-        user_id: int,
-        chat_id: int,
-        kind: str,
-        file_name: str,
-        mime_type: str | None,
-        size: int,
-        sha256: str | None,
-        status: str,
-        duration_s: int | None = None,
-        text_chars: int | None = None,
-        detail: str | None = None,
-    ) -> int:
+    def add(self, f: NewMediaFile) -> int:
         """Store a row (not yet linked to a message); returns its id."""
         values = {
-            "user_id": user_id,
-            "chat_id": chat_id,
+            "user_id": f.user_id,
+            "chat_id": f.chat_id,
             "session_id": None,
             "message_id": None,
-            "kind": kind,
-            "file_name": file_name[:255],
-            "mime_type": (mime_type or None) and mime_type[:128],
-            "size": size,
-            "sha256": sha256,
-            "status": status,
-            "duration_s": duration_s,
-            "text_chars": text_chars,
-            "detail": detail,
+            "kind": f.kind,
+            "file_name": f.file_name[:255],
+            "mime_type": (f.mime_type or None) and f.mime_type[:128],
+            "size": f.size,
+            "sha256": f.sha256,
+            "status": f.status,
+            "duration_s": f.duration_s,
+            "text_chars": f.text_chars,
+            "detail": f.detail,
             "created_at": utcnow(),
         }
         with self._engine.begin() as conn:

@@ -108,46 +108,49 @@ def active_filter(
     return and_(*conds)
 
 
-def insert_memory(
-    s: Session,
-    *,
-    user_id: int,
-    layer: str,
-    category: str,
-    content: str,
-    now: datetime,
-    certainty: float | None = None,
-    session_id: str | None = None,
-    expires_at: datetime | None = None,
-    vector: Sequence[float] | None = None,
-    embedder_id: str | None = None,
-    origin: str = "model",
-    untrusted: bool = False,
-    said_at: datetime | None = None,
-    event_at: datetime | None = None,
-    public_id: str | None = None,
-) -> Memory:
-    """Add a memory row, its words and its vector when given (`public_id`: restore a forgotten one)."""
+@dataclass(frozen=True, kw_only=True)  # by name: layer, category and content are all strings
+class NewMemory:
+    """A memory row to insert, with its vector when there is one (`public_id`: restore a forgotten one)."""
+
+    user_id: int
+    layer: str
+    category: str
+    content: str
+    now: datetime
+    certainty: float | None = None
+    session_id: str | None = None
+    expires_at: datetime | None = None
+    vector: Sequence[float] | None = None
+    embedder_id: str | None = None
+    origin: str = "model"
+    untrusted: bool = False
+    said_at: datetime | None = None
+    event_at: datetime | None = None
+    public_id: str | None = None
+
+
+def insert_memory(s: Session, new: NewMemory) -> Memory:
+    """Add a memory row, its words and its vector when given."""
     mem = Memory(
-        public_id=public_id or new_id(),
-        origin=origin,
-        untrusted=untrusted,
-        said_at=said_at,
-        event_at=event_at,
-        user_id=user_id,
-        layer=layer,
-        category=category,
-        content=content,
-        certainty=certainty,
-        session_id=session_id,
-        created_at=now,
-        updated_at=now,
-        expires_at=expires_at,
+        public_id=new.public_id or new_id(),
+        origin=new.origin,
+        untrusted=new.untrusted,
+        said_at=new.said_at,
+        event_at=new.event_at,
+        user_id=new.user_id,
+        layer=new.layer,
+        category=new.category,
+        content=new.content,
+        certainty=new.certainty,
+        session_id=new.session_id,
+        created_at=new.now,
+        updated_at=new.now,
+        expires_at=new.expires_at,
     )
     s.add(mem)
     s.flush()  # assigns the integer rowid the words and the vector are keyed by
-    index_words(s, mem.id, user_id, content)
-    set_vector(s, mem, vector, embedder_id)
+    index_words(s, mem.id, new.user_id, new.content)
+    set_vector(s, mem, new.vector, new.embedder_id)
     return mem
 
 

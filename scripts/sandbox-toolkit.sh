@@ -3,7 +3,7 @@
 # bot's: a venv of the interpreter the sandbox runs, at $1 (default $CODE_PYTHON_ENV, else
 # /opt/assistant-sandbox). The bot runs this itself at its first start (core_tools/sandbox/toolkit.py), into
 # data/sandbox-python by default; the Docker image runs it at build time. The executor binds the environment
-# read-only into each sandbox (CODE_PYTHON_ENV).
+# read-only into each sandbox at /opt/sandbox-python (CODE_PYTHON_ENV, wherever it is on the host).
 # Idempotent: an environment whose requirements stamp matches is left as it is. Locked: a second install of
 # the same target waits for the first and then finds it up to date. Verified: every package is imported
 # before the stamp is written.
@@ -66,8 +66,9 @@ modules="$(sed -e 's/#.*//' -e 's/[[:space:]]//g' -e '/^$/d' -e 's/[=<>!~;[].*//
 mkdir -p "$target.new/mpl-cache"
 MPLCONFIGDIR="$target.new/mpl-cache" MPLBACKEND=Agg "$target.new/bin/python3" -c "import matplotlib.pyplot" 2>/dev/null
 find "$target.new/mpl-cache" -mindepth 1 ! -name '*.json' -exec rm -rf {} +
-# It names font files by absolute path: make them point where the environment will be.
-sed -i "s#$target.new/#$target/#g" "$target.new"/mpl-cache/*.json
+# It names font files by absolute path: make them point where every code run sees the environment
+# (TOOLKIT_MOUNT in core_tools/sandbox/isolation.py), wherever it is on the host.
+sed -i "s#$target.new/#/opt/sandbox-python/#g" "$target.new"/mpl-cache/*.json
 echo "$want" > "$target.new/.requirements.sha256"
 chmod -R a+rX "$target.new"
 rm -rf "$target"

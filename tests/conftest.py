@@ -41,9 +41,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def sandbox_visible_dir(name: str) -> Path:
-    """A directory for the tests' own toolkits that code runs can see: not under /tmp (each run gets its own
-    empty one), and, when the suite runs as root (the code then runs as nobody), below directories anyone
-    may enter. `ASSISTANT_TEST_CACHE` chooses another."""
+    """A directory for the tests' own toolkits that code runs can see: when the suite runs as root (the code
+    then runs as nobody, and bwrap mounts the toolkit as nobody), below directories anyone may enter.
+    `ASSISTANT_TEST_CACHE` chooses another."""
     chosen = os.environ.get("ASSISTANT_TEST_CACHE")
     if chosen:
         return Path(chosen) / name

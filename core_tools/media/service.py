@@ -11,7 +11,7 @@ import logging
 import os
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePath
 from typing import Any
 
@@ -20,7 +20,7 @@ from core_tools.media.extract import Extracted
 from core_tools.media.reader import FileReader, ReadLimits
 from core_tools.prompts import escape_data
 from core_tools.types import ImagePart, ToolContext
-from db.media import MediaFiles, MediaRow
+from db.media import MediaFiles, MediaRow, NewMediaFile
 
 log = logging.getLogger(__name__)
 
@@ -91,34 +91,11 @@ class MediaService:
         """The extracted text of a stored document."""
         return self._path(sha, ".txt").read_text(encoding="utf-8")
 
-    def record(
-        self,
-        *,
-        user_id: int,
-        chat_id: int,
-        kind: str,
-        name: str,
-        mime_type: str | None,
-        data: bytes | None,
-        status: str,
-        size: int | None = None,
-        duration_s: int | None = None,
-        detail: str | None = None,
-    ) -> int:
-        """Store a file (when there are bytes) and its row; returns the row id."""
-        sha = self.save(data) if data is not None else None
-        return self.rows.add(
-            user_id=user_id,
-            chat_id=chat_id,
-            kind=kind,
-            file_name=name,
-            mime_type=mime_type,
-            size=len(data) if data is not None else (size or 0),
-            sha256=sha,
-            status=status,
-            duration_s=duration_s,
-            detail=detail,
-        )
+    def record(self, f: NewMediaFile, data: bytes | None = None) -> int:
+        """Store the bytes when there are any (they give the size and hash), then the row; returns its id."""
+        if data is not None:
+            f = replace(f, size=len(data), sha256=self.save(data))
+        return self.rows.add(f)
 
     def link(self, ids: Sequence[int], message_id: int, session_id: str) -> None:
         """Tie the files to the user message (and session) they came with."""
@@ -132,16 +109,15 @@ class MediaService:
         """Store a document, then read its text in a bounded worker: its row, and the turn's block or the
         reason (safe to show) why it could not be read. The file and its row are kept whatever happens."""
         name = safe_name(name, "document")
-        file_id = await asyncio.to_thread(
-            self.record,
+        row = NewMediaFile(
             user_id=user_id,
             chat_id=chat_id,
             kind="document",
-            name=name,
+            file_name=name,
             mime_type=mime_type,
-            data=data,
             status="received",
         )
+        file_id = await asyncio.to_thread(self.record, row, data)
         sha = hashlib.sha256(data).hexdigest()
         try:
             extracted = await self.reader.read(self._path(sha), name, mime_type)
@@ -214,15 +190,15 @@ class MediaService:
 
     def image(self, user_id: int, chat_id: int, name: str, mime_type: str | None, data: bytes) -> int:
         """Store an image; returns its row id."""
-        return self.record(
+        row = NewMediaFile(
             user_id=user_id,
             chat_id=chat_id,
             kind="photo",
-            name=safe_name(name, "photo.jpg"),
+            file_name=safe_name(name, "photo.jpg"),
             mime_type=mime_type or "image/jpeg",
-            data=data,
             status="ok",
         )
+        return self.record(row, data)
 
     def images_for(
         self, session_id: str, message_ids: Sequence[int], budget_tokens: int

@@ -322,9 +322,12 @@ class LocalExecutor:
         timeout = self._timeout(timeout_s)
         if self.isolation is Isolation.UNAVAILABLE:
             return self._refusal(name)
-        program = interpreter_argv(name, interpreter, self.limits, code)
         sandboxed = self.isolation is Isolation.BWRAP
-        python = self._interpreters.get("python", interpreter).path
+        if not sandboxed:  # no mounts: the interpreters where they are on the host
+            interpreter = interpreter.on_host()
+        program = interpreter_argv(name, interpreter, self.limits, code)
+        python_interpreter = self._interpreters.get("python", interpreter)
+        python = (python_interpreter if sandboxed else python_interpreter.on_host()).path
         wrapper = limit_wrapper(
             self.limits, memory_limit_mb(name, self.limits), find_prlimit(sandboxed), python
         )
@@ -343,7 +346,13 @@ class LocalExecutor:
         if sandboxed:
             work = interpreter.work_files + (((in_dir, IN_DIR),) if in_dir is not None else ())
             argv = bwrap_argv(
-                self._bwrap_path, self._probe.features, self.limits, interpreter.binds, work, pipe is not None
+                self._bwrap_path,
+                self._probe.features,
+                self.limits,
+                interpreter.binds,
+                work,
+                pipe is not None,
+                interpreter.mounts,
             )
             command = wrapper + program
             if pipe is not None:

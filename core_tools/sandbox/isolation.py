@@ -14,13 +14,14 @@ import re
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from core_tools.sandbox.model import Isolation, SandboxLimits
 
 SANDBOX_UID = 65534  # "nobody": what the code runs as, inside and (when the bot is root) outside
 SCRATCH_DIR = "/scratch"
+TOOLKIT_MOUNT = "/opt/sandbox-python"  # where every run sees the data toolkit (CODE_PYTHON_ENV)
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 NODE_VM_OVERHEAD_MB = 1024  # V8 reserves address space up front; node does not start under ~800 MB of AS
 _UNSANDBOXED_HINT = "or set the operator setting CODE_ALLOW_UNSANDBOXED=true to run code without isolation"
@@ -68,17 +69,24 @@ class Interpreter:
     binds: tuple[str, ...] = ()
     # (host file, path under the working directory): read-only files it wants there (a prebuilt cache)
     work_files: tuple[tuple[str, str], ...] = ()
+    # (host directory, path inside): read-only directories shown somewhere else than on the host
+    mounts: tuple[tuple[str, str], ...] = ()
+
+    def on_host(self) -> Interpreter:
+        """The same interpreter run outside a sandbox: its path as the host has it."""
+        for host, inside in self.mounts:
+            if self.path == inside or self.path.startswith(inside + "/"):
+                return replace(self, path=host + self.path[len(inside) :], mounts=())
+        return self
 
 
 def hidden_from_runs(path: Path) -> str | None:
-    """Why a directory bound into the sandbox would not be what the code sees there, or None.
+    """Why a directory could not be shown to code runs (as the data toolkit, at TOOLKIT_MOUNT), or None.
 
-    Each run gets its own /proc, /dev and empty tmpfs mounts (SCRATCH_DIR, /tmp, /dev/shm) on top of every
-    bind, and the bot's own files, home and system directories are never bound at all."""
+    Where it lives on the host does not matter otherwise (under /tmp, or in a home that only root may
+    enter): it is mounted at a fixed place of its own inside every run. The bot's own files, home and
+    system directories are never shown at all."""
     resolved = path.resolve()
-    for mount in ("/proc", "/dev", SCRATCH_DIR, "/tmp"):  # noqa: S108 - the sandbox's own mounts
-        if resolved == Path(mount) or Path(mount) in resolved.parents:
-            return f"{resolved} is under {mount}, which every code run replaces with its own"
     if not _is_safe_prefix(resolved):
         return (
             f"{resolved} is not a directory of its own (a system directory, the bot's folder or one above "
@@ -142,8 +150,11 @@ def toolkit_interpreter(env: str, base: Interpreter | None = None) -> Interprete
     files = tuple(
         (str(p), f".cache/matplotlib/{p.name}") for p in sorted(cache.glob("*.json")) if p.is_file()
     )
-    binds = (str(resolved), *(base.binds if base is not None else ()))
-    return Interpreter(str(resolved / "bin" / "python3"), binds, files)
+    # Shown at TOOLKIT_MOUNT whatever its place on the host: a place under /tmp (which every run replaces)
+    # works, and nobody needs to enter its parent directories. Its python3 links to the base interpreter,
+    # whose own binds come along.
+    binds = base.binds if base is not None else ()
+    return Interpreter(f"{TOOLKIT_MOUNT}/bin/python3", binds, files, ((str(resolved), TOOLKIT_MOUNT),))
 
 
 def interpreter_argv(language: str, interpreter: Interpreter, limits: SandboxLimits, code: str) -> list[str]:
@@ -207,6 +218,7 @@ def bwrap_argv(
     binds: tuple[str, ...],
     work_binds: tuple[tuple[str, str], ...] = (),
     out_dir: bool = False,
+    mounts: tuple[tuple[str, str], ...] = (),
 ) -> list[str]:
     """bwrap options for one fresh sandbox; the command to run inside follows them.
 
@@ -234,6 +246,8 @@ def bwrap_argv(
         argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     for path_ in binds:
         argv += ["--ro-bind", path_, path_]
+    for host, inside in mounts:
+        argv += ["--ro-bind", host, inside]
     argv += ["--proc", "/proc", "--dev", "/dev"]
     # Every writable tmpfs gets a size; /dev itself (a tmpfs bwrap fills with device nodes) goes
     # read-only once /dev/shm has its own mount. Writes to device nodes still work on a read-only /dev.

@@ -28,7 +28,7 @@ async def test_every_bad_setting_is_reported_at_once(tmp_path: Path) -> None:
         tmp_path,
         ALLOWED_USER_IDS="12,ann",
         TELEGRAM_WEBHOOK_PORT="70000",
-        CODE_PYTHON_ENV="/tmp/toolkit",
+        CODE_PYTHON_ENV="/usr",
         LLM_MODEL="",
     )
     code, out, err = await run_bot(tmp_path, env=env)
@@ -62,7 +62,7 @@ async def test_every_bad_setting_is_reported_at_once(tmp_path: Path) -> None:
     assert (
         "TELEGRAM_WEBHOOK_PORT is above 65535: the port the bot listens on" in lines["TELEGRAM_WEBHOOK_PORT"]
     )
-    assert "/tmp/toolkit is under /tmp" in lines["CODE_PYTHON_ENV"]
+    assert "/usr is not a directory of its own" in lines["CODE_PYTHON_ENV"]
     assert "includes brave but BRAVE_API_KEY is not set" in lines["SEARCH_PROVIDER"]
 
 

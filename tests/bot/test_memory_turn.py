@@ -12,8 +12,8 @@ from typing import Any
 from sqlalchemy import text as sa_text
 
 from bot.wiring import Services
-from core_tools.memory_extract import EXTRACT_PROMPT
-from core_tools.memory_judge import JUDGE_PROMPT
+from core_tools.memory.extract import EXTRACT_PROMPT
+from core_tools.memory.judge import JUDGE_PROMPT
 from db.models import utcnow
 from tests.core_tools.fake_search import FakeServer, reply_text
 from tests.fakes.openai_api import FakeLLM, Step, call, hang, text, tool_calls

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from core_tools.tools.memory import MemoryStore
+from core_tools.memory.store import MemoryStore
 from db.engine import make_engine, make_sessionmaker
 from db.models import CodeJob, Memory, Message, Schedule, ScheduleFiring
 from tests.bot.test_process import bot_env, run_bot

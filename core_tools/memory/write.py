@@ -1,6 +1,6 @@
 """The database side of a memory write and of an undo: one transaction each, with its history rows.
 
-MemoryStore (core_tools.tools.memory) embeds and asks the judge first, outside any transaction; these
+MemoryStore (core_tools.memory.store) embeds and asks the judge first, outside any transaction; these
 functions then apply the decision. A target that changed meanwhile (forgotten, superseded) turns the
 decision into ADD.
 """
@@ -14,30 +14,18 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from core_tools.errors import ToolError
-from core_tools.memory_judge import Decision
+from core_tools.memory.judge import Decision
 from db import memories as q
 from db import memory_history as h
+from db.memories import NewMemory
 from db.models import Memory, MemoryChange
 
 
 @dataclass(frozen=True)
 class Write:
-    """A validated memory to store, with the judge's decision and the vectors it needs."""
+    """A validated memory to store, with the judge's decision, who asked and the vector an update needs."""
 
-    user_id: int
-    layer: str
-    category: str
-    content: str
-    now: datetime
-    certainty: float | None
-    session_id: str | None
-    expires_at: datetime | None
-    vector: list[float] | None
-    embedder_id: str | None
-    origin: str
-    untrusted: bool
-    said_at: datetime | None
-    event_at: datetime | None
+    memory: NewMemory  # the row inserted unless the decision updates or restates an existing one
     actor: str
     supersedes: str | None
     decision: Decision
@@ -51,19 +39,20 @@ def _dt(value: str | None) -> datetime | None:
 
 def apply_write(s: Session, w: Write) -> dict[str, Any]:
     """Add, update, supersede or leave as known; "memory" in the result is the row written or found."""
+    new = w.memory
     explicit: Memory | None = None
     if w.supersedes:
-        explicit = q.get_memory(s, w.user_id, w.supersedes)
+        explicit = q.get_memory(s, new.user_id, w.supersedes)
         if explicit is None or explicit.superseded_by is not None:
             raise ToolError(f"no current memory with id {w.supersedes!r} to supersede")
     target: Memory | None = None
     if w.decision.target:
-        target = q.get_memory(s, w.user_id, w.decision.target)
+        target = q.get_memory(s, new.user_id, w.decision.target)
         if target is None or target.superseded_by is not None:
             target = None  # changed while the judge thought: adding loses nothing
     if target is not None and w.decision.action == "NONE":
-        target.updated_at = w.now
-        target.expires_at = w.expires_at if target.expires_at is not None else None
+        target.updated_at = new.now
+        target.expires_at = new.expires_at if target.expires_at is not None else None
         return {"status": "already_known", "memory": target, "reason": w.decision.reason}
     if target is not None and w.decision.action == "UPDATE" and w.decision.text:
         old_text = target.content
@@ -72,23 +61,23 @@ def apply_write(s: Session, w: Write) -> dict[str, Any]:
             target,
             content=w.decision.text,
             category=target.category,
-            now=w.now,
-            certainty=w.certainty,
-            expires_at=w.expires_at,
+            now=new.now,
+            certainty=new.certainty,
+            expires_at=new.expires_at,
             vector=w.merged_vector,
             embedder_id=w.merged_embedder_id,
         )
-        mem.untrusted = mem.untrusted or w.untrusted
+        mem.untrusted = mem.untrusted or new.untrusted
         h.record(
             s,
-            user_id=w.user_id,
+            user_id=new.user_id,
             memory_id=mem.public_id,
             action="update",
             actor="judge",
-            now=w.now,
+            now=new.now,
             old_text=old_text,
             new_text=mem.content,
-            reason=f"{w.decision.reason} (asked to store: {w.content})",
+            reason=f"{w.decision.reason} (asked to store: {new.content})",
         )
         return {
             "status": "updated_existing",
@@ -96,31 +85,15 @@ def apply_write(s: Session, w: Write) -> dict[str, Any]:
             "previous_text": old_text,
             "undo": f"/memory undo {mem.public_id} restores the previous text",
         }
-    mem = q.insert_memory(
-        s,
-        user_id=w.user_id,
-        layer=w.layer,
-        category=w.category,
-        content=w.content,
-        now=w.now,
-        certainty=w.certainty,
-        session_id=w.session_id,
-        expires_at=w.expires_at,
-        vector=w.vector,
-        embedder_id=w.embedder_id,
-        origin=w.origin,
-        untrusted=w.untrusted,
-        said_at=w.said_at,
-        event_at=w.event_at,
-    )
+    mem = q.insert_memory(s, new)
     h.record(
         s,
-        user_id=w.user_id,
+        user_id=new.user_id,
         memory_id=mem.public_id,
         action="add",
         actor=w.actor,
-        now=w.now,
-        new_text=w.content,
+        now=new.now,
+        new_text=new.content,
         reason=w.decision.reason,
     )
     result: dict[str, Any] = {"status": "created", "memory": mem}
@@ -133,13 +106,13 @@ def apply_write(s: Session, w: Write) -> dict[str, Any]:
         q.mark_superseded(s, old, mem.public_id)
         h.record(
             s,
-            user_id=w.user_id,
+            user_id=new.user_id,
             memory_id=old.public_id,
             action="supersede",
             actor=by,
-            now=w.now,
+            now=new.now,
             old_text=old.content,
-            new_text=w.content,
+            new_text=new.content,
             related_id=mem.public_id,
             reason=why,
         )
@@ -187,8 +160,7 @@ def apply_undo(
         snap = change.snapshot or {}
         if mem is not None or not snap:
             return None
-        mem = q.insert_memory(
-            s,
+        restored = NewMemory(
             user_id=user_id,
             layer=snap["layer"],
             category=snap["category"],
@@ -205,6 +177,7 @@ def apply_undo(
             event_at=_dt(snap.get("event_at")),
             public_id=change.memory_id,
         )
+        mem = q.insert_memory(s, restored)
         for revived in snap.get("revived") or []:
             again = q.get_memory(s, user_id, revived)
             if again is not None and again.superseded_by is None:

@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from core_tools.errors import BudgetExceeded, LLMUnavailable, ToolError
 from core_tools.llm import LLMClient
-from core_tools.tools.memory import LAYER_CATEGORIES, MemoryStore
+from core_tools.memory.store import LAYER_CATEGORIES, MemoryStore
 from core_tools.types import ChatMessage
 from db import memory_history as h
 
