@@ -8,9 +8,11 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from functools import partial
+from typing import Any, Protocol, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from core_tools.aio import settled
 from core_tools.errors import BudgetExceeded
 from core_tools.llm import LLMClient, estimate_tokens
 from core_tools.media import MediaService
@@ -30,6 +32,8 @@ from db.runtime import TurnMark
 from db.usage import LLMCallRecord
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class TurnSink(Protocol):
@@ -347,19 +351,18 @@ class Agent:
         control = control or TurnControl()
         # Stored before any LLM call, in one transaction with the user and session they need and the turn's
         # mark on its chat's lease: a crash, an LLM failure or a usage cap loses nothing the user wrote.
-        opened = self.conversations.open_turn(
-            TurnOpening(
-                turn.user_id,
-                turn.chat_id,
-                turn.kind,
-                texts=((turn.text, turn.tg_message_id), *turn.more),
-                inbox_ids=turn.inbox_ids,
-                rerun_of=turn.rerun_of,
-                first_name=turn.first_name,
-                username=turn.username,
-                mark=control.mark,
-            )
+        opening = TurnOpening(
+            turn.user_id,
+            turn.chat_id,
+            turn.kind,
+            texts=((turn.text, turn.tg_message_id), *turn.more),
+            inbox_ids=turn.inbox_ids,
+            rerun_of=turn.rerun_of,
+            first_name=turn.first_name,
+            username=turn.username,
+            mark=control.mark,
         )
+        opened = await self._db(lambda: self.conversations.open_turn(opening))
         control.published = control.mark is not None
         session, ids = opened.session, opened.message_ids
         if self.media is not None:
@@ -371,7 +374,7 @@ class Agent:
             try:
                 self.budget.check(turn.user_id, turn.purpose)
             except BudgetExceeded:
-                self._close(turn, session.id, ids, control, "refused")
+                await self._close(turn, session.id, ids, control, "refused")
                 raise
         try:
             async with asyncio.timeout(self.config.turn_timeout_s):
@@ -379,17 +382,21 @@ class Agent:
         except asyncio.CancelledError:
             if not control.stop_requested:  # shutdown mid-turn: the next start tells the user
                 if not control.handed_over:  # else the process that took the chat over tells the user
-                    self._close(turn, session.id, ids, control, "interrupted")
+                    await self._close(turn, session.id, ids, control, "interrupted")
                 raise
             task = asyncio.current_task()
             if task is not None:
                 task.uncancel()  # the stop is handled here: the caller gets the partial answer
-            return self._stopped(turn, session.id, ids, control)
+            return await self._stopped(turn, session.id, ids, control)
         except BaseException:  # LLMUnavailable, TimeoutError, bugs: the bot tells the user
-            self._close(turn, session.id, ids, control, "failed")
+            await self._close(turn, session.id, ids, control, "failed")
             raise
 
-    def _close(
+    async def _db(self, call: Callable[[], T]) -> T:
+        """A database call of the turn: off the event loop where it waits on a server (core_tools.aio)."""
+        return await settled(call, off_loop=self.conversations.over_network)
+
+    async def _close(
         self,
         turn: TurnInput,
         session_id: str,
@@ -402,16 +409,19 @@ class Agent:
         """Store how the turn ended (its user messages' status, its last answer and that answer's usage)
         and clear its mark from the chat's lease, in one transaction."""
         mark = control.mark if control.published else None
-        self.conversations.close_turn(
-            TurnClosing(session_id, turn.user_id, turn.chat_id, tuple(ids), status, answer, llm_call, mark)
+        closing = TurnClosing(
+            session_id, turn.user_id, turn.chat_id, tuple(ids), status, answer, llm_call, mark
         )
+        await self._db(lambda: self.conversations.close_turn(closing))
         control.published = False
 
-    def _stopped(self, turn: TurnInput, session_id: str, ids: list[int], control: TurnControl) -> TurnResult:
+    async def _stopped(
+        self, turn: TurnInput, session_id: str, ids: list[int], control: TurnControl
+    ) -> TurnResult:
         """Store a turn the user stopped: its partial answer (marked) and the status "stopped"."""
         partial = control.partial.strip()
         answer = Answer(f"{partial}\n\n[stopped by the user]", "stopped") if partial else None
-        self._close(turn, session_id, ids, control, "stopped", answer)
+        await self._close(turn, session_id, ids, control, "stopped", answer)
         log.info("chat %s: turn stopped by the user", turn.chat_id)
         return TurnResult(text=partial, stopped_by="user")
 
@@ -425,17 +435,19 @@ class Agent:
             self.media.link(turn.media_ids, msg_id, session.id)
         return msg_id
 
-    def _history(self, session_id: str, user_msg_id: int) -> list[ChatMessage]:
-        stored = self.conversations.messages(
-            session_id, limit=self.config.history_max_messages, since_id=user_msg_id
+    async def _history(self, session_id: str, user_msg_id: int) -> list[ChatMessage]:
+        limit = self.config.history_max_messages
+        stored = await self._db(
+            lambda: self.conversations.messages(session_id, limit=limit, since_id=user_msg_id)
         )
         budget = self.config.history_token_budget
         images: dict[int, tuple[str, ...]] = {}
-        if self.media is not None:
+        media = self.media
+        if media is not None:
             # Images take at most half of the history budget; older ones keep their text stand-ins.
             users = [m.id for m in stored if m.role == "user"]
-            images = self.media.images_for(session_id, users, budget // 2)
-            budget -= sum(len(v) for v in images.values()) * self.media.config.image_tokens
+            images = await self._db(lambda: media.images_for(session_id, users, budget // 2))
+            budget -= sum(len(v) for v in images.values()) * media.config.image_tokens
         return build_history(stored, budget, current_id=user_msg_id, images=images)
 
     def _tool_schemas(self, turn: TurnInput) -> list[dict[str, Any]] | None:
@@ -464,7 +476,7 @@ class Agent:
             # A cap crossed mid-turn: the tools of the step already paid for ran; now only a final answer.
             if rounds and result.stopped_by is None and self._over_budget(turn.user_id):
                 result.stopped_by = "budget"
-            history = self._history(session_id, user_msg_id)
+            history = await self._history(session_id, user_msg_id)
             final_round = result.stopped_by is not None
             messages = [system, *history]
             if final_round:
@@ -490,21 +502,23 @@ class Agent:
                 record = usage.record if usage is not None else None
                 if not calls:  # the answer: stored with its usage and the turn's end
                     result.text = texts[-1] if texts else ""
-                    self._close(
-                        turn, session_id, ids, control, "answered", Answer(reply.content or None), record
-                    )
+                    answer = Answer(reply.content or None)
+                    await self._close(turn, session_id, ids, control, "answered", answer, record)
                     if usage is not None:
                         usage.stored()
                     break
-                conv.add_message(
+                asked = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls]
+                store = partial(
+                    conv.add_message,
                     session_id,
                     turn.user_id,
                     turn.chat_id,
                     "assistant",
                     reply.content or None,
-                    tool_calls=[{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls],
+                    tool_calls=asked,
                     llm_call=record,
                 )
+                await self._db(store)
                 if usage is not None:
                     usage.stored()
             finally:
@@ -562,7 +576,8 @@ class Agent:
 
         # Concurrent, and gather keeps the order of the calls for the results.
         outcomes = list(await asyncio.gather(*(one(c) for c in calls)))
-        self.conversations.add_tool_results(
-            session_id, turn.user_id, turn.chat_id, [(o.content, o.call_id, o.name) for o in outcomes]
+        results = [(o.content, o.call_id, o.name) for o in outcomes]
+        await self._db(
+            lambda: self.conversations.add_tool_results(session_id, turn.user_id, turn.chat_id, results)
         )
         return outcomes

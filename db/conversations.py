@@ -216,7 +216,8 @@ class Conversations:
         # last_summary() per (user, chat); reset by end_session
         self._summaries: dict[tuple[int, int], tuple[str, str] | None] = {}
         self._session_chats: dict[str, tuple[int, int]] = {}
-        dialect: Any = postgresql if self._engine.dialect.name == "postgresql" else sqlite
+        self._postgres: bool = self._engine.dialect.name == "postgresql"
+        dialect: Any = postgresql if self._postgres else sqlite
         users = dialect.insert(_USERS).values(
             id=bindparam("uid"),
             first_name=bindparam("first"),
@@ -238,6 +239,11 @@ class Conversations:
             .values(id=bindparam("uid"), created_at=bindparam("now"), last_seen_at=bindparam("now"))
             .on_conflict_do_nothing(index_elements=["id"])
         )
+
+    @property
+    def over_network(self) -> bool:
+        """Whether a call waits on a database server (PostgreSQL), not on a local file (SQLite)."""
+        return self._postgres
 
     def ensure_user(self, user_id: int, first_name: str | None = None, username: str | None = None) -> None:
         """Create the user on first contact; later refresh the name and (once a minute) the last-seen time."""

@@ -30,6 +30,7 @@ import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import datetime
+from typing import TypeVar
 
 from telegram import Bot
 from telegram.error import TelegramError
@@ -40,7 +41,7 @@ from bot.runtime.queue import ChatQueue, Incoming
 from bot.runtime.stops import Running, Stops
 from bot.streaming import StreamingReply, typing_indicator
 from core_tools.agent import Agent, TurnControl, TurnInput
-from core_tools.aio import wait_event
+from core_tools.aio import settled, wait_event
 from core_tools.tools.code import CodeTool
 from db.conversations import Conversations
 from db.runtime import RuntimeStore, TurnMark
@@ -49,6 +50,8 @@ from db.topics import Place
 log = logging.getLogger(__name__)
 
 SETTLE_POLL_S = 0.2  # how often the debounce looks for messages another process stored
+
+T = TypeVar("T")
 
 
 class ChatState:
@@ -125,11 +128,17 @@ class TurnRunner:
         """How many more chats this process may drive."""
         return 1000 if self.max_chats <= 0 else max(0, self.max_chats - len(self._states))
 
-    def busy(self, chat_id: int) -> bool:
+    async def _db(self, call: Callable[[], T]) -> T:
+        """A database call: off the event loop where it waits on a server (core_tools.aio.settled)."""
+        return await settled(call, off_loop=self.store.over_network)
+
+    async def busy(self, chat_id: int) -> bool:
         """Whether the chat has a turn running (in any process) or messages waiting."""
         if self._running_here(chat_id) is not None:
             return True
-        return self.queue.has_waiting(chat_id) or self.store.running(chat_id) is not None
+        return await self._db(
+            lambda: self.queue.has_waiting(chat_id) or self.store.running(chat_id) is not None
+        )
 
     def _running_here(self, chat_id: int) -> Running | None:
         state = self._states.get(chat_id)
@@ -140,7 +149,9 @@ class TurnRunner:
         hold: Hold | None = None
         if item.inbox_id is None:
             # In the database before any wait: a restart during the debounce or another turn loses nothing.
-            # Its chat is claimed in the same transaction when nothing here holds it.
+            # Its chat is claimed in the same transaction when nothing here holds it. On the event loop, as
+            # is the inbox's read below: from a message's arrival to its turn's task nothing else runs here
+            # (a /stop right after a message finds its turn).
             claim = (
                 item.chat_id not in self._states and not self.chats.holds(item.chat_id) and self.free() > 0
             )
@@ -337,11 +348,11 @@ class TurnRunner:
             state.running = None
             running.released.set()
             if control.published:  # its outcome was not stored (or it was handed over): cleared here
-                self.store.end_turn(head.chat_id, self.chats.me, number)
+                await self._db(lambda: self.store.end_turn(head.chat_id, self.chats.me, number))
         if state.lost or not await self._still_mine(state):
             return  # taken over: the other process told the user, and answers what waits
         if task.cancelled() and turn.inbox_ids and not control.message_ids:
-            self._keep_unstarted(turn, head.chat_type)
+            await self._db(lambda: self._keep_unstarted(turn, head.chat_type))
         heard = [b.heard for b in batch if b.heard is not None]
         answer = await deliver(reply, task, any(b.media_ids for b in batch), heard)
         if answer is not None and self.speak is not None and any(b.speak for b in batch):
@@ -376,7 +387,7 @@ class TurnRunner:
 
     async def retry(self, bot: Bot, item: Incoming, is_owner: bool) -> str | None:
         """Answer the last user message of the chat's session again; returns a refusal, or None."""
-        if self.busy(item.chat_id):
+        if await self.busy(item.chat_id):
             return "I am still answering. Use /stop first, or wait until I am done, then /retry."
         session = self.conversations.current_session(item.user_id, item.chat_id, chat_type=item.chat_type)
         last = self.conversations.last_user_message(session.id)
@@ -409,7 +420,7 @@ class TurnRunner:
         session = self.conversations.current_session(item.user_id, item.chat_id, chat_type=item.chat_type)
         if not found.latest or found.session_id != session.id:
             return "Your edit is saved. It is an older message, so I did not answer it again."
-        if self.busy(item.chat_id):
+        if await self.busy(item.chat_id):
             return "Your edit is saved. I am answering something else now; send /retry afterwards for it."
         await self.submit(bot, replace(item, rerun_of=found.id, reply_to=item.tg_message_id))
         return None

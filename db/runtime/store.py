@@ -212,6 +212,11 @@ class RuntimeStore:
             _CHATS.c.chat_id == bindparam("cid"), _CHATS.c.turn.is_not(None), _CHATS.c.holder.in_(live)
         )
 
+    @property
+    def over_network(self) -> bool:
+        """Whether a call waits on a database server (PostgreSQL), not on a local file (SQLite)."""
+        return self._postgres
+
     def with_own_connection(self) -> RuntimeStore:
         """The same tables through a connection of their own (the heartbeat's: it must not wait for a free
         connection of the shared pool). SQLite has one process and a local file: the same engine."""
