@@ -110,8 +110,9 @@ class Probe:
     """Counts SQL statements and write transactions, and times the synchronous DB calls, Markdown rendering,
     history building.
 
-    The DB calls are plain synchronous calls made from the event loop: their wall time blocks every chat.
-    Only the event loop's thread is counted (the heartbeat thread writes on a clock of its own). A write
+    The DB calls timed are those made on the event loop: their wall time blocks every chat (on PostgreSQL a
+    turn's calls run in worker threads, core_tools.aio.settled: counted, not timed). The heartbeat thread's
+    statements are not counted (it writes on a clock of its own). A write
     transaction is a commit after at least one INSERT/UPDATE/DELETE; a commit of a read-only transaction
     is counted apart, and so are the statements of the process's periodic jobs (BACKGROUND).
     """
@@ -183,8 +184,12 @@ class Probe:
                 unique.setdefault(id(obj), obj)
         return list(unique.values())
 
+    @staticmethod
+    def _heartbeat() -> bool:
+        return threading.current_thread().name == "replica-heartbeat"
+
     def _statement(self, conn: Any, _cur: Any, statement: str, *_rest: Any) -> None:
-        if threading.get_ident() != self._thread:
+        if self._heartbeat():
             return
         word = statement.lstrip().split(None, 1)[0].upper()
         table = self.TABLE.search(statement)
@@ -195,7 +200,7 @@ class Probe:
             self._writes[key] = self._writes.get(key, "background") if background else "turn"
 
     def _commit(self, conn: Any) -> None:
-        if threading.get_ident() != self._thread:
+        if self._heartbeat():
             return
         kind = self._writes.pop(id(conn.connection), None)
         if kind == "turn":
@@ -206,12 +211,12 @@ class Probe:
             self.sql["read-only commit"] += 1
 
     def _rollback(self, conn: Any) -> None:
-        if threading.get_ident() == self._thread:
+        if not self._heartbeat():
             self._writes.pop(id(conn.connection), None)
 
     def _timed(self, fn: Callable[..., Any], label: str) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
-            if threading.get_ident() != self._thread:  # the heartbeat thread: not the event loop's work
+            if threading.get_ident() != self._thread:  # a worker thread: not the event loop's time
                 return fn(*args, **kwargs)
             outer = label.startswith("db:") and not self._in_db
             if outer:
