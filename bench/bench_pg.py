@@ -188,6 +188,7 @@ def floors(lite: str, pg: str, qvecs: np.ndarray) -> dict[str, list[float]]:
         "PostgreSQL exact float cosine, top 10": [],
         "PostgreSQL bit vectors read, nothing computed": [],
         "PostgreSQL bit vectors, hamming top 80": [],
+        "bit vectors in the process (numpy), top 80": [],
     }
     engine = make_engine(lite)
     with engine.connect() as conn:
@@ -219,6 +220,16 @@ def floors(lite: str, pg: str, qvecs: np.ndarray) -> dict[str, list[float]]:
                 t = time.perf_counter()
                 conn.execute(sql, {"q": q}).fetchall()
                 took[name].append((time.perf_counter() - t) * 1000)
+    # What recall's copy (db/recall_cache.py) costs once read: the search alone, no database.
+    engine = make_engine(pg)
+    with make_sessionmaker(engine)() as s:
+        copy = recall_cache.read_copy(s, 1)
+    engine.dispose()
+    assert copy is not None
+    for v in qvecs:
+        t = time.perf_counter()
+        recall_cache.nearest_ids(copy, v.tolist(), 80, None)
+        took["bit vectors in the process (numpy), top 80"].append((time.perf_counter() - t) * 1000)
     return took
 
 

@@ -103,7 +103,8 @@ def _words(bits: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint64]:
     return np.ascontiguousarray(padded.view(np.uint64).T)
 
 
-def _whole(s: Session, user_id: int) -> Copy | None:
+def read_copy(s: Session, user_id: int) -> Copy | None:
+    """The user's bit vectors read whole, at the version they are at; None: PostgreSQL must search."""
     driver: Any = s.connection().connection.driver_connection  # psycopg, in the session's transaction
     rows = driver.execute(_WHOLE, {"u": user_id}, binary=True).fetchall()
     version, center = rows[0][0], rows[0][1]
@@ -315,7 +316,7 @@ def vector_candidates(
     copy = _CACHE.get(key)
     if copy is None or copy.version != version:
         fresh = _changed(s, user_id, copy) if copy is not None else None
-        copy = fresh if fresh is not None else _whole(s, user_id)
+        copy = fresh if fresh is not None else read_copy(s, user_id)
         if copy is None:
             return None
         _CACHE.put(key, copy)
