@@ -258,8 +258,11 @@ def test_a_write_by_another_replica_is_seen_by_the_next_recall(
         moved = mem.id
     assert first_found() == moved
     assert_same_as_postgres(engine, 1, queries)
-    with make_sessionmaker(replica)() as s, s.begin():  # its layer changes: a layer search must follow
-        s.execute(update(Memory).where(Memory.id == moved).values(layer="mid"))
+    with (
+        make_sessionmaker(replica)() as s,
+        s.begin(),
+    ):  # another layer: the searches of its old one must lose it
+        s.execute(update(Memory).where(Memory.id == moved).values(layer="short"))
     assert_same_as_postgres(engine, 1, queries)
     with make_sessionmaker(replica)() as s, s.begin():
         s.execute(update(Memory).where(Memory.user_id == 1, Memory.id % 3 == 0).values(expires_at=T0))
