@@ -292,13 +292,15 @@ def copy_costs(url: str, per_user: int, runs: int, seed: int) -> None:
             added.append(
                 memories.insert_memory(
                     w,
-                    user_id=1,
-                    layer="long",
-                    category="fact",
-                    content="written elsewhere",
-                    now=now,
-                    vector=v.tolist(),
-                    embedder_id="bench",
+                    memories.NewMemory(
+                        user_id=1,
+                        layer="long",
+                        category="fact",
+                        content="written elsewhere",
+                        now=now,
+                        vector=v.tolist(),
+                        embedder_id="bench",
+                    ),
                 ).id
             )
         with sessions() as s:

@@ -147,13 +147,15 @@ def add_memories(
         for i, v in enumerate(vectors):
             mem = q.insert_memory(
                 s,
-                user_id=user_id,
-                layer=layers[i % len(layers)],
-                category="fact",
-                content=f"note {user_id} {i}",
-                now=T0,
-                vector=v,
-                embedder_id="e",
+                q.NewMemory(
+                    user_id=user_id,
+                    layer=layers[i % len(layers)],
+                    category="fact",
+                    content=f"note {user_id} {i}",
+                    now=T0,
+                    vector=v,
+                    embedder_id="e",
+                ),
             )
             ids.append(mem.id)
     return ids
@@ -294,13 +296,15 @@ def test_an_uncommitted_write_never_reaches_the_copy(
     with make_sessionmaker(engine)() as s:  # a transaction that stores, searches, and rolls back
         mem = q.insert_memory(
             s,
-            user_id=1,
-            layer="long",
-            category="fact",
-            content="never kept",
-            now=T0,
-            vector=target,
-            embedder_id="e",
+            q.NewMemory(
+                user_id=1,
+                layer="long",
+                category="fact",
+                content="never kept",
+                now=T0,
+                vector=target,
+                embedder_id="e",
+            ),
         )
         assert memory_search.vector_ids(s, 1, target, 1)[0][0] == mem.id  # it sees its own row
         s.rollback()
