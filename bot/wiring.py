@@ -43,6 +43,7 @@ from core_tools.tools.code import CodeLimits, CodeTool
 from core_tools.tools.results import ResultsTool
 from core_tools.tools.search import SearchTool, build_search_tool
 from core_tools.usage import Caps, UsageService, parse_prices
+from db import recall_cache
 from db.conversations import Conversations
 from db.engine import make_engine, make_sessionmaker
 from db.executions import Executions
@@ -168,6 +169,7 @@ def build_services(settings: Settings) -> Services:
     search = _search(settings)
     upgrade(settings.database_url)
     engine = make_engine(settings.database_url)
+    recall_cache.configure(settings.memory_recall_cache_mb)
     sm = make_sessionmaker(engine)
     conversations = Conversations(sm)
     usage = UsageLog(sm)
