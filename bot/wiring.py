@@ -253,6 +253,7 @@ def build_services(settings: Settings) -> Services:
                 network=settings.code_network,
             ),
             allow_unsandboxed=settings.code_allow_unsandboxed,
+            ahead=settings.code_sandboxes_ahead,
         )
         log.info("%s", describe(executor))
     toolkit = Toolkit(settings.code_python_env or None, executor)

@@ -330,10 +330,11 @@ class RunCgroup:
     def release(self) -> None:
         """At the end of a run: SIGKILL whatever is still in the cgroup now, and remove the cgroup soon.
 
-        Removal is left to a thread (`REMOVER`): rmdir of a memory cgroup that held pages blocks for 3 to 18
-        ms while the kernel hands its charges to the parent, longer than a whole short run. Nothing of the
-        run is alive by then (bwrap's pid namespace is gone; strays are killed here); `REMOVER.wait` waits
-        for the removals, and a process that dies first leaves them to `sweep_stale` or the guardian.
+        Removal is left to a thread (`REMOVER`): rmdir waits for the cgroup mutex, which a move into another
+        cgroup holds through its RCU grace period (a sandbox started ahead, right then: 8 ms median here, more
+        than the whole run it follows), and must not block the event loop either. Nothing of the run is alive
+        by then (bwrap's pid namespace is gone; strays are killed here); `REMOVER.wait` waits for the
+        removals, and a process that dies first leaves them to `sweep_stale` or the guardian.
         """
         if _pids(self.path):
             self.kill()

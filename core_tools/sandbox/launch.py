@@ -105,7 +105,9 @@ async def stop(proc: asyncio.subprocess.Process, sandboxed: bool) -> None:
 
     On a normal exit bwrap leaves as soon as its init reports the program's status; the init then
     exits and the kernel kills whatever is left in the namespace. That window is microseconds (40 runs
-    that left a daemonised `sleep` behind found none alive right after `run` returned).
+    that left a daemonised `sleep` behind found none alive right after `run` returned). The init itself may
+    still be finishing its exit then (unmounting, its memory already gone: no code of the run is left); the
+    removal of the run's cgroup waits for it.
     """
     if proc.returncode is None and sandboxed:
         for child in children(proc.pid):

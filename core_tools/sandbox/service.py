@@ -9,8 +9,9 @@ The wire protocol is in protocol.py, the server in server.py, the bot's client i
 the program, and the names other modules import from here.
 
 Entry point: `python -m core_tools.sandbox.service --socket /run/sandbox/sandbox.sock [--allow-unsandboxed]
-[--max-concurrent 8] [--max-connections N] [--max-files-in-mb 32] [--ahead 1]`, or `--listen 0.0.0.0:8700` with the
-token in the environment variable `CODE_SANDBOX_TOKEN` (never on the command line, where `ps` shows it);
+[--max-concurrent 8] [--max-connections N] [--max-files-in-mb 32] [--ahead 1]`, or `--listen 0.0.0.0:8700`
+with the token in the environment variable `CODE_SANDBOX_TOKEN` (never on the command line, where `ps` shows
+it);
 `--ping` asks a running service for its hello and exits 0 if it answered and can isolate code (or runs
 unsandboxed because `--allow-unsandboxed` says so), else 1 with one line naming the cause (the container's
 health check).

@@ -564,12 +564,16 @@ class CodeTool:
             log.exception("could not record the end of job %s", job.id)
 
     async def aclose(self) -> None:
-        """Stop the running background jobs without recording an end: the next start reports them."""
+        """Stop the running background jobs without recording an end (the next start reports them), then
+        the executor's sandboxes started ahead."""
         self._closing = True
         handles = [j.handle for j in self.jobs.values() if j.handle is not None]
         for handle in handles:
             handle.cancel()
         await asyncio.gather(*handles, return_exceptions=True)
+        close: Callable[[], Awaitable[None]] | None = getattr(self.executor, "aclose", None)
+        if close is not None:
+            await close()
 
     def _stale(self, runner: str) -> bool:
         """Whether the process that ran a job is gone: this very process at its start (a container's pid

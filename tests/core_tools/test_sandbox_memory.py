@@ -8,6 +8,7 @@ here: `cgroups=False` forces the watchdog. Needs a writable cgroup v1 memory hie
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
@@ -109,6 +110,18 @@ async def test_normal_runs_pass_and_leave_no_cgroup(ahead: int) -> None:
     def runs() -> list[Path]:
         return sorted(p for p in OWN.iterdir() if p.name.startswith(f"sandbox-run-{os.getpid()}-"))
 
+    def alive(cgroup: Path) -> list[int]:
+        """Processes in a cgroup that are not exiting: a sandbox's init may still be tearing its namespaces
+        down (PF_EXITING, its memory gone: it runs no code of the run) when the run has returned."""
+        found = []
+        with contextlib.suppress(OSError):
+            for pid in (cgroup / "cgroup.procs").read_text().split():
+                with contextlib.suppress(OSError):
+                    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                    if fields[0] not in "ZX" and not int(fields[6]) & 0x4:  # PF_EXITING
+                        found.append(int(pid))
+        return found
+
     before = runs()
     executor = LocalExecutor(SandboxLimits(memory_mb=LIMIT_MB), ahead=ahead)
     assert "memory bound: cgroup v1 (whole run)" in describe(executor)
@@ -119,7 +132,19 @@ async def test_normal_runs_pass_and_leave_no_cgroup(ahead: int) -> None:
         result = await executor.run(code)
         assert result.success and result.stdout == "fine\n", result.stderr
         # Nothing of the run is left in any run cgroup: only a sandbox started ahead holds one.
-        busy = [p for p in runs() if p not in before and (p / "cgroup.procs").read_text().split()]
+        busy = [p for p in runs() if p not in before and alive(p)]
         assert len(busy) <= ahead, busy
     await executor.aclose()
     assert runs() == before
+    watched = LocalExecutor(SandboxLimits(memory_mb=LIMIT_MB), cgroups=False, ahead=ahead)
+    assert "memory bound: watchdog" in describe(watched)
+    assert (await watched.run(code)).stdout == "fine\n"
+    await watched.aclose()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
+def test_a_user_without_cgroups_falls_back_to_the_watchdog() -> None:
+    report = _measured_run(FORKS, "cgroup", as_nobody=True)  # cgroups wanted, none may be created
+    assert report["bound"].startswith("watchdog") and "Permission denied" in report["bound"]
+    assert report["result"]["error_category"] == "memory", report["result"]
+    assert report["held"] <= LIMIT_MB * MIB + SLACK["watchdog"], report["held"] / MIB
