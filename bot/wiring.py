@@ -29,9 +29,9 @@ from core_tools.memory_judge import MemoryJudge
 from core_tools.prompts import escape_data
 from core_tools.registry import ToolRegistry
 from core_tools.sandbox import Executor, LocalExecutor, SandboxLimits, describe
+from core_tools.sandbox.client import ServiceExecutor
 from core_tools.sandbox.model import FileLimits
 from core_tools.sandbox.pool import SandboxPool
-from core_tools.sandbox.service import ServiceExecutor
 from core_tools.sandbox.toolkit import Toolkit
 from core_tools.schedule.service import ScheduleService
 from core_tools.schedule.tool import ScheduleTool

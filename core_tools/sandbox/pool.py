@@ -18,8 +18,8 @@ import time
 from collections.abc import Mapping, Sequence
 
 from core_tools.errors import ToolError
+from core_tools.sandbox.client import ServiceExecutor, ServiceInfo, ServiceNotStarted
 from core_tools.sandbox.model import ExecutionResult, FileLimits, Isolation, OutputWatcher
-from core_tools.sandbox.service import ServiceExecutor, ServiceInfo, ServiceNotStarted
 
 RETRY_AFTER_S = 5.0
 

@@ -1,4 +1,4 @@
-"""The code sandbox as its own process: a `LocalExecutor` served on a unix socket or TCP, and its client.
+"""The code sandbox as its own process: a `LocalExecutor` served on a unix socket or TCP.
 
 Used by the compose deployment, where the sandbox runs in a container that holds no secrets, no database
 and no network, and the bot reaches it over a socket on a shared volume. Each run is still isolated with
@@ -6,13 +6,12 @@ bwrap inside that container, exactly as on a host. Several services on other mac
 TCP with a shared token (core_tools/sandbox/pool.py spreads runs over them).
 
 The wire protocol is in protocol.py, the server in server.py, the bot's client in client.py; this module is
-the program, and the names other modules import from here.
+only the program (its command line, `serve` and the `--ping` health check).
 
 Entry point: `python -m core_tools.sandbox.service --socket /run/sandbox/sandbox.sock [--allow-unsandboxed]
 [--max-concurrent 8] [--max-connections N] [--max-files-in-mb 32] [--ahead 1]`, or `--listen 0.0.0.0:8700`
 with the token in the environment variable `CODE_SANDBOX_TOKEN` (never on the command line, where `ps` shows
-it);
-`--ping` asks a running service for its hello and exits 0 if it answered and can isolate code (or runs
+it); `--ping` asks a running service for its hello and exits 0 if it answered and can isolate code (or runs
 unsandboxed because `--allow-unsandboxed` says so), else 1 with one line naming the cause (the container's
 health check).
 """
@@ -27,27 +26,12 @@ import signal
 import sys
 from typing import Any
 
-from core_tools.sandbox.client import (
-    ServiceExecutor,
-    ServiceInfo,
-    ServiceNotStarted,
-    blocking_exchange,
-    fit_files,
-)
-from core_tools.sandbox.client import (
-    reason as failure_reason,
-)
+from core_tools.sandbox.client import ServiceInfo, blocking_exchange
+from core_tools.sandbox.client import reason as failure_reason
 from core_tools.sandbox.executor import LocalExecutor, describe
 from core_tools.sandbox.guardian import Guardian
 from core_tools.sandbox.model import Isolation, SandboxLimits
-from core_tools.sandbox.protocol import (
-    MAX_ANSWER_BYTES,
-    MAX_REQUEST_BYTES,
-    PREAUTH_MAX_BYTES,
-    PROTOCOL_VERSION,
-    encode,
-    parse_address,
-)
+from core_tools.sandbox.protocol import encode, parse_address
 from core_tools.sandbox.server import (
     DEFAULT_MAX_FILES_IN_MB,
     SHUTDOWN_GRACE_S,
@@ -55,23 +39,6 @@ from core_tools.sandbox.server import (
     SandboxService,
     default_max_connections,
 )
-
-__all__ = [
-    "DEFAULT_SOCKET",
-    "MAX_ANSWER_BYTES",
-    "MAX_REQUEST_BYTES",
-    "PREAUTH_MAX_BYTES",
-    "PROTOCOL_VERSION",
-    "SandboxService",
-    "ServiceExecutor",
-    "ServiceInfo",
-    "ServiceNotStarted",
-    "fit_files",
-    "main",
-    "parse_address",
-    "ping",
-    "serve",
-]
 
 log = logging.getLogger("core_tools.sandbox.service")  # not "__main__" when run with -m
 
