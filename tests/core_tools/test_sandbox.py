@@ -25,6 +25,7 @@ from core_tools.sandbox import (
     categorize_error,
     describe,
     detect_isolation,
+    launch,
 )
 from core_tools.sandbox.cgroup import runs_of
 from core_tools.sandbox.model import FileLimits
@@ -461,6 +462,21 @@ async def test_closing_removes_the_sandboxes_started_ahead() -> None:
     # Runs still work, each starting its own sandbox, and leave none behind.
     assert (await executor.run("print(1)")).stdout == "1\n"
     assert _children() == []
+
+
+@needs_bwrap
+async def test_runs_work_without_setpriv(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without util-linux's setpriv the forked child drops privileges and asks to die with us itself."""
+    monkeypatch.setattr(launch, "_SETPRIV", [None])
+    assert launch.launcher()[1]["preexec_fn"] is not None
+    executor = LocalExecutor(LIMITS, ahead=1)
+    try:
+        for _ in range(2):  # started for the run, then ahead of it
+            result = await executor.run("import os; print(os.getuid())")
+            assert result.success and result.stdout == "65534\n", result.stderr
+            assert await executor.prepare()
+    finally:
+        await executor.aclose()
 
 
 # --- no sandbox ---------------------------------------------------------------------------------------
