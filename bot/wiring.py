@@ -29,7 +29,8 @@ from core_tools.memory_judge import MemoryJudge
 from core_tools.prompts import escape_data
 from core_tools.registry import ToolRegistry
 from core_tools.sandbox import Executor, LocalExecutor, SandboxLimits, describe
-from core_tools.sandbox.client import OwnLimit, ServiceExecutor
+from core_tools.sandbox.client import ServiceExecutor
+from core_tools.sandbox.limits import OwnLimit
 from core_tools.sandbox.model import FileLimits
 from core_tools.sandbox.pool import SandboxPool
 from core_tools.sandbox.toolkit import Toolkit

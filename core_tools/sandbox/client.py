@@ -14,14 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from core_tools.errors import ToolError
-from core_tools.sandbox.model import (
-    ExecutionResult,
-    FileLimits,
-    Isolation,
-    OutputWatcher,
-    SandboxLimits,
-    limits_from,
-)
+from core_tools.sandbox.limits import OwnLimit, disagreements, limits_from
+from core_tools.sandbox.model import ExecutionResult, FileLimits, Isolation, OutputWatcher, SandboxLimits
 from core_tools.sandbox.protocol import (
     MAX_ANSWER_BYTES,
     MAX_FILES_IN,
@@ -86,40 +80,6 @@ class ServiceInfo:
             max_files_in=int(answer.get("max_files_in", MAX_FILES_IN)),
             limits=limits_from(answer.get("limits")),
         )
-
-
-@dataclass(frozen=True)
-class OwnLimit:
-    """A limit this bot's own settings would give a run: the setting that says so, and its value."""
-
-    setting: str  # as the operator wrote it, e.g. "CODE_MEMORY_MB"
-    field: str  # the SandboxLimits field it would set
-    value: float | bool
-
-
-def _said(field: str, value: object) -> str:
-    """What a service's limit means for a run, in words."""
-    if field == "timeout_s":
-        return f"gives a run {value:g} s unless it asks for less or more"
-    if field == "max_timeout_s":
-        return f"lets a run ask for at most {value:g} s"
-    if field == "memory_mb":
-        return f"bounds a run at {value} MB"
-    if field == "network":
-        return "gives runs network access" if value else "runs code without network"
-    return f"sets {field} to {value}"
-
-
-def disagreements(own: Sequence[OwnLimit], limits: SandboxLimits, where: str) -> list[str]:
-    """One line per setting of the bot's that a sandbox service's limits overrule."""
-    lines = []
-    for limit in own:
-        theirs = getattr(limits, limit.field)
-        if theirs != limit.value:
-            value = str(limit.value).lower() if isinstance(limit.value, bool) else f"{limit.value:g}"
-            said = _said(limit.field, theirs)
-            lines.append(f"{limit.setting}={value} is ignored: the sandbox service at {where} {said}")
-    return lines
 
 
 class ServiceNotStarted(ToolError):

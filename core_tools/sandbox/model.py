@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Protocol
 
 from core_tools.types import OutputFile
 
@@ -35,32 +35,6 @@ class SandboxLimits:
     # Kept per stream (and in the execution log, readable whole by read_result); the rest is counted only.
     output_cap_bytes: int = 1_000_000
     network: bool = False
-
-
-def smallest_limits(limits: Sequence[SandboxLimits]) -> SandboxLimits:
-    """What every one of several sandboxes allows at least: each number's minimum, network only if all
-    have it (a pool of services, which may run any run)."""
-    values: dict[str, Any] = {}
-    for item in fields(SandboxLimits):
-        found = [getattr(one, item.name) for one in limits]
-        values[item.name] = all(found) if isinstance(found[0], bool) else min(found)
-    return SandboxLimits(**values)
-
-
-def limits_from(raw: object) -> SandboxLimits | None:
-    """SandboxLimits from their JSON form (a sandbox service's hello); None when it is not one."""
-    if not isinstance(raw, dict):
-        return None
-    values: dict[str, Any] = {}
-    for item in fields(SandboxLimits):
-        value, default = raw.get(item.name), getattr(SandboxLimits(), item.name)
-        if isinstance(default, bool):
-            if not isinstance(value, bool):
-                return None
-        elif isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            return None
-        values[item.name] = type(default)(value)
-    return SandboxLimits(**values)
 
 
 @dataclass(frozen=True)

@@ -19,14 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 from core_tools.errors import ToolError
 from core_tools.sandbox.client import ServiceExecutor, ServiceInfo, ServiceNotStarted
-from core_tools.sandbox.model import (
-    ExecutionResult,
-    FileLimits,
-    Isolation,
-    OutputWatcher,
-    SandboxLimits,
-    smallest_limits,
-)
+from core_tools.sandbox.limits import smallest_limits
+from core_tools.sandbox.model import ExecutionResult, FileLimits, Isolation, OutputWatcher, SandboxLimits
 
 RETRY_AFTER_S = 5.0
 
