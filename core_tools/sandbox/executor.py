@@ -196,6 +196,10 @@ class LocalExecutor:
                 write_inputs(launched.in_dir, files_in)
             if launched.scratch is not None and files_in:
                 write_inputs(os.path.join(launched.scratch, IN_DIR), files_in, mode=0o444)
+        except BaseException:
+            await self._discard(launched)  # e.g. a full disk: the waiting sandbox goes, the run fails
+            raise
+        try:
             result, tar, cut = await self._execute(launched, code, name, timeout, on_output)
             # What out/ can really hold: only files of holes (truncate) could claim more, once read.
             scratch_bytes = self.limits.scratch_mb * _MIB
