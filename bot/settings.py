@@ -118,6 +118,8 @@ class Settings(BaseSettings):
     code_memory_mb: int = Field(default=512, ge=64)
     code_network: bool = False
     code_allow_unsandboxed: bool = False
+    # Sandboxes started ahead of their runs, per kind of run used lately (0: each run starts its own).
+    code_sandboxes_ahead: int = Field(default=1, ge=0, le=8)
     code_generate_attempts: int = Field(default=3, ge=1, le=10)
     code_generate_wait_s: float = Field(default=20.0, ge=0)
     # The code sandbox as its own service (deploy/docker-compose.yml): its unix socket. Empty: in-process.

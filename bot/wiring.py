@@ -31,9 +31,10 @@ from core_tools.memory.tool import MemoryTool
 from core_tools.prompts import escape_data
 from core_tools.registry import ToolRegistry
 from core_tools.sandbox import Executor, LocalExecutor, SandboxLimits, describe
+from core_tools.sandbox.client import ServiceExecutor
+from core_tools.sandbox.limits import OwnLimit
 from core_tools.sandbox.model import FileLimits
 from core_tools.sandbox.pool import SandboxPool
-from core_tools.sandbox.service import ServiceExecutor
 from core_tools.sandbox.toolkit import Toolkit
 from core_tools.schedule.service import ScheduleService
 from core_tools.schedule.tool import ScheduleTool
@@ -238,13 +239,21 @@ def build_services(settings: Settings) -> Services:
 
     executor: Executor
     token = settings.code_sandbox_token.get_secret_value() if settings.code_sandbox_token else None
+    # A sandbox service's own limits decide every run: each of these it overrules is logged once it answers.
+    own = own_sandbox_limits(settings)
+    service: SandboxPool | ServiceExecutor | None = None
     if settings.sandbox_urls:
-        executor = SandboxPool(
-            [ServiceExecutor(url, timeout_margin_s=10.0, token=token) for url in settings.sandbox_urls]
+        service = executor = SandboxPool(
+            [
+                ServiceExecutor(url, timeout_margin_s=10.0, token=token, own_limits=own)
+                for url in settings.sandbox_urls
+            ]
         )
         log.info("%s", executor.describe())
     elif settings.code_sandbox_socket:
-        executor = ServiceExecutor(settings.code_sandbox_socket, timeout_margin_s=10.0, token=token)
+        service = executor = ServiceExecutor(
+            settings.code_sandbox_socket, timeout_margin_s=10.0, token=token, own_limits=own
+        )
         log.info("%s", executor.describe())
     else:
         executor = LocalExecutor(
@@ -255,6 +264,7 @@ def build_services(settings: Settings) -> Services:
                 network=settings.code_network,
             ),
             allow_unsandboxed=settings.code_allow_unsandboxed,
+            ahead=settings.code_sandboxes_ahead,
         )
         log.info("%s", describe(executor))
     toolkit = Toolkit(settings.code_python_env or None, executor)
@@ -280,13 +290,15 @@ def build_services(settings: Settings) -> Services:
     code.python_toolkit = toolkit
 
     def register_code() -> None:
-        # Again whenever the toolkit's state changes: the description names only what Python has. The
-        # sandbox has its own timeout; the margin covers a generation's LLM calls until a job takes over,
-        # the wait for a run slot and the wait for a toolkit being installed.
+        # Again whenever the toolkit's state changes (the description names only what Python has) or a
+        # sandbox service's limits become known. The sandbox has its own timeout (a service's, when one
+        # runs the code); the margin covers a generation's LLM calls until a job takes over, the wait for
+        # a run slot and the wait for a toolkit being installed.
+        limits = executor.limits
         registry.unregister("code")
         registry.register(
             code.tool(),
-            timeout_s=settings.code_max_timeout_s
+            timeout_s=(limits.max_timeout_s if limits is not None else settings.code_max_timeout_s)
             + settings.code_generate_wait_s
             + 2 * settings.code_queue_wait_s
             + 30,
@@ -294,6 +306,8 @@ def build_services(settings: Settings) -> Services:
 
     register_code()
     toolkit.on_change = register_code
+    if service is not None:
+        service.on_limits = register_code
 
     memory = MemoryStore(
         sm,
@@ -399,6 +413,16 @@ def build_services(settings: Settings) -> Services:
         files=files,
         toolkit=toolkit,
     )
+
+
+def own_sandbox_limits(settings: Settings) -> list[OwnLimit]:
+    """The run limits of this bot's settings, by name: what a sandbox service's own limits overrule."""
+    return [
+        OwnLimit("CODE_TIMEOUT_S", "timeout_s", settings.code_timeout_s),
+        OwnLimit("CODE_MAX_TIMEOUT_S", "max_timeout_s", settings.code_max_timeout_s),
+        OwnLimit("CODE_MEMORY_MB", "memory_mb", settings.code_memory_mb),
+        OwnLimit("CODE_NETWORK", "network", settings.code_network),
+    ]
 
 
 def _mcp(settings: Settings, registry: ToolRegistry) -> McpServers | None:
