@@ -8,18 +8,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import NoReturn
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from core_tools.errors import BudgetExceeded
+from core_tools.errors import BudgetExceeded, TaskBudgetExceeded
 from core_tools.types import Notifier
 from core_tools.usage.amounts import amount, describe_reset
 from core_tools.usage.caps import KINDS, PERIODS, Caps, CapStatus, Window, window
 from core_tools.usage.prices import ModelPrice, PriceTable, Spend, spend_of
 from core_tools.usage.reservations import Hold, Reservations
+from core_tools.usage.tasks import CostAnomaly, RunForecast, TaskCapStatus, TaskSpending
+from db.attribution import current_task_run
+from db.task_costs import TaskCosts
 from db.usage import ActivityCounts, BudgetRow, ModelUsage, UsageQueries, UserInfo
 
 log = logging.getLogger(__name__)
@@ -92,6 +95,7 @@ class UsageService:
         default_timezone: str = "UTC",
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         notifier: Notifier | None = None,
+        task_costs: TaskCosts | None = None,
     ) -> None:
         self.queries = queries
         self.prices = PriceTable(prices)
@@ -102,6 +106,14 @@ class UsageService:
         self.notifier = notifier  # set by the bot once it exists
         self._tasks: set[asyncio.Task[None]] = set()
         self._reservations = Reservations()
+        # Scheduled tasks' own monthly limits: a second ledger, keyed by schedule id. Without `task_costs`
+        # tasks have no limits, forecasts or spend of their own.
+        self._task_holds = Reservations()
+        self.tasks = (
+            TaskSpending(task_costs, self.prices, clock=lambda: self.clock(), timezone=self.timezone)
+            if task_costs is not None
+            else None
+        )
 
     # ------------------------------------------------------------------ time zones and caps
 
@@ -172,6 +184,9 @@ class UsageService:
         cap = self._reached(user_id)
         if cap is not None:
             self._refuse(user_id, purpose, cap)
+        task = self._task_reached()
+        if task is not None:
+            self._refuse_task(user_id, purpose, task)
 
     def reserve(
         self,
@@ -195,12 +210,49 @@ class UsageService:
         cost = (
             self.prices.cost(model, max(0, prompt_tokens), max(0, completion_tokens), 0, audio_seconds) or 0.0
         )
-        got = self._reservations.hold_unless(
-            user_id, tokens, cost, lambda: None if purpose in EXEMPT_PURPOSES else self._reached(user_id)
+        task_hold = self._hold_for_task(user_id, purpose, tokens, cost)
+        try:
+            got = self._reservations.hold_unless(
+                user_id, tokens, cost, lambda: None if purpose in EXEMPT_PURPOSES else self._reached(user_id)
+            )
+        except BaseException:
+            if task_hold is not None:
+                task_hold.release()
+            raise
+        if isinstance(got, Hold):
+            got.then = task_hold  # released together
+            return got
+        if task_hold is not None:
+            task_hold.release()
+        self._refuse(user_id, purpose, got)
+
+    def _hold_for_task(self, user_id: int, purpose: str, tokens: int, cost: float) -> Hold | None:
+        """In a scheduled task's run with a monthly limit: reserve against it too (or refuse)."""
+        run = current_task_run()
+        if run is None or run.max_cost_per_month is None or self.tasks is None:
+            return None
+        got = self._task_holds.hold_unless(
+            run.schedule_id, tokens, cost, lambda: None if purpose in EXEMPT_PURPOSES else self._task_reached()
         )
         if isinstance(got, Hold):
             return got
-        self._refuse(user_id, purpose, got)
+        self._refuse_task(user_id, purpose, got)
+
+    def _task_reached(self) -> TaskCapStatus | None:
+        """The current task run's limit when it is reached (spent + reserved), else None."""
+        run = current_task_run()
+        if run is None or run.max_cost_per_month is None or self.tasks is None:
+            return None
+        reserved = sum(h.cost for h in self._task_holds.held(run.schedule_id))
+        status = self.tasks.cap_status(run, reserved)
+        return status if status is not None and status.reached else None
+
+    def _refuse_task(self, user_id: int, purpose: str, cap: TaskCapStatus) -> NoReturn:
+        self.queries.record_turn_event(
+            user_id=user_id, session_id=None, kind="refused", detail=f"{purpose}: task #{cap.schedule_id} limit"
+        )
+        log.info("refused a %s request of task %s: its monthly limit is reached", purpose, cap.schedule_id)
+        raise TaskBudgetExceeded(cap.refusal())
 
     def reserved(self, user_id: int) -> int:
         """Tokens reserved by the user's requests in flight."""
@@ -218,7 +270,8 @@ class UsageService:
         """The refusal text when the user is at or over a cap (the agent stops using tools), else None."""
         cap = self._reached(user_id)
         if cap is None:
-            return None
+            task = self._task_reached()
+            return None if task is None else task.refusal()
         self._tell_owner(user_id, cap)
         return self.refusal(cap)
 
@@ -352,3 +405,24 @@ class UsageService:
             who = self.describe_user(uid, infos.get(uid))
             users.append(UserUsage(uid, who, spend_of(rows, self.prices), act.turns, reached))
         return AllUsage(w, users, spend_of(total_rows, self.prices), sum(u.turns for u in users))
+
+    # ------------------------------------------------------------------ scheduled tasks
+
+    def task_spend_this_month(self, user_id: int, schedule_ids: Sequence[int]) -> dict[int, float]:
+        """Estimated USD each of the user's tasks spent this calendar month (the user's zone); {} without
+        task accounting. What /reminders and the Mini App show per task."""
+        return {} if self.tasks is None else self.tasks.spent_this_month(user_id, schedule_ids)
+
+    def task_forecast(self, user_id: int, model: str, schedule_id: int | None = None) -> RunForecast:
+        """What one run of a task (this one, given `schedule_id`) is expected to cost with `model`."""
+        if self.tasks is None:
+            return RunForecast(model, 0, 0, None, 0)
+        return self.tasks.forecast(user_id, model, schedule_id)
+
+    def task_cost_anomaly(
+        self, user_id: int, schedule_id: int, firing_id: int, factor: float
+    ) -> CostAnomaly | None:
+        """The run when it cost more than `factor` times its task's median run, else None."""
+        if self.tasks is None:
+            return None
+        return self.tasks.anomaly(user_id, schedule_id, firing_id, factor)
