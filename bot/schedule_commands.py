@@ -73,7 +73,8 @@ def listing_text(service: ScheduleService, user_id: int, chat_scope: int | None)
         if spend:
             line += f"\n   {spend}"
         if item["status"] == "paused":
-            line += f"\n   paused ({PAUSE_REASONS.get(item.get('paused') or '', 'it failed 3 times in a row')})"
+            why = PAUSE_REASONS.get(item.get("paused") or "", PAUSE_REASONS["failures"])
+            line += f"\n   paused ({why})"
         lines.append(line)
     if len(items) > LIST_LIMIT:
         lines.append(f"... and {len(items) - LIST_LIMIT} more.")

@@ -124,9 +124,9 @@ def resume_keyboard(schedule_id: int) -> InlineKeyboardMarkup:
 def anomaly_text(f: FiringRow, anomaly: CostAnomaly) -> str:
     """What the chat is told when a task run cost far more than usual and the task was paused."""
     return (
-        f"Your scheduled task #{f.schedule_id} (\u201c{f.text[:80]}\u201d) cost {anomaly.describe()} in this "
-        "run, so I paused it before it runs again. Resume it if that is expected; /reminders shows what it "
-        "spent this month."
+        f"This run of your scheduled task #{f.schedule_id} (\u201c{f.text[:80]}\u201d) cost "
+        f"{anomaly.describe()}, so I paused the task: it does not run again until you resume it. "
+        "/reminders shows what it spent this month."
     )
 
 

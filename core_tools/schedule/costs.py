@@ -6,6 +6,7 @@ the two through `CostHooks`, so this package imports no other capability.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -49,9 +50,12 @@ class CostHooks:
 
 
 def usd(value: float) -> str:
-    """Money, compact: $0, $0.0042, $1.25 (as /usage writes it)."""
+    """Money, compact: $0, $0.0042, $1.25 (as /usage writes it); an amount under $0.0001 with two
+    significant digits ($0.000021), so a cheap task's spend does not read as nothing."""
     if value == 0:
         return "$0"
+    if value < 0.0001:
+        return f"${value:.{1 - math.floor(math.log10(value))}f}"
     return f"${value:.4f}" if value < 1 else f"${value:,.2f}"
 
 
@@ -68,7 +72,9 @@ def check_limit(value: float | None, *, updating: bool) -> float | None:
     return float(value)
 
 
-def runs_within(spec: Spec, zone: ZoneInfo, now: datetime, fired: int, days: int = FORECAST_DAYS) -> int | None:
+def runs_within(
+    spec: Spec, zone: ZoneInfo, now: datetime, fired: int, days: int = FORECAST_DAYS
+) -> int | None:
     """How many times a schedule fires in the next `days` days (None when that cannot be worked out)."""
     if spec.repeat is None:
         return 1
@@ -83,7 +89,9 @@ def runs_within(spec: Spec, zone: ZoneInfo, now: datetime, fired: int, days: int
     return runs
 
 
-def forecast_view(estimate: RunEstimate, runs: int | None, repeating: bool, limit: float | None) -> dict[str, Any]:
+def forecast_view(
+    estimate: RunEstimate, runs: int | None, repeating: bool, limit: float | None
+) -> dict[str, Any]:
     """The `forecast` part of a task's view: figures, and a sentence to tell the user."""
     out: dict[str, Any] = {"model": estimate.model, "basis": estimate.basis}
     if estimate.cost is None:

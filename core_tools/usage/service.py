@@ -231,8 +231,9 @@ class UsageService:
         run = current_task_run()
         if run is None or run.max_cost_per_month is None or self.tasks is None:
             return None
+        exempt = purpose in EXEMPT_PURPOSES
         got = self._task_holds.hold_unless(
-            run.schedule_id, tokens, cost, lambda: None if purpose in EXEMPT_PURPOSES else self._task_reached()
+            run.schedule_id, tokens, cost, lambda: None if exempt else self._task_reached()
         )
         if isinstance(got, Hold):
             return got
@@ -249,7 +250,10 @@ class UsageService:
 
     def _refuse_task(self, user_id: int, purpose: str, cap: TaskCapStatus) -> NoReturn:
         self.queries.record_turn_event(
-            user_id=user_id, session_id=None, kind="refused", detail=f"{purpose}: task #{cap.schedule_id} limit"
+            user_id=user_id,
+            session_id=None,
+            kind="refused",
+            detail=f"{purpose}: task #{cap.schedule_id} limit",
         )
         log.info("refused a %s request of task %s: its monthly limit is reached", purpose, cap.schedule_id)
         raise TaskBudgetExceeded(cap.refusal())

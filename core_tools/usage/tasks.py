@@ -7,6 +7,7 @@ for the monthly caps.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -97,13 +98,20 @@ class CostAnomaly:
         """How many times the median the run cost."""
         return self.value / self.median
 
-    def describe(self, amount: Callable[[float], str] = usd) -> str:
-        """'$0.0500, 12.5 times its median of $0.0040 over 5 runs'."""
-        fmt = amount if self.unit == "usd" else (lambda v: f"{int(v):,} tokens")
+    def describe(self) -> str:
+        """'$0.0500, 12.5 times the median of its 5 earlier runs ($0.0040)'."""
+        fmt = fine_usd if self.unit == "usd" else (lambda v: f"{int(v):,} tokens")
         return (
-            f"{fmt(self.value)}, {self.factor:.1f} times its median of {fmt(self.median)} "
-            f"over {self.runs} earlier runs"
+            f"{fmt(self.value)}, {self.factor:.1f} times the median of its {self.runs} earlier runs "
+            f"({fmt(self.median)})"
         )
+
+
+def fine_usd(value: float) -> str:
+    """Money as /usage writes it, but an amount under $0.0001 with two significant digits ($0.000021)."""
+    if 0 < value < 0.0001:
+        return f"${value:.{1 - math.floor(math.log10(value))}f}"
+    return usd(value)
 
 
 def _cost_of(run: RunUsage, prices: PriceTable) -> float | None:
