@@ -55,6 +55,7 @@ from db.migrate import upgrade
 from db.replicas import Cluster
 from db.results import ToolResults
 from db.schedules import Schedules
+from db.series import Series
 from db.task_costs import TaskCosts
 from db.usage import UsageLog, UsageQueries
 
@@ -190,6 +191,7 @@ def build_services(settings: Settings) -> Services:
         default_timezone=settings.default_timezone,
         notifier=notifier,
         task_costs=TaskCosts(sm),
+        series=Series(sm),
     )
     llm = LLMClient(
         base_url=str(settings.openai_base_url),

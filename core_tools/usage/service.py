@@ -10,7 +10,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import NoReturn
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -20,8 +20,10 @@ from core_tools.usage.amounts import amount, describe_reset
 from core_tools.usage.caps import KINDS, PERIODS, Caps, CapStatus, Window, window
 from core_tools.usage.prices import ModelPrice, PriceTable, Spend, spend_of
 from core_tools.usage.reservations import Hold, Reservations
+from core_tools.usage.series import UsageSeries, day_buckets, hour_buckets, usage_series
 from core_tools.usage.tasks import CostAnomaly, RunForecast, TaskCapStatus, TaskSpending
 from db.attribution import current_task_run
+from db.series import Series
 from db.task_costs import TaskCosts
 from db.usage import ActivityCounts, BudgetRow, ModelUsage, UsageQueries, UserInfo
 
@@ -30,6 +32,7 @@ log = logging.getLogger(__name__)
 # A turn that started within budget may always give its closing no-tools answer ("final"): that bounds an
 # overshoot to one call, and the user gets an answer built from the tool results already paid for.
 EXEMPT_PURPOSES = frozenset({"final"})
+MAX_SERIES_DAYS = 366  # the longest chart, in days
 
 
 @dataclass
@@ -96,6 +99,7 @@ class UsageService:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         notifier: Notifier | None = None,
         task_costs: TaskCosts | None = None,
+        series: Series | None = None,
     ) -> None:
         self.queries = queries
         self.prices = PriceTable(prices)
@@ -109,6 +113,7 @@ class UsageService:
         # Scheduled tasks' own monthly limits: a second ledger, keyed by schedule id. Without `task_costs`
         # tasks have no limits, forecasts or spend of their own.
         self._task_holds = Reservations()
+        self.series = series  # the rows of the charts; None: charts have no data
         self.tasks = (
             TaskSpending(task_costs, self.prices, clock=lambda: self.clock(), timezone=self.timezone)
             if task_costs is not None
@@ -393,6 +398,30 @@ class UsageService:
             activity=self.queries.activity(user_id, w.start, w.end),
             caps=self.cap_status(user_id),
         )
+
+    def usage_over_time(
+        self, user_id: int, *, period: str | None = None, days: int | None = None
+    ) -> UsageSeries:
+        """A user's tokens per purpose and cost per model per local day: over the calendar `period` (week,
+        month; "today" per hour), or over the last `days` days up to today (the Mini App's 30)."""
+        tz = self.timezone(user_id)
+        now = self.clock()
+        if days is not None:
+            if not 1 <= days <= MAX_SERIES_DAYS:
+                raise ValueError(f"days must be from 1 to {MAX_SERIES_DAYS}")
+            today = window("today", now, tz)
+            buckets = day_buckets(today.start.astimezone(tz).date() - timedelta(days=days - 1), days, tz)
+            since, until = buckets.starts[0], today.end
+        else:
+            w = window(period or "today", now, tz)
+            since, until = w.start, w.end
+            if w.name == "today":
+                buckets = hour_buckets(w.start, w.end, tz)
+            else:
+                first, last = w.start.astimezone(tz).date(), w.end.astimezone(tz).date()
+                buckets = day_buckets(first, (last - first).days, tz)
+        points = self.series.llm_calls(user_id, since, until) if self.series is not None else []
+        return usage_series(points, buckets, self.prices)
 
     def usage_of_all(self, period: str = "today") -> AllUsage:
         """Every user's usage in the owner's current calendar `period`, and the total (`/usage all`)."""

@@ -7,14 +7,13 @@ for the monthly caps.
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from core_tools.usage.amounts import usd
+from core_tools.usage.amounts import fine_usd, usd
 from core_tools.usage.caps import Window, window
 from core_tools.usage.prices import PriceTable, spend_of
 from db.attribution import TaskRun
@@ -105,13 +104,6 @@ class CostAnomaly:
             f"{fmt(self.value)}, {self.factor:.1f} times the median of its {self.runs} earlier runs "
             f"({fmt(self.median)})"
         )
-
-
-def fine_usd(value: float) -> str:
-    """Money as /usage writes it, but an amount under $0.0001 with two significant digits ($0.000021)."""
-    if 0 < value < 0.0001:
-        return f"${value:.{1 - math.floor(math.log10(value))}f}"
-    return usd(value)
 
 
 def _cost_of(run: RunUsage, prices: PriceTable) -> float | None:
