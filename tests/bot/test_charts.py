@@ -11,14 +11,17 @@ from datetime import timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+import telegram
 from PIL import Image
 
 from bot import charts
+from bot.chart_replies import CAPTION_LIMIT, send_with_chart
+from bot.render import utf16_len
 from core_tools.usage.series import UsageSeries, day_buckets
 from db.models import CodeExecution, utcnow
 from tests.fakes.openai_api import FakeLLM, text
 from tests.fakes.telegram_api import Call, FakeTelegram, UploadedFile
-from tests.harness import FRIEND, OWNER, Harness, running_bot
+from tests.harness import FRIEND, OWNER, TOKEN, Harness, running_bot
 from tests.processes import REPO
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -123,3 +126,23 @@ async def test_a_plain_turn_does_not_load_the_plotting_code(tmp_path: Path) -> N
     seen = json.loads(out.decode().strip().splitlines()[-1])
     assert seen["after_turn"] == {"PIL": False, "PIL.Image": False, "bot.charts": False}
     assert seen["after_usage"] == {"PIL": True, "PIL.Image": True, "bot.charts": True}
+
+
+async def test_a_text_too_long_for_a_caption_comes_first_then_the_chart(tg: FakeTelegram) -> None:
+    png = charts.render("Chart", [charts.Panel("Bars", ["a", "b"], {"x": [1.0, 2.0]}, str)])
+    async with telegram.Bot(TOKEN, base_url=tg.base_url) as bot:
+        asked = await bot.send_message(OWNER, "/usage")
+        short = "Usage today\nTokens: 1.2k"
+        await send_with_chart(asked, short, png, "Tokens and estimated cost per hour")
+        (one,) = tg.calls_to("sendPhoto")
+        assert one.params["caption"] == short  # one message: the photo, the text as its caption
+        long = "Usage this month\n" + "\n".join(f"line {i}: " + "x" * 40 for i in range(40))
+        assert utf16_len(long) > CAPTION_LIMIT
+        await send_with_chart(asked, long, png, "Tokens and estimated cost per day")
+        _, two = tg.calls_to("sendPhoto")
+        assert two.params["caption"] == "Tokens and estimated cost per day"
+        texts = tg.sent_texts(OWNER)
+        assert texts[-2] == long and texts[-1] == "Tokens and estimated cost per day"  # text, then chart
+        tg.fail_next("sendPhoto", error="server_error")
+        await send_with_chart(asked, short, png, "caption")
+        assert tg.sent_texts(OWNER)[-1] == short  # the photo failed: the text still arrives
