@@ -181,7 +181,8 @@ async def run_task(
     answer = result.text.strip() or "(The task produced no answer.)"
     # Kept before sending: a failed send is retried with this answer, never by running the turn again.
     service.record([(f.id, {"result_text": answer})])
-    return TaskOutcome(answer, paused=_pause_if_costly(services, f))
+    # A few queries over the usage log: in a worker thread, off the event loop.
+    return TaskOutcome(answer, paused=await asyncio.to_thread(_pause_if_costly, services, f))
 
 
 def _pause_if_costly(services: Services, f: FiringRow) -> str | None:
