@@ -169,6 +169,8 @@ class Settings(BaseSettings):
     schedule_max_active: int = Field(default=50, ge=1)
     schedule_min_task_interval_min: int = Field(default=15, ge=1)
     schedule_min_message_interval_min: int = Field(default=1, ge=1)
+    # A task run that costs more than this many times its task's median run pauses the task (0: never).
+    schedule_cost_anomaly_x: float = Field(default=5.0, ge=0, le=1000)
     # Voice, photos and files (issue 12)
     # Transcription through an OpenAI-compatible POST /audio/transcriptions; empty model: voice notes off.
     transcription_model: str = "whisper-1"
@@ -301,6 +303,13 @@ class Settings(BaseSettings):
     @classmethod
     def _check_prices(cls, value: str) -> str:
         parse_prices(value)  # raises ValueError with a one-line reason
+        return value
+
+    @field_validator("schedule_cost_anomaly_x")
+    @classmethod
+    def _check_anomaly_x(cls, value: float) -> float:
+        if 0 < value <= 1:
+            raise ValueError("must be more than 1 (a run costing more than that many times the usual), or 0")
         return value
 
     @field_validator("default_timezone")

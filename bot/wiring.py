@@ -36,6 +36,7 @@ from core_tools.sandbox.limits import OwnLimit
 from core_tools.sandbox.model import FileLimits
 from core_tools.sandbox.pool import SandboxPool
 from core_tools.sandbox.toolkit import Toolkit
+from core_tools.schedule.costs import CostHooks
 from core_tools.schedule.service import ScheduleService
 from core_tools.schedule.tool import ScheduleTool
 from core_tools.schedule.validate import Limits
@@ -54,6 +55,8 @@ from db.migrate import upgrade
 from db.replicas import Cluster
 from db.results import ToolResults
 from db.schedules import Schedules
+from db.series import Series
+from db.task_costs import TaskCosts
 from db.usage import UsageLog, UsageQueries
 
 # The MCP SDK is imported only where MCP_SERVERS_FILE is set: it was the largest share of a start's imports.
@@ -187,6 +190,8 @@ def build_services(settings: Settings) -> Services:
         owner_id=settings.owner_id,
         default_timezone=settings.default_timezone,
         notifier=notifier,
+        task_costs=TaskCosts(sm),
+        series=Series(sm),
     )
     llm = LLMClient(
         base_url=str(settings.openai_base_url),
@@ -342,6 +347,11 @@ def build_services(settings: Settings) -> Services:
                 max_active=settings.schedule_max_active,
                 min_task_interval=timedelta(minutes=settings.schedule_min_task_interval_min),
                 min_message_interval=timedelta(minutes=settings.schedule_min_message_interval_min),
+            ),
+            # A task's forecast is priced at the model its turn uses (the default: a task names none).
+            costs=CostHooks(
+                forecast=lambda user_id, sid: usage_service.task_forecast(user_id, llm.model, sid),
+                spent_this_month=usage_service.task_spend_this_month,
             ),
         )
     )

@@ -9,6 +9,7 @@ from sqlalchemy import Engine, Table, case, delete, func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from db.attribution import task_run_columns
 from db.models import (
     Budget,
     BudgetNotice,
@@ -67,6 +68,7 @@ class UsageLog:
                     "error": error,
                     "audio_seconds": audio_seconds,
                     "created_at": utcnow(),
+                    **task_run_columns(),  # the scheduled task run it was made for, if any
                 },
             )
 
