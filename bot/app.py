@@ -343,7 +343,7 @@ def build_application(services: Services) -> Application[Any, Any, Any, Any, Any
     model_commands = ModelCommands(h.models, h.access)
     app.add_handler(CommandHandler("model", model_commands.model))
     app.add_handler(CallbackQueryHandler(model_commands.pressed, pattern=r"^model:"))
-    code_commands = CodeCommands(services.code.executions)
+    code_commands = CodeCommands(services.code.executions, services.usage_service)
     app.add_handler(CommandHandler("codestats", code_commands.codestats))
     app.add_handler(CommandHandler("codefailures", code_commands.codefailures))
     memory_commands = MemoryCommands(services)

@@ -8,8 +8,12 @@ from telegram import Update
 from telegram.ext import ContextTypes
 
 from bot.args import parse_int
+from bot.chart_replies import ChartReplies
 from bot.streaming import StreamingReply
 from bot.topics import place_of
+from core_tools.usage.caps import window
+from core_tools.usage.series import day_buckets
+from core_tools.usage.service import UsageService
 from db.executions import Executions
 from db.models import utcnow
 
@@ -78,17 +82,48 @@ def codefailures_replies(executions: Executions, user_id: int, args: list[str]) 
     return replies, True
 
 
-class CodeCommands:
-    """Handlers for the execution-log commands."""
+def codestats_chart(usage: UsageService, user_id: int, days: int) -> bytes | None:
+    """/codestats' chart (PNG): runs per local day of the last `days` days, None when there were none;
+    blocking: run in a thread."""
+    if usage.series is None:
+        return None
+    tz = usage.timezone(user_id)
+    today = window("today", usage.clock(), tz)
+    buckets = day_buckets(today.start.astimezone(tz).date() - timedelta(days=days - 1), days, tz)
+    runs = usage.series.code_runs(user_id, buckets.starts[0], today.end)
+    if not runs:
+        return None
+    from bot import charts  # the plotting module loads with the first chart, never with a plain turn
 
-    def __init__(self, executions: Executions) -> None:
+    period = "today" if days == 1 else f"the last {days} days"
+    return charts.code_runs_png(buckets, runs, f"Code runs {period} ({tz.key})")
+
+
+class CodeCommands:
+    """Handlers for the execution-log commands; with `usage` (time zones, the chart rows) /codestats
+    answers with a chart too."""
+
+    def __init__(self, executions: Executions, usage: UsageService | None = None) -> None:
         self.executions = executions
+        self.usage = usage
+        self.charts = ChartReplies()
 
     async def codestats(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """/codestats [days]."""
         assert update.effective_message and update.effective_user
-        reply = codestats_reply(self.executions, update.effective_user.id, context.args or [])
-        await update.effective_message.reply_text(reply)
+        user_id, args = update.effective_user.id, context.args or []
+        reply = codestats_reply(self.executions, user_id, args)
+        days = parse_count(args, 7, 1, 365)
+        usage = self.usage
+        if days is None or usage is None:
+            await update.effective_message.reply_text(reply)
+            return
+        await self.charts.reply(
+            update.effective_message,
+            reply,
+            lambda: codestats_chart(usage, user_id, days),
+            "Code runs per day",
+        )
 
     async def codefailures(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """/codefailures [n]."""

@@ -212,6 +212,14 @@ async def check_sandbox(services: Services) -> Check:
         return Check("sandbox", False, f"{text}: a test run failed ({why[0][:200]})", enable_hint(why[0]))
     if executor.isolation is not Isolation.BWRAP:
         return Check("sandbox", False, text, enable_hint(text))
+    notes = getattr(executor, "limit_notes", None)  # a sandbox service's limits over this bot's settings
+    overruled = notes() if callable(notes) else []
+    if overruled:
+        fix = (
+            "set these to the service's values or leave them out: the service's own options (--timeout, "
+            "--max-timeout, --memory-mb) decide every run, and a service gives runs no network"
+        )
+        return Check("sandbox", True, f"{text}; " + "; ".join(overruled), fix, warning=True)
     return Check("sandbox", True, text)
 
 

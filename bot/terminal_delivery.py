@@ -200,6 +200,8 @@ class TerminalReminders:
                 self.out.notice(outcome.notice)
             if outcome.answer is not None:
                 self._show(replace(f, result_text=outcome.answer))
+            if outcome.paused is not None:
+                self.out.notice(f"{outcome.paused} (/reminders resume {f.schedule_id})")
         except asyncio.CancelledError:
             raise
         except Exception:

@@ -12,9 +12,10 @@ from telegram import Update
 from telegram.ext import Application, CommandHandler, ContextTypes
 
 from bot.args import parse_decimal, parse_user_id
+from bot.chart_replies import ChartReplies
 from bot.render import plain_chunks
-from bot.usage_report import format_all, format_budgets, format_report
-from core_tools.usage.caps import PERIODS, REPORT_PERIODS
+from bot.usage_report import format_all, format_budgets, format_report, window_label
+from core_tools.usage.caps import PERIODS, REPORT_PERIODS, window
 from core_tools.usage.service import UsageService
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,25 @@ def usage_reply(service: UsageService, user_id: int, args: list[str]) -> str:
     return format_report(service.report(user_id, period), service.clock())
 
 
+def chart_period(args: list[str]) -> str | None:
+    """The period whose chart `/usage ARGS` answers with (the user's own usage), else None."""
+    words = [a.lower() for a in args]
+    if len(words) > 1 or (words and words[0] not in REPORT_PERIODS):
+        return None
+    return words[0] if words else "today"
+
+
+def usage_chart(service: UsageService, user_id: int, period: str) -> bytes | None:
+    """/usage's chart of the period (PNG), None when there was no usage; blocking: run in a thread."""
+    series = service.usage_over_time(user_id, period=period)
+    if series.empty:
+        return None
+    from bot import charts  # the plotting module loads with the first chart, never with a plain turn
+
+    w = window(period, service.clock(), service.timezone(user_id))
+    return charts.usage_png(series, f"Usage {window_label(w)}")
+
+
 def budget_reply(service: UsageService, user_id: int, args: list[str]) -> str:
     """What /budget [USER_ID [daily|monthly AMOUNT|off|default [usd|tokens]]] answers (owner only)."""
     if not service.is_owner(user_id):
@@ -126,6 +146,7 @@ class UsageHandlers:
 
     def __init__(self, service: UsageService) -> None:
         self.service = service
+        self.charts = ChartReplies()
 
     async def _reply(self, update: Update, text: str) -> None:
         assert update.effective_message
@@ -134,8 +155,19 @@ class UsageHandlers:
 
     async def usage(self, update: Update, context: Ctx) -> None:
         """/usage [today|week|month], /usage all [period] (owner)."""
-        assert update.effective_user
-        await self._reply(update, usage_reply(self.service, update.effective_user.id, context.args or []))
+        assert update.effective_user and update.effective_message
+        user_id, args = update.effective_user.id, context.args or []
+        text = usage_reply(self.service, user_id, args)
+        period = chart_period(args)
+        if period is None:
+            await self._reply(update, text)
+            return
+        await self.charts.reply(
+            update.effective_message,
+            text,
+            lambda: usage_chart(self.service, user_id, period),
+            f"Tokens and estimated cost per {'hour' if period == 'today' else 'day'}",
+        )
 
     async def budget(self, update: Update, context: Ctx) -> None:
         """/budget [USER_ID [daily|monthly AMOUNT|off|default [usd|tokens]]] (owner only)."""

@@ -31,10 +31,12 @@ from core_tools.memory.tool import MemoryTool
 from core_tools.prompts import escape_data
 from core_tools.registry import ToolRegistry
 from core_tools.sandbox import Executor, LocalExecutor, SandboxLimits, describe
+from core_tools.sandbox.client import ServiceExecutor
+from core_tools.sandbox.limits import OwnLimit
 from core_tools.sandbox.model import FileLimits
 from core_tools.sandbox.pool import SandboxPool
-from core_tools.sandbox.service import ServiceExecutor
 from core_tools.sandbox.toolkit import Toolkit
+from core_tools.schedule.costs import CostHooks
 from core_tools.schedule.service import ScheduleService
 from core_tools.schedule.tool import ScheduleTool
 from core_tools.schedule.validate import Limits
@@ -43,6 +45,7 @@ from core_tools.tools.code import CodeLimits, CodeTool
 from core_tools.tools.results import ResultsTool
 from core_tools.tools.search import SearchTool, build_search_tool
 from core_tools.usage import Caps, UsageService, parse_prices
+from db import recall_cache
 from db.conversations import Conversations
 from db.engine import make_engine, make_sessionmaker
 from db.executions import Executions
@@ -52,6 +55,8 @@ from db.migrate import upgrade
 from db.results import ToolResults
 from db.runtime import RuntimeStore
 from db.schedules import Schedules
+from db.series import Series
+from db.task_costs import TaskCosts
 from db.usage import UsageLog, UsageQueries
 
 # The MCP SDK is imported only where MCP_SERVERS_FILE is set: it was the largest share of a start's imports.
@@ -168,6 +173,7 @@ def build_services(settings: Settings) -> Services:
     search = _search(settings)
     upgrade(settings.database_url)
     engine = make_engine(settings.database_url)
+    recall_cache.configure(settings.memory_recall_cache_mb)
     sm = make_sessionmaker(engine)
     conversations = Conversations(sm)
     usage = UsageLog(sm)
@@ -184,6 +190,8 @@ def build_services(settings: Settings) -> Services:
         owner_id=settings.owner_id,
         default_timezone=settings.default_timezone,
         notifier=notifier,
+        task_costs=TaskCosts(sm),
+        series=Series(sm),
     )
     llm = LLMClient(
         base_url=str(settings.openai_base_url),
@@ -236,13 +244,21 @@ def build_services(settings: Settings) -> Services:
 
     executor: Executor
     token = settings.code_sandbox_token.get_secret_value() if settings.code_sandbox_token else None
+    # A sandbox service's own limits decide every run: each of these it overrules is logged once it answers.
+    own = own_sandbox_limits(settings)
+    service: SandboxPool | ServiceExecutor | None = None
     if settings.sandbox_urls:
-        executor = SandboxPool(
-            [ServiceExecutor(url, timeout_margin_s=10.0, token=token) for url in settings.sandbox_urls]
+        service = executor = SandboxPool(
+            [
+                ServiceExecutor(url, timeout_margin_s=10.0, token=token, own_limits=own)
+                for url in settings.sandbox_urls
+            ]
         )
         log.info("%s", executor.describe())
     elif settings.code_sandbox_socket:
-        executor = ServiceExecutor(settings.code_sandbox_socket, timeout_margin_s=10.0, token=token)
+        service = executor = ServiceExecutor(
+            settings.code_sandbox_socket, timeout_margin_s=10.0, token=token, own_limits=own
+        )
         log.info("%s", executor.describe())
     else:
         executor = LocalExecutor(
@@ -253,6 +269,7 @@ def build_services(settings: Settings) -> Services:
                 network=settings.code_network,
             ),
             allow_unsandboxed=settings.code_allow_unsandboxed,
+            ahead=settings.code_sandboxes_ahead,
         )
         log.info("%s", describe(executor))
     toolkit = Toolkit(settings.code_python_env or None, executor)
@@ -278,13 +295,15 @@ def build_services(settings: Settings) -> Services:
     code.python_toolkit = toolkit
 
     def register_code() -> None:
-        # Again whenever the toolkit's state changes: the description names only what Python has. The
-        # sandbox has its own timeout; the margin covers a generation's LLM calls until a job takes over,
-        # the wait for a run slot and the wait for a toolkit being installed.
+        # Again whenever the toolkit's state changes (the description names only what Python has) or a
+        # sandbox service's limits become known. The sandbox has its own timeout (a service's, when one
+        # runs the code); the margin covers a generation's LLM calls until a job takes over, the wait for
+        # a run slot and the wait for a toolkit being installed.
+        limits = executor.limits
         registry.unregister("code")
         registry.register(
             code.tool(),
-            timeout_s=settings.code_max_timeout_s
+            timeout_s=(limits.max_timeout_s if limits is not None else settings.code_max_timeout_s)
             + settings.code_generate_wait_s
             + 2 * settings.code_queue_wait_s
             + 30,
@@ -292,6 +311,8 @@ def build_services(settings: Settings) -> Services:
 
     register_code()
     toolkit.on_change = register_code
+    if service is not None:
+        service.on_limits = register_code
 
     memory = MemoryStore(
         sm,
@@ -326,6 +347,11 @@ def build_services(settings: Settings) -> Services:
                 max_active=settings.schedule_max_active,
                 min_task_interval=timedelta(minutes=settings.schedule_min_task_interval_min),
                 min_message_interval=timedelta(minutes=settings.schedule_min_message_interval_min),
+            ),
+            # A task's forecast is priced at the model its turn uses (the default: a task names none).
+            costs=CostHooks(
+                forecast=lambda user_id, sid: usage_service.task_forecast(user_id, llm.model, sid),
+                spent_this_month=usage_service.task_spend_this_month,
             ),
         )
     )
@@ -397,6 +423,16 @@ def build_services(settings: Settings) -> Services:
         files=files,
         toolkit=toolkit,
     )
+
+
+def own_sandbox_limits(settings: Settings) -> list[OwnLimit]:
+    """The run limits of this bot's settings, by name: what a sandbox service's own limits overrule."""
+    return [
+        OwnLimit("CODE_TIMEOUT_S", "timeout_s", settings.code_timeout_s),
+        OwnLimit("CODE_MAX_TIMEOUT_S", "max_timeout_s", settings.code_max_timeout_s),
+        OwnLimit("CODE_MEMORY_MB", "memory_mb", settings.code_memory_mb),
+        OwnLimit("CODE_NETWORK", "network", settings.code_network),
+    ]
 
 
 def _mcp(settings: Settings, registry: ToolRegistry) -> McpServers | None:

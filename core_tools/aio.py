@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Callable
 from contextlib import suppress
 from typing import TypeVar
@@ -33,7 +34,9 @@ async def settled(call: Callable[[], T], *, off_loop: bool) -> T:
     """
     if not off_loop:
         return call()
-    future = asyncio.get_running_loop().run_in_executor(None, call)
+    # In this task's context (as asyncio.to_thread): the scheduled task run a call is made for goes along.
+    context = contextvars.copy_context()
+    future = asyncio.get_running_loop().run_in_executor(None, context.run, call)
     interrupted = False
     try:
         while True:

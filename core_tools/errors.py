@@ -19,5 +19,9 @@ class BudgetExceeded(AssistantError):
     """A request was refused before it was sent because a usage cap is reached."""
 
 
+class TaskBudgetExceeded(BudgetExceeded):
+    """A scheduled task's request was refused because the task reached its own monthly limit."""
+
+
 class MediaError(AssistantError):
     """A file, photo or voice note could not be used; the message says why and is safe to show a user."""

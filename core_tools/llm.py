@@ -15,6 +15,7 @@ from openai import AsyncOpenAI, DefaultAioHttpClient
 
 from core_tools.errors import LLMUnavailable, MediaError
 from core_tools.types import ChatMessage, LLMReply, ToolCallRequest, UnrecordedCall, Usage
+from db.attribution import current_task_run
 from db.usage import LLMCallRecord
 
 log = logging.getLogger(__name__)
@@ -345,7 +346,9 @@ def _record_of(
     error: str | None,
     audio_seconds: int = 0,
 ) -> LLMCallRecord:
-    """The LLM-call log's row of a request (chat, transcription and speech alike)."""
+    """The LLM-call log's row of a request (chat, transcription and speech alike), attributed to the
+    scheduled task run it is made for (db/attribution.py) here, where the request is made."""
+    run = current_task_run()
     return LLMCallRecord(
         user_id=user_id,
         session_id=session_id,
@@ -358,6 +361,8 @@ def _record_of(
         duration_ms=int((time.monotonic() - started) * 1000),
         error=error,
         audio_seconds=audio_seconds,
+        schedule_id=run.schedule_id if run is not None else None,
+        firing_id=run.firing_id if run is not None else None,
     )
 
 

@@ -6,9 +6,9 @@ import base64
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
-from db.usage import LLMCallRecord
+R = TypeVar("R")
 
 
 async def _no_progress(_status: str) -> None:
@@ -94,13 +94,14 @@ class Usage:
 
 
 @dataclass
-class UnrecordedCall:
-    """A successful LLM request whose usage record its caller stores with rows of its own (a turn's answer
-    and its usage in one transaction). Until `stored` or `store_alone` its budget reservation stays held, so
-    a parallel request's check counts its spend once: as reserved, then as recorded."""
+class UnrecordedCall(Generic[R]):
+    """A successful LLM request whose usage record (db.usage.LLMCallRecord: this module imports no database)
+    its caller stores with rows of its own (a turn's answer and its usage in one transaction). Until
+    `stored` or `store_alone` its budget reservation stays held, so a parallel request's check counts its
+    spend once: as reserved, then as recorded."""
 
-    record: LLMCallRecord
-    _store: Callable[[LLMCallRecord], None]
+    record: R
+    _store: Callable[[R], None]
     _release: Callable[[], None]
     done: bool = False
 
@@ -134,7 +135,7 @@ class LLMReply:
     # The request had images but they were left out: the endpoint cannot see images (LLM_VISION).
     images_dropped: bool = False
     # Set when the caller asked to store the usage record itself (LLMClient.complete(defer_record=True)).
-    unrecorded: UnrecordedCall | None = None
+    unrecorded: UnrecordedCall[Any] | None = None
 
 
 @dataclass(frozen=True)

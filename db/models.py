@@ -265,7 +265,10 @@ class LLMCall(Base):
     """One request to the LLM endpoint, successful or not."""
 
     __tablename__ = "llm_calls"
-    __table_args__ = (Index("ix_llm_calls_user_time", "user_id", "created_at"),)
+    __table_args__ = (
+        Index("ix_llm_calls_user_time", "user_id", "created_at"),
+        Index("ix_llm_calls_schedule_time", "schedule_id", "created_at"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     user_id: Mapped[int | None] = mapped_column(BigInteger)
@@ -281,6 +284,9 @@ class LLMCall(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     # Seconds of audio of a transcription call (priced per minute); 0 for every other call.
     audio_seconds: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # The scheduled task run the call was made for (0019), NULL for every other call (db/attribution.py).
+    schedule_id: Mapped[int | None] = mapped_column(Integer)
+    firing_id: Mapped[int | None] = mapped_column(Integer)
 
 
 class ToolCallLog(Base):
@@ -515,11 +521,12 @@ class Schedule(Base):
     count: Mapped[int | None] = mapped_column(Integer)
     fired_count: Mapped[int] = mapped_column(Integer, default=0)
     status: Mapped[str] = mapped_column(String(16), default="active")  # active | paused | done | cancelled
-    pause_reason: Mapped[str | None] = mapped_column(String(32))  # blocked | failures
+    pause_reason: Mapped[str | None] = mapped_column(String(32))  # blocked | failures | cost
     failures: Mapped[int] = mapped_column(Integer, default=0)  # consecutive failed task firings
     next_fire_at: Mapped[datetime | None] = mapped_column()
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+    max_cost_per_month: Mapped[float | None] = mapped_column()  # USD a task may spend a month (0019)
 
 
 class ScheduleFiring(Base):

@@ -17,6 +17,11 @@ Migration 0015 turns parallel scans of `memories` off: two workers for a 10 ms s
 made it no faster on a busy server and tripled its CPU. HNSW with pgvector 0.8's iterative scans was
 measured again (bench/bench_pg.py --hnsw): it still finds fewer of the user's true nearest than this exact
 bit scan at the same cost, and it reads other users' vectors for every user's query.
+Reading the user's bit vectors is itself 8 ms at 100k memories, so recall searches a copy of them kept in
+the process (db.recall_cache, kept current by the per-user version of migration 0018): the same bits, the
+same center and the same order (ties by id), 1.1 against 17 ms median at 100k (bench/bench_pg.py). This
+scan is what runs without a copy (MEMORY_RECALL_CACHE_MB=0, a user too big for it, a transaction that has
+written).
 
 Keyword search ranks every row that matches any query word by ts_rank (read from the heap), so, as on
 SQLite, a word in COMMON_TERM_DOCS or more of the user's memories is dropped when the query has a rarer one;
@@ -31,6 +36,7 @@ from typing import Any
 from sqlalchemy import Float, text, update
 from sqlalchemy.orm import Session
 
+from db import recall_cache
 from db.memory_vectors import CENTER_SAMPLE, f32
 from db.memory_words import STOPWORDS, fts_words
 from db.models import Memory
@@ -77,18 +83,19 @@ _KEYWORDS = text(
     "WHERE user_id = CAST(:u AS bigint) AND content_tsv @@ query "
     "ORDER BY ts_rank(content_tsv, query) DESC, id DESC LIMIT :k"
 )
-# The query's bits are computed once (an uncorrelated subquery) against the same center as the rows'.
+# The query's bits are computed once (an uncorrelated subquery) against the same center as the rows'; ties
+# by id, as db.recall_cache orders them.
 _NEAREST = {
     False: text(
         "SELECT id FROM memories WHERE user_id = CAST(:u AS bigint) AND embedding_bits IS NOT NULL "
         "ORDER BY embedding_bits <~> (SELECT binary_quantize(CAST(:q AS vector) - center) "
-        "FROM memories_vec_center WHERE id = 1) LIMIT :k"
+        "FROM memories_vec_center WHERE id = 1), id LIMIT :k"
     ),
     True: text(
         "SELECT id FROM memories WHERE user_id = CAST(:u AS bigint) AND layer = :l "
         "AND embedding_bits IS NOT NULL "
         "ORDER BY embedding_bits <~> (SELECT binary_quantize(CAST(:q AS vector) - center) "
-        "FROM memories_vec_center WHERE id = 1) LIMIT :k"
+        "FROM memories_vec_center WHERE id = 1), id LIMIT :k"
     ),
 }
 _DIM = text(
@@ -181,12 +188,13 @@ class PostgresRecall:
     def vector_candidates(
         self, s: Session, user_id: int, vector: Sequence[float], k: int, layer: str | None = None
     ) -> list[int]:
-        """The user's nearest bit vectors by hamming distance (about OVERSAMPLE * k of them)."""
-        params: dict[str, Any] = {
-            "u": user_id,
-            "q": vector_literal(vector),
-            "k": max(MIN_CANDIDATES, OVERSAMPLE * k),
-        }
+        """The user's nearest bit vectors by hamming distance (about OVERSAMPLE * k of them), ties by id:
+        from the process's copy of them (db.recall_cache) when it has one, else searched here."""
+        want = max(MIN_CANDIDATES, OVERSAMPLE * k)
+        found = recall_cache.vector_candidates(s, user_id, vector, want, layer)
+        if found is not None:
+            return found
+        params: dict[str, Any] = {"u": user_id, "q": vector_literal(vector), "k": want}
         if layer is not None:
             params["l"] = layer
         return [int(r[0]) for r in s.execute(_NEAREST[layer is not None], params)]

@@ -39,6 +39,7 @@ class ScheduleRow:
     pause_reason: str | None
     failures: int
     next_fire_at: datetime | None
+    max_cost_per_month: float | None = None  # USD a task may spend a calendar month; None: no limit
 
 
 @dataclass(frozen=True)
@@ -372,6 +373,17 @@ class Schedules:
         with self._sessions.begin() as s:
             res = s.execute(update(ScheduleFiring).where(and_(*conds)).values(status="cancelled"))
             return int(res.rowcount or 0)  # type: ignore[attr-defined]
+
+    def previous_error(self, schedule_id: int, firing_id: int) -> str | None:
+        """The error of the schedule's firing before `firing_id` (None: it had none, or there is none)."""
+        with self._sessions() as s:
+            q = (
+                select(ScheduleFiring.error)
+                .where(ScheduleFiring.schedule_id == schedule_id, ScheduleFiring.id < firing_id)
+                .order_by(ScheduleFiring.id.desc())
+                .limit(1)
+            )
+            return s.scalar(q)
 
     def firings_of(self, schedule_id: int) -> list[FiringRow]:
         """Every firing of one schedule, oldest first."""

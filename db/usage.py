@@ -9,6 +9,7 @@ from sqlalchemy import Connection, Engine, Table, case, delete, func, insert, se
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from db.attribution import task_run_columns
 from db.models import (
     Budget,
     BudgetNotice,
@@ -43,6 +44,10 @@ class LLMCallRecord:
     duration_ms: int = 0
     error: str | None = None
     audio_seconds: int = 0
+    # The scheduled task run the call was made for (db/attribution.py), taken where the call was made: a
+    # record stored later (with a turn's answer) or from another thread keeps it. None: the context's.
+    schedule_id: int | None = None
+    firing_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -62,7 +67,10 @@ class ToolCallRecord:
 
 def insert_llm_call(conn: Connection, record: LLMCallRecord) -> None:
     """Store an LLM call record in the caller's transaction (a turn's answer and its usage go together)."""
-    conn.execute(_INSERT_LLM_CALL, {**vars(record), "created_at": utcnow()})
+    row = {**vars(record), "created_at": utcnow()}
+    if record.schedule_id is None and record.firing_id is None:
+        row.update(task_run_columns())  # the scheduled task run it was made for, if any
+    conn.execute(_INSERT_LLM_CALL, row)
 
 
 class UsageLog:

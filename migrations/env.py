@@ -14,7 +14,15 @@ from db.models import Base, UTCDateTime
 config = context.config
 # Columns and indexes that migrations create by raw SQL on PostgreSQL (db/recall_postgres.py); not models.
 POSTGRESQL_ONLY = frozenset(
-    {"content_tsv", "ix_memories_words", "embedding_bits", "ix_memories_user_bits", "memories_vec_center"}
+    {
+        "content_tsv",
+        "ix_memories_words",
+        "embedding_bits",
+        "ix_memories_user_bits",
+        "memories_vec_center",
+        "memories_vec_versions",
+        "memories_vec_log",
+    }
 )
 url = config.attributes.get("database_url") or url_from_environment()
 

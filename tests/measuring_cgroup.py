@@ -46,13 +46,16 @@ args = json.loads(sys.argv[1])
 measure = Path(args["measure"])
 
 async def main():
-    executor = LocalExecutor(SandboxLimits(**args["limits"]), cgroups=args["cgroups"])
+    executor = LocalExecutor(SandboxLimits(**args["limits"]), cgroups=args["cgroups"], ahead=args["ahead"])
     assert (await executor.run("print(1)")).success  # imports and first-run costs before measuring
+    if args["ahead"]:  # the measured run takes a sandbox that was started before it
+        assert await executor.prepare()
     base = int((measure / "memory.usage_in_bytes").read_text())
     if os.access(measure / "memory.max_usage_in_bytes", os.W_OK):  # root: the peak restarts from now
         (measure / "memory.max_usage_in_bytes").write_text("0")
     result = await executor.run(args["code"])
     peak = int((measure / "memory.max_usage_in_bytes").read_text())
+    await executor.aclose()  # sandboxes started ahead go, and every run cgroup is removed
     print(json.dumps({"held": peak - base, "bound": executor.memory_bound,
                       "limit_mb": executor.limits.memory_mb, "result": dataclasses.asdict(result)}))
 
@@ -78,19 +81,27 @@ def measured_run(
     limits: dict[str, Any] | None = None,
     as_nobody: bool = False,
     prefix: str = "measure",
+    ahead: int = 0,
 ) -> dict[str, Any]:
     """Run `code` once through a helper in a fresh measuring cgroup; the helper's report.
 
     `cgroups=False` makes the executor bound the run with its watchdog; `limits` are SandboxLimits fields
-    (defaults otherwise). The report: `held` (bytes), `bound`, `limit_mb`, `result` (the ExecutionResult as
-    a dict) and `leftover_cgroups` (run cgroups the executor left behind: should be none).
+    (defaults otherwise); `ahead=1` runs the code in a sandbox started before it. The report: `held`
+    (bytes), `bound`, `limit_mb`, `result` (the ExecutionResult as a dict) and `leftover_cgroups` (run
+    cgroups the executor left behind once closed: should be none).
     """
     own = own_memory_cgroup()
     assert own is not None, "no writable cgroup v1 memory hierarchy to measure with"
     measure = own / f"{prefix}-{uuid.uuid4().hex[:8]}"
     measure.mkdir()
     try:
-        args = {"measure": str(measure), "limits": limits or {}, "cgroups": cgroups, "code": code}
+        args = {
+            "measure": str(measure),
+            "limits": limits or {},
+            "cgroups": cgroups,
+            "code": code,
+            "ahead": ahead,
+        }
         join = f'echo $$ > {measure / "cgroup.procs"} && exec "$@"'
         python = [sys.executable]
         if as_nobody:  # a user who may not create cgroups; the system python, the venv is root's
@@ -114,6 +125,8 @@ def measured_run(
 
 def remove_cgroup(cgroup: Path) -> None:
     """Kill whatever a failed helper left and remove the measuring cgroup (killed tasks take a moment)."""
+    for child in [p for p in cgroup.iterdir() if p.is_dir()]:  # run cgroups a failed helper left
+        remove_cgroup(child)
     for _ in range(500):
         for pid in (cgroup / "cgroup.procs").read_text().split():
             with contextlib.suppress(ProcessLookupError):

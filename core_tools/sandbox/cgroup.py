@@ -15,22 +15,26 @@ there we first move this process into a leaf `bot` of its own cgroup, but only w
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ctypes
 import itertools
+import logging
 import os
+import queue
 import re
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+log = logging.getLogger(__name__)
+
 _PREFIX = "sandbox-run-"
 _COUNTER = itertools.count()
-_EMPTY_WAIT_S = 5.0  # how long close() waits for killed tasks to leave before giving up on rmdir
+_EMPTY_WAIT_S = 5.0  # how long removal waits for killed tasks to leave before giving up on rmdir
 _PR_SET_PDEATHSIG = 1
 # Loaded here, in the parent: a preexec_fn runs after fork, where loading a library is not safe.
 _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
@@ -40,7 +44,7 @@ def die_with_parent(parent_pid: int) -> Callable[[], None]:
     """A `preexec_fn` step: SIGKILL this child when `parent_pid` dies; exits at once if it already has.
 
     The kernel clears PR_SET_PDEATHSIG on every uid/gid change, so this must come after the last one
-    (Popen's user=/group= run before preexec_fn; `RunCgroup.joiner` drops privileges itself first).
+    (Popen's user=/group= run before preexec_fn).
     bwrap's own --die-with-parent only starts after bwrap has cloned its sandbox: a service killed in
     between left the whole run behind. The getppid check closes the window before the prctl.
     """
@@ -251,7 +255,7 @@ def empty_and_remove(path: Path, wait_s: float = _EMPTY_WAIT_S) -> int:
 
 
 class RunCgroup:
-    """One run's cgroup: its limits, how the child joins it, OOM kills, peak usage and removal."""
+    """One run's cgroup: its limits, moving the run's first process in, OOM kills, peak usage and removal."""
 
     def __init__(self, parent: RunParent, memory_bytes: int, max_pids: int) -> None:
         """Create the cgroup with its limits set (raises OSError when the kernel refuses)."""
@@ -288,30 +292,19 @@ class RunCgroup:
         except OSError:
             return ""
 
-    def joiner(self, drop_to: int | None) -> Callable[[], None]:
-        """A `preexec_fn`: the child joins this cgroup before it can allocate, then drops to `drop_to`.
+    def add(self, pid: int) -> None:
+        """Move process `pid` into this cgroup (OSError when the kernel refuses). Blocking: call it from a
+        worker thread.
 
-        Popen's own user= switch would run before preexec_fn, and uid 65534 may not write cgroup.procs,
-        so the child joins as root and drops privileges itself; only then may it ask to die with us.
-        Only os-level calls: it runs after fork.
+        The kernel waits for an RCU grace period here (some 10 ms on cgroup v1): that is why the run's first
+        process is a launcher that waits, moved before it execs anything (see launch.py), and why this never
+        runs on the event loop.
         """
-        procs = str(self.path / "cgroup.procs").encode()
-        arm = die_with_parent(os.getpid())
-
-        def join() -> None:
-            arm()  # at once: until exec this fork holds a copy of every fd of ours, sockets included
-            fd = os.open(procs, os.O_WRONLY)
-            try:
-                os.write(fd, b"0")
-            finally:
-                os.close(fd)
-            if drop_to is not None:
-                os.setgroups([])
-                os.setgid(drop_to)
-                os.setuid(drop_to)
-            arm()  # again: the credential change cleared it
-
-        return join
+        fd = os.open(self.path / "cgroup.procs", os.O_WRONLY)
+        try:
+            os.write(fd, str(pid).encode())
+        finally:
+            os.close(fd)
 
     def oom_kills(self) -> int:
         """How many processes the kernel killed here for exceeding the limit."""
@@ -334,19 +327,50 @@ class RunCgroup:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
 
-    async def close(self) -> bool:
-        """Kill what is left, wait for it to go, remove the cgroup; False if it could not be removed."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + _EMPTY_WAIT_S
+    def release(self) -> None:
+        """At the end of a run: SIGKILL whatever is still in the cgroup now, and remove the cgroup soon.
+
+        Removal is left to a thread (`REMOVER`): rmdir waits for the cgroup mutex, which a move into another
+        cgroup holds through its RCU grace period (a sandbox started ahead, right then: 8 ms median here, more
+        than the whole run it follows), and must not block the event loop either. Nothing of the run is alive
+        by then (bwrap's pid namespace is gone; strays are killed here); `REMOVER.wait` waits for the
+        removals, and a process that dies first leaves them to `sweep_stale` or the guardian.
+        """
+        if _pids(self.path):
+            self.kill()
+        REMOVER.put(self.path)
+
+
+class _Remover:
+    """A daemon thread that empties and removes cgroups handed to it, one after the other."""
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[Path] = queue.Queue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def put(self, path: Path) -> None:
+        """Remove this cgroup (killing what is in it) as soon as the kernel lets it go."""
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name="sandbox-cgroup-remover", daemon=True)
+                self._thread.start()
+        self._queue.put(path)
+
+    def wait(self) -> None:
+        """Block until every cgroup handed over so far is removed (or given up on). Not on the event loop."""
+        self._queue.join()
+
+    def _work(self) -> None:
         while True:
-            if _pids(self.path):
-                self.kill()
+            path = self._queue.get()
             try:
-                self.path.rmdir()
-                return True
-            except FileNotFoundError:
-                return True
-            except OSError:
-                if loop.time() > deadline:
-                    return False
-                await asyncio.sleep(0.001)
+                if not empty_and_remove(path):
+                    log.warning("run cgroup %s could not be removed: a process in it does not die", path)
+            except Exception:  # the thread must go on with the next one
+                log.exception("removing run cgroup %s failed", path)
+            finally:
+                self._queue.task_done()
+
+
+REMOVER = _Remover()

@@ -6,14 +6,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from core_tools.errors import ToolError
-from core_tools.sandbox.model import ExecutionResult, FileLimits, Isolation, OutputWatcher
+from core_tools.sandbox.limits import OwnLimit, disagreements, limits_from
+from core_tools.sandbox.model import ExecutionResult, FileLimits, Isolation, OutputWatcher, SandboxLimits
 from core_tools.sandbox.protocol import (
     MAX_ANSWER_BYTES,
     MAX_FILES_IN,
@@ -32,6 +34,8 @@ from core_tools.sandbox.protocol import (
 from core_tools.sandbox.workfiles import human_size
 from core_tools.types import OutputFile
 
+log = logging.getLogger(__name__)
+
 _INFO_RETRY_S = 5.0  # after a failed hello, synchronous callers do not retry before this
 
 
@@ -48,6 +52,7 @@ class ServiceInfo:
     max_request_bytes: int
     max_files_in_bytes: int
     max_files_in: int
+    limits: SandboxLimits | None = None  # what every run there gets (None: an older service did not say)
 
     @classmethod
     def from_hello(cls, answer: dict[str, Any]) -> ServiceInfo:
@@ -73,6 +78,7 @@ class ServiceInfo:
             max_request_bytes=int(answer["max_request_bytes"]),
             max_files_in_bytes=int(answer["max_files_in_bytes"]),
             max_files_in=int(answer.get("max_files_in", MAX_FILES_IN)),
+            limits=limits_from(answer.get("limits")),
         )
 
 
@@ -120,18 +126,24 @@ class ServiceExecutor:
         connect_timeout_s: float = 5.0,
         *,
         token: str | None = None,
+        own_limits: Sequence[OwnLimit] = (),
     ) -> None:
         """Ask the service for its hello now if it is up; a service that is not up yet is asked later.
 
         `socket_path` is a unix socket path, `unix:///path` or `tcp://host:port`; `token` is sent first on
-        every connection (a TCP service requires it).
+        every connection (a TCP service requires it). `own_limits` are what the bot's settings would give a
+        run: each one the service overrules is logged once its hello comes (`limit_notes` lists them).
         """
         self.socket_path = socket_path
         self.address = parse_address(socket_path)
         self.token = token
         self.timeout_margin_s = timeout_margin_s
         self.connect_timeout_s = connect_timeout_s
+        self.own_limits = tuple(own_limits)
+        # Told when the service's limits are first known or change (the code tool describes them again).
+        self.on_limits: Callable[[], None] | None = None
         self._info: ServiceInfo | None = None
+        self._seen_limits: SandboxLimits | None = None
         self._pinned: Isolation | None = None
         self._last_attempt = float("-inf")
         self.last_error: str | None = None
@@ -156,6 +168,29 @@ class ServiceExecutor:
         """The languages the service can run (empty while it cannot be reached)."""
         info = self._info_sync()
         return list(info.languages) if info is not None else []
+
+    @property
+    def limits(self) -> SandboxLimits | None:
+        """The limits every run there gets, as its hello said (None while it cannot be reached)."""
+        info = self._info_sync()
+        return info.limits if info is not None else None
+
+    def limit_notes(self) -> list[str]:
+        """One line per setting of the bot's the service overrules (from its last hello, without asking)."""
+        if self._info is None or self._info.limits is None:
+            return []
+        return disagreements(self.own_limits, self._info.limits, self.socket_path)
+
+    def _learned(self, info: ServiceInfo) -> None:
+        """Keep a hello; say which of the bot's settings it overrules, the first time its limits are seen."""
+        self._info, self.last_error = info, None
+        if info.limits is None or info.limits == self._seen_limits:
+            return
+        self._seen_limits = info.limits
+        for line in self.limit_notes():
+            log.warning("%s", line)
+        if self.on_limits is not None:
+            self.on_limits()
 
     def describe(self) -> str:
         """One line for the startup report."""
@@ -244,7 +279,7 @@ class ServiceExecutor:
                     "set the same CODE_SANDBOX_TOKEN on the bot and the service"
                 ) from None
             raise ToolError(f"the code sandbox service at {self.socket_path} answered oddly: {exc}") from None
-        self._info, self.last_error = info, None
+        self._learned(info)
         return info
 
     async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -412,12 +447,12 @@ class ServiceExecutor:
         )
         try:
             answer = blocking_exchange(self.address, encode(hello), self.connect_timeout_s)
-            self._info = ServiceInfo.from_hello(answer)
-            self.last_error = None
+            info = ServiceInfo.from_hello(answer)
         except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
             self.last_error = reason(exc)
             return None
-        return self._info
+        self._learned(info)
+        return info
 
 
 def reason(exc: BaseException) -> str:

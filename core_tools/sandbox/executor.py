@@ -1,38 +1,41 @@
-"""`LocalExecutor`: runs code in a fresh bwrap sandbox per call (or, if the operator allows, unsandboxed)."""
+"""`LocalExecutor`: runs code in a fresh bwrap sandbox per call (or, if the operator allows, unsandboxed).
+
+Each run's sandbox is started by `launch.py`: in the run's own cgroup from its first page, and, when
+`ahead` asks for it, before the run comes (the interpreter then waits for its program on stdin).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import os
-import re
 import shutil
-import signal
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from core_tools.errors import ToolError
 from core_tools.sandbox import watchdog
 from core_tools.sandbox.categorize import categorize_error
-from core_tools.sandbox.cgroup import RunCgroup, RunParent, die_with_parent, find_run_parent
+from core_tools.sandbox.cgroup import REMOVER, RunCgroup, RunParent, find_run_parent
 from core_tools.sandbox.isolation import (
     SANDBOX_PATH,
     SANDBOX_UID,
     Interpreter,
     bwrap_argv,
-    drop_privileges,
     enable_hint,
     find_interpreters,
     find_prlimit,
     interpreter_argv,
     limit_wrapper,
+    looks_like_module,
     memory_limit_mb,
     probe_bwrap,
     toolkit_interpreter,
 )
+from core_tools.sandbox.launch import Ahead, Launched, Shape, spawn, stop
 from core_tools.sandbox.model import (
     ExecutionResult,
     Executor,
@@ -42,24 +45,21 @@ from core_tools.sandbox.model import (
     RunWatcher,
     SandboxLimits,
 )
+from core_tools.sandbox.streams import Capture, LineWatch, feed_stdin, pump, pump_fd
 from core_tools.sandbox.workfiles import (
     IN_DIR,
     OUT_DIR,
     collect_dir,
     collect_tar,
     epilogue_argv,
+    input_dir,
     remove,
     write_inputs,
 )
 
-_CHUNK = 65_536
-_TAIL_BYTES = 16_384  # end of stderr kept (beyond the cap) only to categorize the error
 _DRAIN_GRACE_S = 1.0  # after the process is gone, how long pipes still held by strays may stay open
-_REAP_GRACE_S = 5.0  # how long bwrap gets to reap its namespace after its init was killed
 _OOM_POLL_S = 0.05  # how often a run's cgroup is checked for an OOM kill (v1 kills one process, not all)
 _MIB = 1024 * 1024
-_LINE_BYTES = 4096  # the end of an unfinished line kept to find the latest complete one (progress)
-_LINE_BREAK = re.compile(rb"[\r\n]")  # \r too: progress bars redraw their line with it
 _ALIASES = {
     "py": "python",
     "python3": "python",
@@ -67,146 +67,6 @@ _ALIASES = {
     "node": "javascript",
     "nodejs": "javascript",
 }
-
-
-@dataclass
-class _Capture:
-    """One output stream: the first `cap` bytes, a short tail, and the total size."""
-
-    cap: int
-    head: bytearray = field(default_factory=bytearray)
-    tail: bytearray = field(default_factory=bytearray)
-    total: int = 0
-
-    def feed(self, chunk: bytes) -> None:
-        """Keep what fits under the cap, count everything."""
-        self.total += len(chunk)
-        room = self.cap - len(self.head)
-        if room > 0:
-            self.head += chunk[:room]
-        self.tail += chunk
-        if len(self.tail) > _TAIL_BYTES:
-            del self.tail[:-_TAIL_BYTES]
-
-    @property
-    def truncated(self) -> bool:
-        """Whether more was produced than kept."""
-        return self.total > len(self.head)
-
-    def text(self) -> str:
-        """The kept bytes as text."""
-        return self.head.decode("utf-8", errors="replace")
-
-    def text_for_diagnosis(self) -> str:
-        """Head and (if cut) tail: error names sit near the top (node) or at the very end (python)."""
-        if not self.truncated:
-            return self.text()
-        return self.text() + "\n" + self.tail.decode("utf-8", errors="replace")
-
-
-class _LineWatch:
-    """Finds the latest complete, non-blank line of one stream and tells `report` (progress of a run)."""
-
-    def __init__(self, report: OutputWatcher) -> None:
-        self.report = report
-        self.partial = b""  # the end of the line not finished yet, at most _LINE_BYTES
-
-    def feed(self, chunk: bytes) -> None:
-        """Look at a chunk: report its last complete line, if it finished one (once per chunk)."""
-        data = self.partial + chunk
-        end = max(data.rfind(b"\n"), data.rfind(b"\r"))
-        if end < 0:
-            self.partial = data[-_LINE_BYTES:]
-            return
-        self.partial = data[end + 1 :][-_LINE_BYTES:]
-        lines = [line for line in _LINE_BREAK.split(data[max(0, end - _LINE_BYTES) : end]) if line.strip()]
-        if lines:
-            self.report(lines[-1].decode("utf-8", errors="replace"))
-
-
-async def _pump(
-    stream: asyncio.StreamReader | None, capture: _Capture, watch: _LineWatch | None = None
-) -> None:
-    """Read a stream to EOF, keeping at most the cap in memory (and showing `watch` every chunk)."""
-    if stream is None:
-        return
-    while chunk := await stream.read(_CHUNK):
-        capture.feed(chunk)
-        if watch is not None:
-            watch.feed(chunk)
-
-
-async def _pump_fd(pipe: list[int], capture: _Capture) -> None:
-    """Read the read end `pipe[0]` to EOF into `capture`; the fd is closed (and marked -1) afterwards."""
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    handle = os.fdopen(pipe[0], "rb", buffering=0)
-    pipe[0] = -1  # the file object (and the transport) own it now
-    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), handle)
-    try:
-        await _pump(reader, capture)
-    finally:
-        transport.close()
-
-
-async def _feed_stdin(stdin: asyncio.StreamWriter | None, data: bytes) -> None:
-    """Write the program to the interpreter's stdin and close it."""
-    if stdin is None:
-        return
-    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-        stdin.write(data)
-        await stdin.drain()
-    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-        stdin.close()
-        await stdin.wait_closed()
-
-
-def _kill_group(pid: int) -> None:
-    """SIGKILL the child's process group (the child and whatever did not leave its group)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-
-
-def _children(pid: int) -> list[int]:
-    """Direct children of `pid`, from /proc (the `children` file, else a scan of every stat file)."""
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as handle:
-            return [int(p) for p in handle.read().split()]
-    except OSError:
-        pass
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        with (
-            contextlib.suppress(OSError, ValueError, IndexError),
-            open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle,
-        ):
-            if int(handle.read().rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry))
-    return found
-
-
-async def _stop(proc: asyncio.subprocess.Process, sandboxed: bool) -> None:
-    """Kill everything the run started and reap it before returning.
-
-    In a sandbox we SIGKILL bwrap's pid-namespace init, not bwrap itself: the kernel kills every process
-    in the namespace, and bwrap only exits after reaping that init, which in turn cannot finish exiting
-    before the namespace is empty. So once `proc.wait()` returns nothing the code started is left (not even
-    a zombie). Killing bwrap first would orphan the init instead.
-
-    On a normal exit bwrap leaves as soon as its init reports the program's status; the init then
-    exits and the kernel kills whatever is left in the namespace. That window is microseconds (40 runs
-    that left a daemonised `sleep` behind found none alive right after `run` returned).
-    """
-    if proc.returncode is None and sandboxed:
-        for child in _children(proc.pid):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(child, signal.SIGKILL)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(proc.wait()), _REAP_GRACE_S)
-    _kill_group(proc.pid)
-    await proc.wait()
 
 
 class LocalExecutor:
@@ -219,11 +79,14 @@ class LocalExecutor:
         bwrap_path: str | None = None,
         cgroups: bool = True,
         python_env: str | None = None,
+        ahead: int = 0,
     ) -> None:
         """Probe bwrap (once per binary) and find the interpreters; nothing is started yet.
 
         `cgroups=False` bounds memory with the watchdog even where a cgroup could be made (for tests).
         `python_env`: a separate environment (the data toolkit) whose python3 runs Python code.
+        `ahead`: sandboxes kept started, waiting for their program, for each kind of run used lately (see
+        launch.py); 0 starts each run's sandbox when the run comes. With more than 0, `aclose` removes them.
         """
         self.limits = limits or SandboxLimits()
         self.allow_unsandboxed = allow_unsandboxed
@@ -233,6 +96,8 @@ class LocalExecutor:
         self.isolation: Isolation = self._probe.isolation
         if self.isolation is Isolation.UNAVAILABLE and allow_unsandboxed:
             self.isolation = Isolation.UNSANDBOXED
+        self.ahead = ahead if self.isolation is Isolation.BWRAP else 0
+        self._ahead = Ahead(self._launch, self._discard, self.ahead)
         self._interpreters = find_interpreters()
         self._system_python = self._interpreters.get("python")
         self.toolkit = False
@@ -255,6 +120,7 @@ class LocalExecutor:
         python = toolkit or self._system_python
         if python is not None:
             self._interpreters["python"] = python
+        self._ahead.drop(lambda shape: shape.interpreter not in self._interpreters.values())
         return self.toolkit
 
     @property
@@ -322,92 +188,149 @@ class LocalExecutor:
         timeout = self._timeout(timeout_s)
         if self.isolation is Isolation.UNAVAILABLE:
             return self._refusal(name)
-        sandboxed = self.isolation is Isolation.BWRAP
-        if not sandboxed:  # no mounts: the interpreters where they are on the host
-            interpreter = interpreter.on_host()
-        program = interpreter_argv(name, interpreter, self.limits, code)
-        python_interpreter = self._interpreters.get("python", interpreter)
-        python = (python_interpreter if sandboxed else python_interpreter.on_host()).path
-        wrapper = limit_wrapper(
-            self.limits, memory_limit_mb(name, self.limits), find_prlimit(sandboxed), python
-        )
-        scratch: str | None = None
-        in_dir = write_inputs(files_in) if files_in and sandboxed else None
-        pipe: list[int] | None = list(os.pipe()) if files_out is not None and sandboxed else None
-        cgroup = self._run_cgroup()
-        kwargs: dict[str, Any] = dict(drop_privileges())
-        if cgroup is not None:
-            # The child joins the cgroup before exec, as root, and drops privileges itself afterwards.
-            kwargs = {"preexec_fn": cgroup.joiner(SANDBOX_UID if os.geteuid() == 0 else None)}
-        else:
-            kwargs["preexec_fn"] = die_with_parent(os.getpid())  # after Popen's own user= switch
-        if pipe is not None:
-            kwargs["pass_fds"] = (pipe[1],)
-        if sandboxed:
-            work = interpreter.work_files + (((in_dir, IN_DIR),) if in_dir is not None else ())
-            argv = bwrap_argv(
-                self._bwrap_path,
-                self._probe.features,
-                self.limits,
-                interpreter.binds,
-                work,
-                pipe is not None,
-                interpreter.mounts,
-            )
-            command = wrapper + program
-            if pipe is not None:
-                command = epilogue_argv("/bin/bash", OUT_DIR, pipe[1], command)
-            argv += command
-            cwd = "/"
-            env = {"PATH": SANDBOX_PATH}
-        else:
-            scratch = tempfile.mkdtemp(prefix="code-scratch-")
-            if os.geteuid() == 0:
-                os.chown(scratch, SANDBOX_UID, SANDBOX_UID)
-            argv = wrapper + program
-            cwd = scratch
-            env = {"PATH": SANDBOX_PATH, "HOME": scratch, "LANG": "C.UTF-8", "TMPDIR": scratch}
-            env["MPLBACKEND"] = "Agg"
-            self._unsandboxed_files(scratch, files_in, files_out is not None)
+        shape = self._shape(name, interpreter, code, files_in, files_out)
+        launched = await self._ahead.take(shape)
         try:
-            result, tar, cut = await self._execute(
-                argv, cwd, env, kwargs, code, name, timeout, sandboxed, cgroup, pipe, on_output
-            )
+            # Before the program is sent: until then the interpreter only waits for it.
+            if launched.in_dir is not None and files_in:
+                write_inputs(launched.in_dir, files_in)
+            if launched.scratch is not None and files_in:
+                write_inputs(os.path.join(launched.scratch, IN_DIR), files_in, mode=0o444)
+        except BaseException:
+            await self._discard(launched)  # e.g. a full disk: the waiting sandbox goes, the run fails
+            raise
+        try:
+            result, tar, cut = await self._execute(launched, code, name, timeout, on_output)
             # What out/ can really hold: only files of holes (truncate) could claim more, once read.
             scratch_bytes = self.limits.scratch_mb * _MIB
             if result.timed_out:
                 pass  # a run killed on the clock hands nothing back (its files may be half written)
-            elif files_out is not None and scratch is not None:
-                kept, skipped = collect_dir(os.path.join(scratch, OUT_DIR), files_out, scratch_bytes)
+            elif files_out is not None and launched.scratch is not None:
+                kept, skipped = collect_dir(os.path.join(launched.scratch, OUT_DIR), files_out, scratch_bytes)
                 result = replace(result, files_out=kept, files_skipped=skipped)
             elif files_out is not None:
                 kept, skipped = collect_tar(tar, files_out, cut=cut, total=scratch_bytes)
                 result = replace(result, files_out=kept, files_skipped=skipped)
             return result
         finally:
-            if cgroup is not None:
-                await cgroup.close()
-            if scratch is not None:
-                shutil.rmtree(scratch, ignore_errors=True)
-            remove(in_dir)
-            for fd in pipe or ():
-                if fd >= 0:  # not yet closed by _execute (the start failed)
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
+            self._release(launched)
+
+    def _shape(
+        self,
+        language: str,
+        interpreter: Interpreter,
+        code: str,
+        files_in: Mapping[str, bytes] | None,
+        files_out: FileLimits | None,
+    ) -> Shape:
+        """What the run's sandbox is started for."""
+        return Shape(
+            language,
+            interpreter,
+            module=language == "javascript" and looks_like_module(code),
+            files_in=bool(files_in),
+            files_out=files_out is not None,
+        )
+
+    async def prepare(
+        self, language: str = "python", *, files_in: bool = False, files_out: bool = False
+    ) -> bool:
+        """Have a sandbox for this kind of run started ahead (with `ahead` > 0); True once one waits."""
+        name, interpreter = self._resolve(language)
+        shape = Shape(name, interpreter, files_in=files_in, files_out=files_out)
+        return self.ahead > 0 and await self._ahead.prepare(shape)
+
+    def started_ahead(self) -> int:
+        """How many sandboxes wait for their program right now."""
+        return self._ahead.ready()
+
+    async def aclose(self) -> None:
+        """Remove the sandboxes started ahead and wait until every run cgroup is removed; runs still work
+        after (each starting its own sandbox)."""
+        await self._ahead.aclose()
+        self._ahead = Ahead(self._launch, self._discard, 0)
+        self.ahead = 0
+        await asyncio.to_thread(REMOVER.wait)
+
+    async def _launch(self, shape: Shape) -> Launched:
+        """Start the processes of one run of this shape: they wait for the program on stdin."""
+        sandboxed = self.isolation is Isolation.BWRAP
+        interpreter = shape.interpreter
+        python_interpreter = self._interpreters.get("python", interpreter)
+        if not sandboxed:  # no mounts: the interpreters where they are on the host
+            interpreter, python_interpreter = interpreter.on_host(), python_interpreter.on_host()
+        program = interpreter_argv(shape.language, interpreter, self.limits, shape.module)
+        python = python_interpreter.path
+        wrapper = limit_wrapper(
+            self.limits, memory_limit_mb(shape.language, self.limits), find_prlimit(sandboxed), python
+        )
+        cgroup = self._run_cgroup()
+        in_dir: str | None = None
+        scratch: str | None = None
+        pipe: list[int] | None = None
+        try:
+            if sandboxed:
+                in_dir = input_dir() if shape.files_in else None
+                pipe = list(os.pipe()) if shape.files_out else None
+                work = interpreter.work_files + (((in_dir, IN_DIR),) if in_dir is not None else ())
+                features, binds = self._probe.features, interpreter.binds
+                argv = bwrap_argv(
+                    self._bwrap_path, features, self.limits, binds, work, pipe is not None, interpreter.mounts
+                )
+                command = wrapper + program
+                if pipe is not None:
+                    command = epilogue_argv("/bin/bash", OUT_DIR, pipe[1], command)
+                argv += command
+                cwd = "/"
+                env = {"PATH": SANDBOX_PATH}
+            else:
+                scratch = self._scratch(shape)
+                argv = wrapper + program
+                cwd = scratch
+                env = {"PATH": SANDBOX_PATH, "HOME": scratch, "LANG": "C.UTF-8", "TMPDIR": scratch}
+                env["MPLBACKEND"] = "Agg"
+            proc, cgroup = await spawn(
+                argv,
+                cwd=cwd,
+                env=env,
+                pass_fds=(pipe[1],) if pipe is not None else (),
+                cgroup=cgroup,
+                guardian=self.guardian,
+            )
+        except BaseException:
+            _clean_up(cgroup, in_dir, scratch, pipe)
+            raise
+        if pipe is not None:
+            os.close(pipe[1])  # only the run holds the write end now: EOF comes when it is gone
+            pipe[1] = -1
+        return Launched(proc, shape, cgroup, in_dir, scratch, pipe)
+
+    async def _discard(self, launched: Launched) -> None:
+        """Kill and remove a sandbox that no run took."""
+        try:
+            await stop(launched.proc, self.isolation is Isolation.BWRAP)
+        finally:
+            if self.guardian is not None:
+                self.guardian.finished(launched.proc.pid)
+            self._release(launched)
 
     @staticmethod
-    def _unsandboxed_files(scratch: str, files_in: Mapping[str, bytes] | None, out: bool) -> None:
-        """in/ (read-only files) and out/ in an unsandboxed run's scratch directory, when asked for."""
-        for sub in ([IN_DIR] if files_in else []) + ([OUT_DIR] if out else []):
-            path = os.path.join(scratch, sub)
-            os.mkdir(path)
+    def _release(launched: Launched) -> None:
+        """Remove what a run's processes had, once they are gone: the cgroup, directories, the pipe."""
+        pipe, launched.pipe = launched.pipe, None
+        _clean_up(launched.cgroup, launched.in_dir, launched.scratch, pipe)
+
+    @staticmethod
+    def _scratch(shape: Shape) -> str:
+        """An unsandboxed run's working directory, with in/ and out/ when the run has files."""
+        scratch = tempfile.mkdtemp(prefix="code-scratch-")
+        subdirs = [name for name, wanted in ((IN_DIR, shape.files_in), (OUT_DIR, shape.files_out)) if wanted]
+        for path in [scratch, *(os.path.join(scratch, name) for name in subdirs)]:
+            if path != scratch:
+                os.mkdir(path)
             if os.geteuid() == 0:
                 os.chown(path, SANDBOX_UID, SANDBOX_UID)
-        for file_name, data in (files_in or {}).items():
-            path = os.path.join(scratch, IN_DIR, os.path.basename(file_name))
-            with open(path, "wb") as handle:
-                handle.write(data)
-            os.chmod(path, 0o444)
+        return scratch
 
     def _run_cgroup(self) -> RunCgroup | None:
         """A fresh cgroup for one run, or None (the watchdog bounds the run) when there is none."""
@@ -429,49 +352,30 @@ class LocalExecutor:
 
     async def _execute(
         self,
-        argv: list[str],
-        cwd: str,
-        env: dict[str, str],
-        kwargs: dict[str, Any],
+        launched: Launched,
         code: str,
         language: str,
         budget_s: float,
-        sandboxed: bool,
-        cgroup: RunCgroup | None,
-        pipe: list[int] | None = None,
         on_output: OutputWatcher | None = None,
     ) -> tuple[ExecutionResult, bytes, bool]:
-        """Start the process, stream its output under the caps, enforce the wall clock, reap everything.
+        """Send the program, stream its output under the caps, enforce the wall clock, reap everything.
 
-        Also returns what came through `pipe` (the tar of out/), at most the size of the working tmpfs, and
-        whether more came than that (the head is still returned: the whole files in it are kept).
+        Also returns what came through the run's pipe (the tar of out/), at most the size of the working
+        tmpfs, and whether more came than that (the head is still returned: the whole files in it are kept).
         """
-        out = _Capture(self.limits.output_cap_bytes)
-        err = _Capture(self.limits.output_cap_bytes)
-        files = _Capture(self.limits.scratch_mb * _MIB + _MIB)
+        proc, cgroup, pipe = launched.proc, launched.cgroup, launched.pipe
+        sandboxed = launched.scratch is None
+        out = Capture(self.limits.output_cap_bytes)
+        err = Capture(self.limits.output_cap_bytes)
+        files = Capture(self.limits.scratch_mb * _MIB + _MIB)
         started = time.monotonic()
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            cwd=cwd,
-            env=env,
-            close_fds=True,
-            start_new_session=True,
-            **kwargs,
-        )
-        if self.guardian is not None:
-            self.guardian.started(proc.pid)
         tasks = [
-            asyncio.create_task(_feed_stdin(proc.stdin, code.encode("utf-8", errors="replace"))),
-            asyncio.create_task(_pump(proc.stdout, out, _LineWatch(on_output) if on_output else None)),
-            asyncio.create_task(_pump(proc.stderr, err, _LineWatch(on_output) if on_output else None)),
+            asyncio.create_task(feed_stdin(proc.stdin, code.encode("utf-8", errors="replace"))),
+            asyncio.create_task(pump(proc.stdout, out, LineWatch(on_output) if on_output else None)),
+            asyncio.create_task(pump(proc.stderr, err, LineWatch(on_output) if on_output else None)),
         ]
         if pipe is not None:
-            os.close(pipe[1])  # only the run holds the write end now: EOF comes when it is gone
-            pipe[1] = -1
-            tasks.append(asyncio.create_task(_pump_fd(pipe, files)))
+            tasks.append(asyncio.create_task(pump_fd(pipe, files)))
         timed_out = over_memory = False
         limit = self.limits.memory_mb * _MIB
         # Without a cgroup the watchdog thread samples the run and kills it over the limit by itself.
@@ -495,7 +399,7 @@ class LocalExecutor:
             if cgroup is not None and over_memory:
                 cgroup.kill()
             try:
-                await _stop(proc, sandboxed)
+                await stop(proc, sandboxed)
             finally:
                 if self.guardian is not None:
                     self.guardian.finished(proc.pid)
@@ -545,6 +449,23 @@ class LocalExecutor:
         return result, bytes(files.head), files.truncated
 
 
+def _clean_up(
+    cgroup: RunCgroup | None, in_dir: str | None, scratch: str | None, pipe: list[int] | None
+) -> None:
+    """Release a run's cgroup (killing what is left in it), remove its directories, close its pipe."""
+    try:
+        if cgroup is not None:
+            cgroup.release()
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+        remove(in_dir)
+        for fd in pipe or ():
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+
 def describe(executor: Executor) -> str:
     """One line for the startup report, e.g. "code sandbox: bwrap (...; memory bound: cgroup v1 ...)"."""
     if isinstance(executor, LocalExecutor):
@@ -554,7 +475,10 @@ def describe(executor: Executor) -> str:
             return f"code sandbox: unavailable, code runs are refused ({executor.isolation_reason})"
         network = "on" if limits.network else "off"
         line = f"code sandbox: {executor.isolation} ({langs}; network {network}, "
-        line += f"{limits.timeout_s:g} s, {limits.memory_mb} MB; memory bound: {executor.memory_bound})"
+        line += f"{limits.timeout_s:g} s, {limits.memory_mb} MB; memory bound: {executor.memory_bound}"
+        if executor.ahead:
+            line += f"; {executor.ahead} sandbox started ahead per kind of run"
+        line += ")"
         if executor.isolation is Isolation.UNSANDBOXED:
             line += f" WITHOUT isolation: {executor.isolation_reason}"
         return line

@@ -157,11 +157,16 @@ def toolkit_interpreter(env: str, base: Interpreter | None = None) -> Interprete
     return Interpreter(f"{TOOLKIT_MOUNT}/bin/python3", binds, files, ((str(resolved), TOOLKIT_MOUNT),))
 
 
-def interpreter_argv(language: str, interpreter: Interpreter, limits: SandboxLimits, code: str) -> list[str]:
-    """The command that reads the program from stdin: no file is written for it anywhere."""
+def interpreter_argv(
+    language: str, interpreter: Interpreter, limits: SandboxLimits, module: bool = False
+) -> list[str]:
+    """The command that reads the program from stdin: no file is written for it anywhere.
+
+    It depends on the program only through `module` (JavaScript with ES module syntax), so an interpreter
+    can be started before its program is known: it reads and runs what comes on its stdin."""
     if language == "javascript":
         argv = [interpreter.path, f"--max-old-space-size={limits.memory_mb}"]
-        if looks_like_module(code):
+        if module:
             argv.append("--input-type=module")
         return [*argv, "-"]
     return [interpreter.path, "-I", "-u", "-"]

@@ -74,9 +74,14 @@ OutputWatcher = Callable[[str], None]
 
 
 class Executor(Protocol):
-    """Runs untrusted code; the one seam a later out-of-process service will implement."""
+    """Runs untrusted code: the seam of the local executor, a sandbox service's client and a pool of them."""
 
     isolation: Isolation
+
+    @property
+    def limits(self) -> SandboxLimits | None:
+        """The limits every run gets (a sandbox service's own), or None while they are not known."""
+        ...
 
     async def run(
         self,

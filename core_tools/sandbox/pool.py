@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from core_tools.errors import ToolError
-from core_tools.sandbox.model import ExecutionResult, FileLimits, Isolation, OutputWatcher
-from core_tools.sandbox.service import ServiceExecutor, ServiceInfo, ServiceNotStarted
+from core_tools.sandbox.client import ServiceExecutor, ServiceInfo, ServiceNotStarted
+from core_tools.sandbox.limits import smallest_limits
+from core_tools.sandbox.model import ExecutionResult, FileLimits, Isolation, OutputWatcher, SandboxLimits
 
 RETRY_AFTER_S = 5.0
 
@@ -38,6 +39,14 @@ class SandboxPool:
         self._turn = itertools.count()
         self._pinned: Isolation | None = None
         self._last_known = [m.info for m in self.members if m.info is not None]
+        # Told when a service's limits are first known or change (the code tool describes them again).
+        self.on_limits: Callable[[], None] | None = None
+        for member in self.members:
+            member.on_limits = self._limits_changed
+
+    def _limits_changed(self) -> None:
+        if self.on_limits is not None:
+            self.on_limits()
 
     def _known(self) -> list[ServiceInfo]:
         """The hellos of the services that answered last time, else the last ones any answered."""
@@ -66,6 +75,16 @@ class SandboxPool:
         """The languages every reachable service runs."""
         found = [set(i.languages) for i in self._known() if i.isolation is not Isolation.UNAVAILABLE]
         return sorted(set.intersection(*found)) if found else []
+
+    @property
+    def limits(self) -> SandboxLimits | None:
+        """What a run gets wherever it goes: the smallest of the services' limits (None while none said)."""
+        found = [i.limits for i in self._known() if i.limits is not None]
+        return smallest_limits(found) if found else None
+
+    def limit_notes(self) -> list[str]:
+        """One line per setting of the bot's that a service overrules, for each service that said so."""
+        return [line for member in self.members for line in member.limit_notes()]
 
     def describe(self) -> str:
         """One line for the startup report and `doctor` (these may wait for each service's hello)."""

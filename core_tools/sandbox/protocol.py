@@ -11,8 +11,11 @@ Version 2, one request per connection (unix socket or TCP):
   `{"op": "auth", "token": "..."}` (answered `{"ok": true, "op": "auth"}`; the request follows) or a small
   request carrying the token itself. Anything else gets kind `unauthorized` and the connection is closed.
 - `{"op": "hello"}` -> `{"ok": true, "protocol": 2, "isolation": "bwrap", "languages": ["python"], "describe":
-  "...", "default_timeout_s": 30, "max_timeout_s": 120, "queue_timeout_s": 60, "max_concurrent": 8,
-  "max_request_bytes": 1048576, "max_files_in_bytes": 33554432, "max_files_in": 100, ...counters}`
+  "...", "default_timeout_s": 30, "max_timeout_s": 120, "limits": {"timeout_s": 30, "max_timeout_s": 120,
+  "memory_mb": 512, "network": false, ...every field of SandboxLimits}, "queue_timeout_s": 60,
+  "max_concurrent": 8, "max_request_bytes": 1048576, "max_files_in_bytes": 33554432, "max_files_in": 100,
+  ...counters}`. The service's limits are the ones every run gets, whatever a client was configured with: a
+  client describes those to its users and sizes its waits by them (`limits` is missing from older services).
 - `{"op": "run", "code": "...", "language": "python", "timeout_s": 5, "files_in": [...], "files_out":
   {"max_files": 10, "max_bytes": 10485760}}` (`timeout_s` may be null; the files in follow the line) ->
   `{"ok": true, "result": {...every field of ExecutionResult, "files_out": [{"name", "size"}...]}}` and the

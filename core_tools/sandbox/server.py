@@ -151,6 +151,7 @@ class SandboxService:
             "describe": describe(self.executor),
             "default_timeout_s": limits.timeout_s,
             "max_timeout_s": limits.max_timeout_s,
+            "limits": dataclasses.asdict(limits),  # what every run here gets: the client follows these
             "queue_timeout_s": self.queue_timeout_s,
             "max_concurrent": self.max_concurrent,
             "max_request_bytes": self.max_request_bytes,

@@ -1,4 +1,4 @@
-"""The code sandbox as its own process: a `LocalExecutor` served on a unix socket or TCP, and its client.
+"""The code sandbox as its own process: a `LocalExecutor` served on a unix socket or TCP.
 
 Used by the compose deployment, where the sandbox runs in a container that holds no secrets, no database
 and no network, and the bot reaches it over a socket on a shared volume. Each run is still isolated with
@@ -6,12 +6,12 @@ bwrap inside that container, exactly as on a host. Several services on other mac
 TCP with a shared token (core_tools/sandbox/pool.py spreads runs over them).
 
 The wire protocol is in protocol.py, the server in server.py, the bot's client in client.py; this module is
-the program, and the names other modules import from here.
+only the program (its command line, `serve` and the `--ping` health check).
 
 Entry point: `python -m core_tools.sandbox.service --socket /run/sandbox/sandbox.sock [--allow-unsandboxed]
-[--max-concurrent 8] [--max-connections N] [--max-files-in-mb 32]`, or `--listen 0.0.0.0:8700` with the
-token in the environment variable `CODE_SANDBOX_TOKEN` (never on the command line, where `ps` shows it);
-`--ping` asks a running service for its hello and exits 0 if it answered and can isolate code (or runs
+[--max-concurrent 8] [--max-connections N] [--max-files-in-mb 32] [--ahead 1]`, or `--listen 0.0.0.0:8700`
+with the token in the environment variable `CODE_SANDBOX_TOKEN` (never on the command line, where `ps` shows
+it); `--ping` asks a running service for its hello and exits 0 if it answered and can isolate code (or runs
 unsandboxed because `--allow-unsandboxed` says so), else 1 with one line naming the cause (the container's
 health check).
 """
@@ -26,27 +26,12 @@ import signal
 import sys
 from typing import Any
 
-from core_tools.sandbox.client import (
-    ServiceExecutor,
-    ServiceInfo,
-    ServiceNotStarted,
-    blocking_exchange,
-    fit_files,
-)
-from core_tools.sandbox.client import (
-    reason as failure_reason,
-)
+from core_tools.sandbox.client import ServiceInfo, blocking_exchange
+from core_tools.sandbox.client import reason as failure_reason
 from core_tools.sandbox.executor import LocalExecutor, describe
 from core_tools.sandbox.guardian import Guardian
 from core_tools.sandbox.model import Isolation, SandboxLimits
-from core_tools.sandbox.protocol import (
-    MAX_ANSWER_BYTES,
-    MAX_REQUEST_BYTES,
-    PREAUTH_MAX_BYTES,
-    PROTOCOL_VERSION,
-    encode,
-    parse_address,
-)
+from core_tools.sandbox.protocol import encode, parse_address
 from core_tools.sandbox.server import (
     DEFAULT_MAX_FILES_IN_MB,
     SHUTDOWN_GRACE_S,
@@ -54,23 +39,6 @@ from core_tools.sandbox.server import (
     SandboxService,
     default_max_connections,
 )
-
-__all__ = [
-    "DEFAULT_SOCKET",
-    "MAX_ANSWER_BYTES",
-    "MAX_REQUEST_BYTES",
-    "PREAUTH_MAX_BYTES",
-    "PROTOCOL_VERSION",
-    "SandboxService",
-    "ServiceExecutor",
-    "ServiceInfo",
-    "ServiceNotStarted",
-    "fit_files",
-    "main",
-    "parse_address",
-    "ping",
-    "serve",
-]
 
 log = logging.getLogger("core_tools.sandbox.service")  # not "__main__" when run with -m
 
@@ -110,6 +78,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=float, default=30.0, help="default wall clock of a run, seconds")
     parser.add_argument("--max-timeout", type=float, default=120.0, help="largest wall clock a run may ask")
     parser.add_argument("--memory-mb", type=int, default=512, help="memory limit of a run (default 512)")
+    parser.add_argument(
+        "--ahead",
+        type=int,
+        default=1,
+        help="sandboxes kept started, waiting for their program, per kind of run used lately (default 1; "
+        "0: each run starts its own)",
+    )
     parser.add_argument("--socket-mode", default="660", help="octal mode of the socket file (default 660)")
     parser.add_argument("--allow-unsandboxed", action="store_true", help="run without isolation if no bwrap")
     parser.add_argument(
@@ -134,7 +109,9 @@ def _listen_address(value: str | None) -> tuple[str, int] | None:
 async def serve(args: argparse.Namespace, token: str | None = None) -> None:
     """Run the service until SIGTERM or SIGINT."""
     limits = SandboxLimits(timeout_s=args.timeout, max_timeout_s=args.max_timeout, memory_mb=args.memory_mb)
-    executor = LocalExecutor(limits, allow_unsandboxed=args.allow_unsandboxed, python_env=args.python_env)
+    executor = LocalExecutor(
+        limits, allow_unsandboxed=args.allow_unsandboxed, python_env=args.python_env, ahead=args.ahead
+    )
     # Kills what is left of every run if this process dies; started before any socket exists.
     guardian = Guardian(os.getpid(), executor.run_parent.path if executor.run_parent else None)
     executor.guardian = guardian
@@ -168,6 +145,7 @@ async def serve(args: argparse.Namespace, token: str | None = None) -> None:
         log.info("stopping: waiting up to %g s for running code", SHUTDOWN_GRACE_S)
         await service.stop()
     finally:
+        await executor.aclose()  # the sandboxes started ahead go too
         await asyncio.to_thread(guardian.close)  # every run is stopped by now: it finds nothing to kill
 
 
@@ -219,10 +197,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.ping:
         target = args.socket if args.socket else f"tcp://{args.listen}"
         return ping(target, token)
-    if args.max_concurrent < 1 or args.timeout <= 0 or args.max_timeout <= 0 or args.max_files_in_mb < 0:
+    if (
+        args.max_concurrent < 1
+        or args.timeout <= 0
+        or args.max_timeout <= 0
+        or args.max_files_in_mb < 0
+        or args.ahead < 0
+    ):
         print(
-            "error: --max-concurrent, --timeout and --max-timeout must be positive, --max-files-in-mb not "
-            "negative",
+            "error: --max-concurrent, --timeout and --max-timeout must be positive, --max-files-in-mb and "
+            "--ahead not negative",
             file=sys.stderr,
         )
         return 2

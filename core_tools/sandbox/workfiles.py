@@ -24,15 +24,20 @@ IN_DIR = "in"
 OUT_DIR = "out"
 
 
-def write_inputs(files: Mapping[str, bytes]) -> str:
-    """A host directory holding the files, readable by the sandbox's uid, for a read-only bind."""
+def input_dir() -> str:
+    """An empty host directory, readable by the sandbox's uid, for a read-only bind as in/ (filled later by
+    `write_inputs`, before the program is sent: a sandbox may be started before its files are known)."""
     root = tempfile.mkdtemp(prefix="code-in-")
     os.chmod(root, 0o755)  # noqa: S103 - the sandbox's unprivileged uid must read it; it is mounted read-only
+    return root
+
+
+def write_inputs(root: str, files: Mapping[str, bytes], mode: int = 0o644) -> None:
+    """Write the files into `root` (made by `input_dir`), readable by the sandbox's uid."""
     for name, data in files.items():
         path = Path(root) / PurePosixPath(name).name
         path.write_bytes(data)
-        os.chmod(path, 0o644)
-    return root
+        os.chmod(path, mode)
 
 
 def remove(path: str | None) -> None:

@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from core_tools.schedule.costs import CostHooks, check_limit, forecast_view, runs_within
 from core_tools.schedule.expand import ExpansionError
 from core_tools.schedule.rules import (
     Repeat,
@@ -53,8 +54,10 @@ class ScheduleService:
         default_timezone: str = "UTC",
         limits: Limits | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        costs: CostHooks | None = None,
     ) -> None:
         self.store = store
+        self.costs = costs  # what tasks cost (the usage service); None: no forecasts or spend shown
         self.user_timezone = user_timezone
         self.default_timezone = default_timezone
         self.limits = limits or Limits()
@@ -98,8 +101,9 @@ class ScheduleService:
             rest = rest[: max(0, row.count - row.fired_count - 1)]
         return [row.next_fire_at, *rest][:n]
 
-    def view(self, row: ScheduleRow) -> dict[str, Any]:
-        """A schedule as the model and /reminders see it: times in the zone it follows."""
+    def view(self, row: ScheduleRow, spent: float | None = None) -> dict[str, Any]:
+        """A schedule as the model and /reminders see it: times in the zone it follows; a task with what it
+        spent this month (`spent`, USD, when known) and its limit."""
         zone_name = self.zone_of(row)
         zone = ZoneInfo(zone_name)
         out: dict[str, Any] = {
@@ -118,7 +122,29 @@ class ScheduleService:
         snooze = self.store.pending_firing_times([row.id]).get(row.id)
         if snooze is not None:
             out["snoozed_until"] = f"{snooze.astimezone(zone):%a %d %b %Y %H:%M}"
+        if row.kind == "task":
+            if row.max_cost_per_month is not None:
+                out["max_cost_per_month"] = row.max_cost_per_month
+            if spent is None and self.costs is not None:
+                spent = self.costs.spent_this_month(row.user_id, [row.id]).get(row.id)
+            if spent is not None:
+                out["spent_this_month_usd"] = round(spent, 6)
         return out
+
+    def spend_this_month(self, user_id: int, schedule_ids: Sequence[int]) -> dict[int, float]:
+        """Estimated USD each of the user's tasks spent this calendar month (the user's zone); {} when costs
+        are not known. The Mini App's per-task spend; `list_for` puts the same in each task's view."""
+        if self.costs is None or not schedule_ids:
+            return {}
+        return self.costs.spent_this_month(user_id, schedule_ids)
+
+    def _forecast(self, row: ScheduleRow, schedule_id: int | None) -> dict[str, Any] | None:
+        """A task's forecast cost per run and per month (None for a reminder or without costs)."""
+        if row.kind != "task" or self.costs is None:
+            return None
+        estimate = self.costs.forecast(row.user_id, schedule_id)
+        runs = runs_within(self.spec_of(row), ZoneInfo(self.zone_of(row)), self.clock(), row.fired_count)
+        return forecast_view(estimate, runs, row.repeat is not None, row.max_cost_per_month)
 
     # ------------------------------------------------------------------ the tool's actions
 
@@ -134,10 +160,15 @@ class ScheduleService:
         kind: str = "message",
         until: str | None = None,
         count: int | None = None,
+        max_cost_per_month: float | None = None,
     ) -> dict[str, Any]:
-        """Validate and store a schedule; returns its view (id, next times, description)."""
+        """Validate and store a schedule; returns its view (id, next times, description; a task's forecast
+        cost per run and per month)."""
         now = self.clock()
         zone_name = self.zone_of_user(user_id)
+        limit = check_limit(max_cost_per_month, updating=False)
+        if limit is not None and kind != "task":
+            raise ScheduleInputError("max_cost_per_month is for tasks: a message reminder costs nothing")
         self._check_room(user_id)
         spec, explicit, first = build_spec(
             limits=self.limits,
@@ -171,9 +202,21 @@ class ScheduleService:
                 status=ACTIVE,
                 failures=0,
                 next_fire_at=first,
+                max_cost_per_month=limit,
             )
         log.info("schedule %s created by user %s (%s, next %s)", row.id, user_id, kind, first.isoformat())
-        return self.view(row)
+        return self._with_forecast(row, None)
+
+    def _with_forecast(self, row: ScheduleRow, schedule_id: int | None) -> dict[str, Any]:
+        out = self.view(row)
+        try:
+            forecast = self._forecast(row, schedule_id)
+        except Exception:  # the schedule is stored: a failing forecast must not read as a failed create
+            log.exception("schedule %s: could not work out its forecast cost", row.id)
+            forecast = None
+        if forecast is not None:
+            out["forecast"] = forecast
+        return out
 
     def _check_room(self, user_id: int) -> None:
         if self.store.count_active(user_id) >= self.limits.max_active:
@@ -190,8 +233,11 @@ class ScheduleService:
         return row
 
     def list_for(self, user_id: int, chat_scope: int | None = None) -> list[dict[str, Any]]:
-        """The user's schedules (in one chat when `chat_scope` is set: a group sees only its own)."""
-        return [self.view(r) for r in self.store.of_user(user_id, chat_scope)]
+        """The user's schedules (in one chat when `chat_scope` is set: a group sees only its own); a task's
+        view has what it spent this month (`spent_this_month_usd`) when costs are known."""
+        rows = self.store.of_user(user_id, chat_scope)
+        spent = self.spend_this_month(user_id, [r.id for r in rows if r.kind == "task"])
+        return [self.view(r, spent.get(r.id, 0.0) if self.costs is not None else None) for r in rows]
 
     def cancel(self, user_id: int, schedule_id: int, chat_scope: int | None = None) -> dict[str, Any]:
         """Cancel a schedule of the user, and any snooze of it still waiting."""
@@ -216,11 +262,17 @@ class ScheduleService:
         repeat: str | None = None,
         until: str | None = None,
         count: int | None = None,
+        max_cost_per_month: float | None = None,
     ) -> dict[str, Any]:
-        """Change a schedule's text, time or repeat (`repeat` "none" removes it); a paused one resumes."""
+        """Change a schedule's text, time, repeat (`repeat` "none" removes it) or a task's monthly limit (0
+        removes it); a paused one resumes. A task's view has its forecast cost."""
         row = self._owned(user_id, schedule_id, chat_scope)
         if row.status not in LIVE:
             raise ScheduleInputError(f"schedule {schedule_id} has ended ({row.status}); create a new one")
+        limit = check_limit(max_cost_per_month, updating=True)
+        if limit is not None and row.kind != "task":
+            raise ScheduleInputError("max_cost_per_month is for tasks: a message reminder costs nothing")
+        new_limit = row.max_cost_per_month if limit is None else (limit or None)
         now = self.clock()
         zone_name = self.zone_of(row)
         old = self.spec_of(row)
@@ -265,9 +317,10 @@ class ScheduleService:
             pause_reason=None,
             failures=0,
             next_fire_at=first,
+            max_cost_per_month=new_limit,
         )
         assert changed is not None
-        return self.view(changed)
+        return self._with_forecast(changed, changed.id)
 
     def resume(self, user_id: int, schedule_id: int) -> dict[str, Any]:
         """Resume a paused schedule from its next occurrence after now."""
@@ -388,6 +441,15 @@ class ScheduleService:
         row = self.store.get(schedule_id)
         if row is not None and row.failures:
             self.store.change(schedule_id, failures=0)
+
+    def pause_for_cost(self, schedule_id: int) -> bool:
+        """Pause an active task whose run cost far more than usual (reason "cost"); False if not active."""
+        row = self.store.get(schedule_id)
+        if row is None or row.status != ACTIVE:
+            return False
+        self.store.change(schedule_id, status=PAUSED, pause_reason="cost")
+        log.warning("schedule %s paused: a run cost far more than its usual runs", schedule_id)
+        return True
 
     def task_failed(self, schedule_id: int) -> bool:
         """Count a failed task run; after FAILURES_BEFORE_PAUSE in a row it is paused (returns True)."""

@@ -61,10 +61,18 @@ class ScheduleTool:
             int | None, Field(ge=1, le=10000, description="optional, with repeat: how many times in all")
         ] = None,
         id: Annotated[int | None, Field(description="cancel/update: the schedule's id")] = None,
+        max_cost_per_month: Annotated[
+            float | None,
+            Field(
+                description="optional, kind task: the most it may spend in a calendar month, in USD; runs "
+                "past it are skipped until the next month (update: 0 removes the limit)"
+            ),
+        ] = None,
     ) -> dict[str, Any]:
         """Schedule reminders and tasks at a time in the user's zone, once or repeating; list, cancel, update.
 
-        Returns the schedule's id, its next fire times in the user's local time and a description.
+        Returns the schedule's id, its next fire times in the user's local time and a description; for a
+        task also `forecast` (its expected cost per run and per month): tell the user its `text`.
         """
         svc = self.service
         # In a group only that group's schedules of the user are visible: private reminders stay private.
@@ -88,6 +96,7 @@ class ScheduleTool:
                 kind=kind,
                 until=until,
                 count=count,
+                max_cost_per_month=max_cost_per_month,
             )
             self.wake()
             return {"ok": True, **created}
@@ -105,6 +114,7 @@ class ScheduleTool:
             repeat=repeat,
             until=until,
             count=count,
+            max_cost_per_month=max_cost_per_month,
         )
         self.wake()
         return {"ok": True, **updated}

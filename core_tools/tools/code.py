@@ -39,7 +39,7 @@ PROGRESS_LINE_CHARS = 80  # the most of a line of output the status shows
 RUNNING = "running code..."
 
 GENERATE_PROMPT = """You write one complete {language} program for the task below. It runs in a sandbox with \
-no network and no third-party packages beyond the standard library{toolkit}, reads nothing from stdin, and \
+{network} and no third-party packages beyond the standard library{toolkit}, reads nothing from stdin, and \
 prints its result to stdout. The user's files are readable under in/; files it writes under out/ (charts as \
 PNG, tables as CSV...) are sent to the user. Answer with the program only, in one fenced code block."""
 TOOLKIT_NOTE = " and numpy, pandas and matplotlib (Python; no display, save figures to out/)"
@@ -274,13 +274,13 @@ class CodeTool:
         code: Annotated[str | None, Field(description="execute: the program, read from stdin")] = None,
         language: Annotated[str, Field(description="python (default) or javascript")] = "python",
         timeout_ms: Annotated[
-            int | None, Field(description="execute: wall-clock limit, default 30000")
+            int | None, Field(description="execute: wall-clock limit (the default and maximum are above)")
         ] = None,
         task: Annotated[str | None, Field(description="generate: what the code must do")] = None,
         context: Annotated[str | None, Field(description="generate: data and requirements it needs")] = None,
         job_id: Annotated[str | None, Field(description="status: the id a generate call returned")] = None,
     ) -> dict[str, Any]:
-        """Write, run or check code in a sandbox without network or access to the bot's files.
+        """Write, run or check code in a sandbox without access to the bot's files.
 
         Use it for calculations, data processing and anything that should be computed rather than guessed.
         The program prints its result to stdout. The user's files are in in/; files written to out/ are sent
@@ -333,7 +333,19 @@ class CodeTool:
             python = "Python has numpy, pandas and matplotlib (no display: save figures to out/)."
         else:
             python = "Python has only its standard library: no third-party packages are installed."
-        return f"{inspect.getdoc(CodeTool.code)}\n\n{python}"
+        return f"{inspect.getdoc(CodeTool.code)}\n\n{self.limits_note()} {python}"
+
+    def limits_note(self) -> str:
+        """The sentence of the description about what each run gets: the executor's limits (a sandbox
+        service's own, whatever this bot's settings say)."""
+        limits = self.executor.limits
+        if limits is None:
+            return "Each run gets the limits of the code sandbox service (not reachable right now)."
+        network = "with network access" if limits.network else "without network"
+        return (
+            f"Each run: {limits.timeout_s:g} s of wall clock unless timeout_ms says otherwise (at most "
+            f"{limits.max_timeout_s:g} s), {limits.memory_mb} MB of memory for all its processes, {network}."
+        )
 
     def tool(self) -> Callable[..., Awaitable[dict[str, Any]]]:
         """The `code` tool to register: `code` described by `description()` (register it again after the
@@ -564,12 +576,16 @@ class CodeTool:
             log.exception("could not record the end of job %s", job.id)
 
     async def aclose(self) -> None:
-        """Stop the running background jobs without recording an end: the next start reports them."""
+        """Stop the running background jobs without recording an end (the next start reports them), then
+        the executor's sandboxes started ahead."""
         self._closing = True
         handles = [j.handle for j in self.jobs.values() if j.handle is not None]
         for handle in handles:
             handle.cancel()
         await asyncio.gather(*handles, return_exceptions=True)
+        close: Callable[[], Awaitable[None]] | None = getattr(self.executor, "aclose", None)
+        if close is not None:
+            await close()
 
     def _stale(self, runner: str) -> bool:
         """Whether the process that ran a job is gone: this very process at its start (a container's pid
@@ -611,11 +627,14 @@ class CodeTool:
 
     async def _generate(self, ctx: ToolContext, task: str, context: str, language: str) -> dict[str, Any]:
         assert self.llm is not None
+        limits = self.executor.limits
         messages = [
             ChatMessage(
                 "system",
                 GENERATE_PROMPT.format(
-                    language=language, toolkit=TOOLKIT_NOTE if language == "python" and self.toolkit else ""
+                    language=language,
+                    network="network access" if limits is not None and limits.network else "no network",
+                    toolkit=TOOLKIT_NOTE if language == "python" and self.toolkit else "",
                 ),
             ),
             ChatMessage("user", f"Task: {task}" + (f"\n\nContext:\n{context}" if context else "")),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timedelta
 
 from core_tools.usage.caps import Window
@@ -12,6 +13,13 @@ def usd(value: float) -> str:
     if value == 0:
         return "$0"
     return f"${value:.4f}" if value < 1 else f"${value:,.2f}"
+
+
+def fine_usd(value: float) -> str:
+    """Money as `usd` writes it, but an amount under $0.0001 with two significant digits ($0.000021)."""
+    if 0 < value < 0.0001:
+        return f"${value:.{1 - math.floor(math.log10(value))}f}"
+    return usd(value)
 
 
 def tokens_str(n: float) -> str:

@@ -20,16 +20,21 @@ class Hold:
     cost: float = 0.0
     key: int = 0
     _release: Callable[[Hold], None] | None = field(default=None, repr=False)
+    # A hold taken with this one in another ledger (a scheduled task's limit), given back with it.
+    then: Hold | None = field(default=None, repr=False)
 
     def release(self) -> None:
         """Give the reservation back (idempotent): the request's usage is recorded by now, or it failed."""
         release, self._release = self._release, None
         if release is not None:
             release(self)
+        then, self.then = self.then, None
+        if then is not None:
+            then.release()
 
 
 class Reservations:
-    """Estimates of requests in flight, per user.
+    """Estimates of requests in flight, per user (or per scheduled task, in the ledger of task limits).
 
     In-process on purpose: the bot is one process and every LLM/embedding request passes the gate. The lock
     makes "check the caps, then reserve" one step, so parallel requests (one reply's tool calls, a job, a

@@ -8,18 +8,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import NoReturn
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from core_tools.errors import BudgetExceeded
+from core_tools.errors import BudgetExceeded, TaskBudgetExceeded
 from core_tools.types import Notifier
 from core_tools.usage.amounts import amount, describe_reset
 from core_tools.usage.caps import KINDS, PERIODS, Caps, CapStatus, Window, window
 from core_tools.usage.prices import ModelPrice, PriceTable, Spend, spend_of
 from core_tools.usage.reservations import Hold, Reservations
+from core_tools.usage.series import UsageSeries, day_buckets, hour_buckets, usage_series
+from core_tools.usage.tasks import CostAnomaly, RunForecast, TaskCapStatus, TaskSpending
+from db.attribution import current_task_run
+from db.series import Series
+from db.task_costs import TaskCosts
 from db.usage import ActivityCounts, BudgetRow, ModelUsage, UsageQueries, UserInfo
 
 log = logging.getLogger(__name__)
@@ -27,6 +32,7 @@ log = logging.getLogger(__name__)
 # A turn that started within budget may always give its closing no-tools answer ("final"): that bounds an
 # overshoot to one call, and the user gets an answer built from the tool results already paid for.
 EXEMPT_PURPOSES = frozenset({"final"})
+MAX_SERIES_DAYS = 366  # the longest chart, in days
 
 
 @dataclass
@@ -92,6 +98,8 @@ class UsageService:
         default_timezone: str = "UTC",
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         notifier: Notifier | None = None,
+        task_costs: TaskCosts | None = None,
+        series: Series | None = None,
     ) -> None:
         self.queries = queries
         self.prices = PriceTable(prices)
@@ -102,6 +110,15 @@ class UsageService:
         self.notifier = notifier  # set by the bot once it exists
         self._tasks: set[asyncio.Task[None]] = set()
         self._reservations = Reservations()
+        # Scheduled tasks' own monthly limits: a second ledger, keyed by schedule id. Without `task_costs`
+        # tasks have no limits, forecasts or spend of their own.
+        self._task_holds = Reservations()
+        self.series = series  # the rows of the charts; None: charts have no data
+        self.tasks = (
+            TaskSpending(task_costs, self.prices, clock=lambda: self.clock(), timezone=self.timezone)
+            if task_costs is not None
+            else None
+        )
 
     # ------------------------------------------------------------------ time zones and caps
 
@@ -172,6 +189,9 @@ class UsageService:
         cap = self._reached(user_id)
         if cap is not None:
             self._refuse(user_id, purpose, cap)
+        task = self._task_reached()
+        if task is not None:
+            self._refuse_task(user_id, purpose, task)
 
     def reserve(
         self,
@@ -195,12 +215,53 @@ class UsageService:
         cost = (
             self.prices.cost(model, max(0, prompt_tokens), max(0, completion_tokens), 0, audio_seconds) or 0.0
         )
-        got = self._reservations.hold_unless(
-            user_id, tokens, cost, lambda: None if purpose in EXEMPT_PURPOSES else self._reached(user_id)
+        task_hold = self._hold_for_task(user_id, purpose, tokens, cost)
+        try:
+            got = self._reservations.hold_unless(
+                user_id, tokens, cost, lambda: None if purpose in EXEMPT_PURPOSES else self._reached(user_id)
+            )
+        except BaseException:
+            if task_hold is not None:
+                task_hold.release()
+            raise
+        if isinstance(got, Hold):
+            got.then = task_hold  # released together
+            return got
+        if task_hold is not None:
+            task_hold.release()
+        self._refuse(user_id, purpose, got)
+
+    def _hold_for_task(self, user_id: int, purpose: str, tokens: int, cost: float) -> Hold | None:
+        """In a scheduled task's run with a monthly limit: reserve against it too (or refuse)."""
+        run = current_task_run()
+        if run is None or run.max_cost_per_month is None or self.tasks is None:
+            return None
+        exempt = purpose in EXEMPT_PURPOSES
+        got = self._task_holds.hold_unless(
+            run.schedule_id, tokens, cost, lambda: None if exempt else self._task_reached()
         )
         if isinstance(got, Hold):
             return got
-        self._refuse(user_id, purpose, got)
+        self._refuse_task(user_id, purpose, got)
+
+    def _task_reached(self) -> TaskCapStatus | None:
+        """The current task run's limit when it is reached (spent + reserved), else None."""
+        run = current_task_run()
+        if run is None or run.max_cost_per_month is None or self.tasks is None:
+            return None
+        reserved = sum(h.cost for h in self._task_holds.held(run.schedule_id))
+        status = self.tasks.cap_status(run, reserved)
+        return status if status is not None and status.reached else None
+
+    def _refuse_task(self, user_id: int, purpose: str, cap: TaskCapStatus) -> NoReturn:
+        self.queries.record_turn_event(
+            user_id=user_id,
+            session_id=None,
+            kind="refused",
+            detail=f"{purpose}: task #{cap.schedule_id} limit",
+        )
+        log.info("refused a %s request of task %s: its monthly limit is reached", purpose, cap.schedule_id)
+        raise TaskBudgetExceeded(cap.refusal())
 
     def reserved(self, user_id: int) -> int:
         """Tokens reserved by the user's requests in flight."""
@@ -218,7 +279,8 @@ class UsageService:
         """The refusal text when the user is at or over a cap (the agent stops using tools), else None."""
         cap = self._reached(user_id)
         if cap is None:
-            return None
+            task = self._task_reached()
+            return None if task is None else task.refusal()
         self._tell_owner(user_id, cap)
         return self.refusal(cap)
 
@@ -337,6 +399,30 @@ class UsageService:
             caps=self.cap_status(user_id),
         )
 
+    def usage_over_time(
+        self, user_id: int, *, period: str | None = None, days: int | None = None
+    ) -> UsageSeries:
+        """A user's tokens per purpose and cost per model per local day: over the calendar `period` (week,
+        month; "today" per hour), or over the last `days` days up to today (the Mini App's 30)."""
+        tz = self.timezone(user_id)
+        now = self.clock()
+        if days is not None:
+            if not 1 <= days <= MAX_SERIES_DAYS:
+                raise ValueError(f"days must be from 1 to {MAX_SERIES_DAYS}")
+            today = window("today", now, tz)
+            buckets = day_buckets(today.start.astimezone(tz).date() - timedelta(days=days - 1), days, tz)
+            since, until = buckets.starts[0], today.end
+        else:
+            w = window(period or "today", now, tz)
+            since, until = w.start, w.end
+            if w.name == "today":
+                buckets = hour_buckets(w.start, w.end, tz)
+            else:
+                first, last = w.start.astimezone(tz).date(), w.end.astimezone(tz).date()
+                buckets = day_buckets(first, (last - first).days, tz)
+        points = self.series.llm_calls(user_id, since, until) if self.series is not None else []
+        return usage_series(points, buckets, self.prices)
+
     def usage_of_all(self, period: str = "today") -> AllUsage:
         """Every user's usage in the owner's current calendar `period`, and the total (`/usage all`)."""
         w = window(period, self.clock(), self.timezone(self.owner_id))
@@ -352,3 +438,24 @@ class UsageService:
             who = self.describe_user(uid, infos.get(uid))
             users.append(UserUsage(uid, who, spend_of(rows, self.prices), act.turns, reached))
         return AllUsage(w, users, spend_of(total_rows, self.prices), sum(u.turns for u in users))
+
+    # ------------------------------------------------------------------ scheduled tasks
+
+    def task_spend_this_month(self, user_id: int, schedule_ids: Sequence[int]) -> dict[int, float]:
+        """Estimated USD each of the user's tasks spent this calendar month (the user's zone); {} without
+        task accounting. What /reminders and the Mini App show per task."""
+        return {} if self.tasks is None else self.tasks.spent_this_month(user_id, schedule_ids)
+
+    def task_forecast(self, user_id: int, model: str, schedule_id: int | None = None) -> RunForecast:
+        """What one run of a task (this one, given `schedule_id`) is expected to cost with `model`."""
+        if self.tasks is None:
+            return RunForecast(model, 0, 0, None, 0)
+        return self.tasks.forecast(user_id, model, schedule_id)
+
+    def task_cost_anomaly(
+        self, user_id: int, schedule_id: int, firing_id: int, factor: float
+    ) -> CostAnomaly | None:
+        """The run when it cost more than `factor` times its task's median run, else None."""
+        if self.tasks is None:
+            return None
+        return self.tasks.anomaly(user_id, schedule_id, firing_id, factor)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import os
@@ -10,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -23,7 +25,10 @@ from core_tools.sandbox import (
     categorize_error,
     describe,
     detect_isolation,
+    launch,
 )
+from core_tools.sandbox.cgroup import runs_of
+from core_tools.sandbox.model import FileLimits
 
 REPO = Path(__file__).resolve().parents[2]
 ISOLATION, REASON = detect_isolation()
@@ -32,11 +37,17 @@ needs_node = pytest.mark.skipif(shutil.which("node") is None, reason="node is no
 LIMITS = SandboxLimits(timeout_s=5.0, max_timeout_s=10.0)
 
 
-@pytest.fixture
-def executor() -> LocalExecutor:
+@pytest.fixture(params=[0, 1], ids=["started-for-the-run", "started-ahead"])
+async def executor(request: pytest.FixtureRequest) -> AsyncIterator[LocalExecutor]:
+    """A LocalExecutor whose runs start their own sandbox, or take one started before them (Python without
+    files: the others start theirs when they come)."""
     if ISOLATION is not Isolation.BWRAP:
         pytest.skip(f"no working bwrap: {REASON}")
-    return LocalExecutor(LIMITS)
+    executor = LocalExecutor(LIMITS, ahead=request.param)
+    if request.param:
+        assert await executor.prepare() and executor.started_ahead() == 1
+    yield executor
+    await executor.aclose()
 
 
 def _processes_with(token: str) -> list[str]:
@@ -52,6 +63,14 @@ def _processes_with(token: str) -> list[str]:
         if token in cmdline:
             found.append(f"{entry}: {cmdline}")
     return found
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def _token() -> str:
@@ -367,6 +386,97 @@ async def test_concurrent_runs_do_not_interfere(executor: LocalExecutor) -> None
     results = await asyncio.gather(*(executor.run(code.format(i=i)) for i in range(6)))
     for i, result in enumerate(results):
         assert result.success and result.stdout == f"{i} ['mine-{i}']\n", result.stderr
+
+
+# --- sandboxes started ahead -------------------------------------------------------------------------
+
+
+def _children() -> list[int]:
+    """Live processes started by this test process (a sandbox waiting for its program, or a run's)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == os.getpid() and fields[0] != "Z":
+                found.append(int(entry))
+    return found
+
+
+@needs_bwrap
+async def test_a_sandbox_started_ahead_serves_one_run_only() -> None:
+    executor = LocalExecutor(LIMITS, ahead=1)
+    token = _token()
+    try:
+        assert await executor.prepare()
+        first = f"""
+import os
+for path in ['/scratch/mine', '/tmp/mine', '/dev/shm/mine']:
+    open(path, 'w').write('first run')
+if os.fork() == 0:
+    os.setsid()
+    os.execv('/bin/sleep', ['sleep', '{token}'])
+print('left things behind')
+"""
+        assert (await executor.run(first)).stdout == "left things behind\n"
+        assert _processes_with(token) == []
+        # The next run takes the sandbox started meanwhile: it sees nothing of the first one.
+        assert await executor.prepare() and executor.started_ahead() == 1
+        second = "import os\nprint([os.listdir(p) for p in ['/scratch', '/tmp', '/dev/shm']])"
+        result = await executor.run(second)
+        assert result.success and result.stdout == "[[], [], []]\n", result.stderr
+    finally:
+        await executor.aclose()
+
+
+@needs_bwrap
+async def test_files_go_in_and_come_out_of_sandboxes_started_ahead() -> None:
+    executor = LocalExecutor(LIMITS, ahead=1)
+    code = (
+        "import os\nopen('out/seen.txt', 'w').write(' '.join(sorted(os.listdir('in'))))\n"
+        "print(open('in/{0}').read())"
+    )
+    try:
+        for name in ("a.txt", "b.txt"):  # the second run takes the sandbox the first one had started
+            if name == "b.txt":
+                assert await executor.prepare(files_in=True, files_out=True)
+            result = await executor.run(
+                code.format(name), files_in={name: name.encode()}, files_out=FileLimits(2, 1000)
+            )
+            assert result.success and result.stdout == f"{name}\n", result.stderr
+            assert [(f.name, f.data) for f in result.files_out] == [("seen.txt", name.encode())]
+    finally:
+        await executor.aclose()
+
+
+@needs_bwrap
+async def test_closing_removes_the_sandboxes_started_ahead() -> None:
+    executor = LocalExecutor(LIMITS, ahead=1)
+    assert await executor.prepare()
+    waiting = _children()
+    assert waiting, "a sandbox waits for its program"
+    parent = executor.run_parent
+    await executor.aclose()
+    assert executor.started_ahead() == 0 and not any(_alive(p) for p in waiting)
+    if parent is not None:
+        assert runs_of(parent.path, os.getpid()) == []
+    # Runs still work, each starting its own sandbox, and leave none behind.
+    assert (await executor.run("print(1)")).stdout == "1\n"
+    assert _children() == []
+
+
+@needs_bwrap
+async def test_runs_work_without_setpriv(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without util-linux's setpriv the forked child drops privileges and asks to die with us itself."""
+    monkeypatch.setattr(launch, "_SETPRIV", [None])
+    assert launch.launcher()[1]["preexec_fn"] is not None
+    executor = LocalExecutor(LIMITS, ahead=1)
+    try:
+        for _ in range(2):  # started for the run, then ahead of it
+            result = await executor.run("import os; print(os.getuid())")
+            assert result.success and result.stdout == "65534\n", result.stderr
+            assert await executor.prepare()
+    finally:
+        await executor.aclose()
 
 
 # --- no sandbox ---------------------------------------------------------------------------------------

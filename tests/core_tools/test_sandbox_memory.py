@@ -8,8 +8,10 @@ here: `cgroups=False` forces the watchdog. Needs a writable cgroup v1 memory hie
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -47,20 +49,29 @@ pytestmark = [
 ]
 
 
-def _measured_run(code: str, bound: str, scratch_mb: int = 64, as_nobody: bool = False) -> dict[str, Any]:
-    """Run `code` under `bound` in a measuring cgroup; its report, once no run cgroup is left behind."""
+def _measured_run(
+    code: str, bound: str, scratch_mb: int = 64, as_nobody: bool = False, ahead: int = 0
+) -> dict[str, Any]:
+    """Run `code` under `bound` in a measuring cgroup (with `ahead`, in a sandbox started before the run
+    came); its report, once no run cgroup is left behind."""
     limits = {"memory_mb": LIMIT_MB, "scratch_mb": scratch_mb, "timeout_s": 20}
     report = measured_run(
-        code, cgroups=bound == "cgroup", limits=limits, as_nobody=as_nobody, prefix="test-measure"
+        code,
+        cgroups=bound == "cgroup",
+        limits=limits,
+        as_nobody=as_nobody,
+        prefix="test-measure",
+        ahead=ahead,
     )
     # Every run cgroup the executor made is gone once it returned.
     assert report["leftover_cgroups"] == []
     return report
 
 
+@pytest.mark.parametrize("ahead", [0, 1], ids=["started-for-the-run", "started-ahead"])
 @pytest.mark.parametrize("bound", ["cgroup", "watchdog"])
-def test_forked_children_cannot_exceed_the_limit_together(bound: str) -> None:
-    report = _measured_run(FORKS, bound)
+def test_forked_children_cannot_exceed_the_limit_together(bound: str, ahead: int) -> None:
+    report = _measured_run(FORKS, bound, ahead=ahead)
     result = report["result"]
     assert report["bound"].startswith("cgroup v" if bound == "cgroup" else "watchdog")
     # Six children touching 200 MB each would hold 1.2 GB: the run is stopped and the model told why.
@@ -80,10 +91,11 @@ def test_one_gigabyte_into_a_tmpfs_is_stopped(bound: str, target: str) -> None:
     assert report["held"] <= LIMIT_MB * MIB + SLACK[bound], report["held"] / MIB
 
 
+@pytest.mark.parametrize("ahead", [0, 1], ids=["started-for-the-run", "started-ahead"])
 @pytest.mark.parametrize("bound", ["cgroup", "watchdog"])
-def test_tmpfs_pages_count_against_the_run(bound: str) -> None:
+def test_tmpfs_pages_count_against_the_run(bound: str, ahead: int) -> None:
     # tmpfs mounts as large as 1 GB: only the run's memory bound stands between the run and the host.
-    report = _measured_run(FILL.format(target="/dev/shm"), bound, scratch_mb=1024)
+    report = _measured_run(FILL.format(target="/dev/shm"), bound, scratch_mb=1024, ahead=ahead)
     result = report["result"]
     written = int(result["stdout"].split()[0]) if result["stdout"] else 0
     assert written < LIMIT_MB, result
@@ -91,20 +103,43 @@ def test_tmpfs_pages_count_against_the_run(bound: str) -> None:
     assert report["held"] <= LIMIT_MB * MIB + SLACK[bound], report["held"] / MIB
 
 
-async def test_normal_runs_pass_and_leave_no_cgroup() -> None:
+@pytest.mark.parametrize("ahead", [0, 1])
+async def test_normal_runs_pass_and_leave_no_cgroup(ahead: int) -> None:
     assert OWN is not None
-    before = sorted(p.name for p in OWN.iterdir() if p.name.startswith(f"sandbox-run-{os.getpid()}-"))
-    executor = LocalExecutor(SandboxLimits(memory_mb=LIMIT_MB))
+
+    def runs() -> list[Path]:
+        return sorted(p for p in OWN.iterdir() if p.name.startswith(f"sandbox-run-{os.getpid()}-"))
+
+    def alive(cgroup: Path) -> list[int]:
+        """Processes in a cgroup that are not exiting: a sandbox's init may still be tearing its namespaces
+        down (PF_EXITING, its memory gone: it runs no code of the run) when the run has returned."""
+        found = []
+        with contextlib.suppress(OSError):
+            for pid in (cgroup / "cgroup.procs").read_text().split():
+                with contextlib.suppress(OSError):
+                    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                    if fields[0] not in "ZX" and not int(fields[6]) & 0x4:  # PF_EXITING
+                        found.append(int(pid))
+        return found
+
+    before = runs()
+    executor = LocalExecutor(SandboxLimits(memory_mb=LIMIT_MB), ahead=ahead)
     assert "memory bound: cgroup v1 (whole run)" in describe(executor)
     code = (
         "import os\nblock = bytearray(100 * 1024 * 1024)\nopen('/dev/shm/x', 'w').write('ok')\nprint('fine')"
     )
-    result = await executor.run(code)
-    assert result.success and result.stdout == "fine\n", result.stderr
-    assert sorted(p.name for p in OWN.iterdir() if p.name.startswith(f"sandbox-run-{os.getpid()}-")) == before
-    watched = LocalExecutor(SandboxLimits(memory_mb=LIMIT_MB), cgroups=False)
+    for _ in range(2):  # with `ahead`, the second run takes the sandbox the first one had started
+        result = await executor.run(code)
+        assert result.success and result.stdout == "fine\n", result.stderr
+        # Nothing of the run is left in any run cgroup: only a sandbox started ahead holds one.
+        busy = [p for p in runs() if p not in before and alive(p)]
+        assert len(busy) <= ahead, busy
+    await executor.aclose()
+    assert runs() == before
+    watched = LocalExecutor(SandboxLimits(memory_mb=LIMIT_MB), cgroups=False, ahead=ahead)
     assert "memory bound: watchdog" in describe(watched)
     assert (await watched.run(code)).stdout == "fine\n"
+    await watched.aclose()
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")

@@ -21,9 +21,9 @@ import pytest
 from core_tools.errors import ToolError
 from core_tools.sandbox import Isolation, detect_isolation
 from core_tools.sandbox import client as client_module
+from core_tools.sandbox.client import ServiceExecutor
 from core_tools.sandbox.model import FileLimits
 from core_tools.sandbox.pool import SandboxPool
-from core_tools.sandbox.service import ServiceExecutor
 from tests.bot.test_stop import processes_with
 from tests.deploy.test_service import REPO
 from tests.fakes.openai_api import FakeLLM, call, text, tool_calls

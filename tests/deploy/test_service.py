@@ -26,8 +26,9 @@ from core_tools.errors import ToolError
 from core_tools.registry import ToolRegistry
 from core_tools.sandbox import Isolation, detect_isolation
 from core_tools.sandbox.cgroup import RunParent, find_run_parent
+from core_tools.sandbox.client import ServiceExecutor
 from core_tools.sandbox.model import FileLimits
-from core_tools.sandbox.service import MAX_REQUEST_BYTES, ServiceExecutor
+from core_tools.sandbox.protocol import MAX_REQUEST_BYTES
 from core_tools.tools.code import CodeTool
 from core_tools.types import ToolCallRequest, ToolContext
 from db.engine import make_engine, make_sessionmaker
@@ -241,6 +242,12 @@ def _in_run_cgroups(service_pid: int) -> list[int]:
 _PROGRAM = b"-I\0-u\0-\0"  # how the sandboxed interpreter is started: the program runs
 
 
+def _is_interpreter(pid: int) -> bool:
+    """The sandboxed interpreter itself (running its program, or waiting for it on stdin)."""
+    argv = _cmdline(pid)
+    return argv.split(b"\0")[0].rsplit(b"/", 1)[-1].startswith(b"python") and argv.endswith(_PROGRAM)
+
+
 def _is_bwrap(pid: int) -> bool:
     """Whether that process runs bwrap."""
     return _cmdline(pid).split(b"\0")[0].endswith(b"/bwrap")
@@ -313,18 +320,32 @@ def _kill_while_bwrap_sets_up(proc: subprocess.Popen[str]) -> set[int]:
     return seen
 
 
+_LONG = "600.4242"  # how long the program's `sleep` lasts: ten minutes, and a mark to find it by
+
+
 def _kill_while_the_program_runs(proc: subprocess.Popen[str]) -> set[int]:
-    """SIGKILL the service once the sandboxed interpreter runs."""
+    """SIGKILL the service once the program runs (its `sleep` child is there)."""
     seen: set[int] = set()
-    _watch_tree(proc, seen, lambda p: _PROGRAM in _cmdline(p))
+    _watch_tree(proc, seen, lambda p: _LONG.encode() in _cmdline(p))
     proc.kill()
     return seen
 
 
-MOMENTS: dict[str, Callable[[subprocess.Popen[str]], set[int]]] = {
-    "while bwrap sets up": _kill_while_bwrap_sets_up,
-    "while the program runs": _kill_while_the_program_runs,
+# Each moment, and the service's options for it: "while bwrap sets up" is the sandbox of the run itself
+# (none is started ahead), "while the program runs" the sandbox the run took, started ahead of it.
+MOMENTS: dict[str, tuple[Callable[[subprocess.Popen[str]], set[int]], tuple[str, ...]]] = {
+    "while bwrap sets up": (_kill_while_bwrap_sets_up, ("--ahead", "0")),
+    "while the program runs": (_kill_while_the_program_runs, ("--ahead", "1")),
 }
+
+
+def _wait_until_gone(seen: set[int], service_pid: int) -> None:
+    """Every process seen, and any in a run cgroup of that service, goes (the deadline is only a guard)."""
+    deadline = time.monotonic() + 60
+    while (any(_alive(p) for p in seen) or _in_run_cgroups(service_pid)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = [p for p in seen if _alive(p)] + _in_run_cgroups(service_pid)
+    assert not left, [(p, _cmdline(p)) for p in left]
 
 
 @pytest.mark.parametrize("moment", list(MOMENTS))
@@ -336,7 +357,8 @@ async def test_service_killed_mid_run_gives_a_clear_error_and_recovers(
     Killed while bwrap was still setting its sandbox up, the run used to survive the service: orphaned, it
     ran its program to the end (7 such kills in 8 before the guardian).
     """
-    service = start()
+    kill, options = MOMENTS[moment]
+    service = start(*options)
     assert service.proc is not None
     registry = ToolRegistry()
     registry.register(CodeTool(ServiceExecutor(str(sock)), executions).code, timeout_s=60)
@@ -344,13 +366,14 @@ async def test_service_killed_mid_run_gives_a_clear_error_and_recovers(
     def call(code: str, call_id: str) -> ToolCallRequest:
         return ToolCallRequest(call_id, "code", json.dumps({"action": "execute", "code": code}))
 
+    assert (await registry.call(call("print(1)", "c0"), CTX)).ok  # with --ahead 1, starts the next sandbox
     for attempt in range(5):
         # Ten minutes: far past the tool's 60 s timeout, so an answer at all shows it came when the service
         # died, and a later run that works was not waiting for this program.
-        program = call("import time; time.sleep(600); print('late')", f"c1-{attempt}")
+        program = call(f"import subprocess; subprocess.run(['sleep', '{_LONG}'])", f"c1-{attempt}")
         pending = asyncio.create_task(registry.call(program, CTX))
         try:
-            seen = await asyncio.to_thread(MOMENTS[moment], service.proc)
+            seen = await asyncio.to_thread(kill, service.proc)
             break
         except _Missed:
             pending.cancel()  # the service kills that run when its client leaves
@@ -360,12 +383,7 @@ async def test_service_killed_mid_run_gives_a_clear_error_and_recovers(
     outcome = await pending
     assert not outcome.ok and outcome.error is not None
     assert "closed the connection without answering" in outcome.error and str(sock) in outcome.error
-    # Every process the run had, and any it started since (found by its cgroup), goes (deadline: a guard).
-    deadline = time.monotonic() + 60
-    while (any(_alive(p) for p in seen) or _in_run_cgroups(service.proc.pid)) and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    left = [p for p in seen if _alive(p)] + _in_run_cgroups(service.proc.pid)
-    assert not left, [(p, _cmdline(p)) for p in left]
+    await asyncio.to_thread(_wait_until_gone, seen, service.proc.pid)
     log = service.stop()
     if "memory bound: cgroup" in log:
         assert f"sandbox guardian: the sandbox service (pid {service.proc.pid}) is gone" in log, log
@@ -380,19 +398,44 @@ async def test_service_killed_mid_run_gives_a_clear_error_and_recovers(
     assert json.loads(again.content)["stdout"] == "back\n"
 
 
+async def test_service_killed_with_sandboxes_waiting_leaves_nothing(
+    start: Callable[..., Service], sock: Path
+) -> None:
+    """The sandboxes a service started ahead of their runs go with it, and so do their cgroups."""
+    service = start("--ahead", "1")
+    assert service.proc is not None
+    executor = ServiceExecutor(str(sock))
+    assert (await executor.run("print(1)")).success  # each kind of run used gets a sandbox started ahead
+    assert (await executor.run("print(2)", files_out=FileLimits())).success
+    seen: set[int] = set()
+    deadline = time.monotonic() + 20
+    while sum(_is_interpreter(p) for p in seen if _alive(p)) < 2 and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+        seen.update(_descendants(service.proc.pid))
+    waiting = [p for p in seen if _is_interpreter(p) and _alive(p)]
+    assert len(waiting) == 2, [_cmdline(p) for p in seen]
+    service.proc.kill()
+    await asyncio.to_thread(_wait_until_gone, seen, service.proc.pid)
+    log = service.stop()
+    if "memory bound: cgroup" in log:
+        assert "emptied 2 run cgroups" in log, log
+
+
 async def test_no_process_of_a_run_holds_the_services_sockets(
     start: Callable[..., Service], sock: Path
 ) -> None:
     """Neither the sandbox nor the guardian keeps the listening or an accepted socket (or a kill -9 of the
     service would leave clients connecting to a socket nobody answers)."""
-    service = start()
+    service = start("--ahead", "1")
     assert service.proc is not None
     executor = ServiceExecutor(str(sock))
     program = "import time; open('out/a.txt', 'w').write('x'); time.sleep(3)"
+    assert (await executor.run("print(1)", files_out=FileLimits())).success  # a sandbox is started ahead
     run = asyncio.create_task(executor.run(program, files_out=FileLimits()))  # files_out: a passed fd too
     tree: list[int] = []
     deadline = time.monotonic() + 20
-    while not any(_PROGRAM in _cmdline(p) for p in tree) and time.monotonic() < deadline:
+    # The program's interpreter and the one started ahead for the next run.
+    while sum(_is_interpreter(p) for p in tree) < 2 and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
         tree = _descendants(service.proc.pid)
 
@@ -407,7 +450,7 @@ async def test_no_process_of_a_run_holds_the_services_sockets(
     own = sockets(service.proc.pid)
     assert own, "the service's listening and accepted sockets"
     assert any(b"core_tools.sandbox.guardian" in _cmdline(p) for p in tree), "the guardian"
-    assert any(_PROGRAM in _cmdline(p) for p in tree), "the program runs"
+    assert sum(_is_interpreter(p) for p in tree) == 2, "the program runs, the next sandbox waits"
     held = {p: sockets(p) & own for p in tree}
     assert not any(held.values()), held
     result = await run

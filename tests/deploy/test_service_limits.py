@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from core_tools.sandbox import Isolation, detect_isolation
+from core_tools.sandbox.client import ServiceExecutor
 from core_tools.sandbox.protocol import PREAUTH_MAX_BYTES
-from core_tools.sandbox.service import ServiceExecutor
 from tests.deploy.test_sandbox_pool import TOKEN, free_port, tcp_exchange
 from tests.deploy.test_service import REPO
 

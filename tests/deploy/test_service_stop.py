@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from core_tools.sandbox import Isolation
-from core_tools.sandbox.service import ServiceExecutor
+from core_tools.sandbox.client import ServiceExecutor
 from tests.bot.test_stop import processes_with
 from tests.deploy.test_service import ISOLATION, REASON, Service, hello
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from core_tools.sandbox.client import ServiceExecutor
 from core_tools.sandbox.model import FileLimits
-from core_tools.sandbox.service import ServiceExecutor
 from tests.deploy.test_service import Service
 from tests.media.files import PNG_SIGNATURE
 

@@ -1,0 +1,124 @@
+"""What scheduled tasks spent: LLM-call sums per task in a window and per run (firing), from `llm_calls`.
+
+The calls are attributed when they are recorded (db/attribution.py); costs are priced at read time by
+core_tools.usage, like every other figure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import case, func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from db.models import LLMCall
+from db.usage import ModelUsage
+
+PURPOSE = "scheduled"  # what the sums are labelled as (they may hold a task's "final" calls too)
+
+
+@dataclass(frozen=True)
+class RunUsage:
+    """The LLM calls of one task run (firing), summed per model."""
+
+    firing_id: int
+    schedule_id: int
+    rows: list[ModelUsage]
+
+
+def _sums() -> tuple[Any, ...]:
+    return (
+        LLMCall.model,
+        func.count(),
+        func.coalesce(func.sum(LLMCall.prompt_tokens), 0),
+        func.coalesce(func.sum(LLMCall.completion_tokens), 0),
+        func.coalesce(func.sum(LLMCall.cached_tokens), 0),
+        func.coalesce(func.sum(case((LLMCall.tokens_estimated, 1), else_=0)), 0),
+        func.coalesce(func.sum(case((LLMCall.error.is_not(None), 1), else_=0)), 0),
+        func.coalesce(func.sum(LLMCall.duration_ms), 0),
+        func.coalesce(func.sum(LLMCall.audio_seconds), 0),
+    )
+
+
+def _usage(r: Sequence[Any]) -> ModelUsage:
+    return ModelUsage(PURPOSE, str(r[0]), *(int(v) for v in r[1:]))
+
+
+class TaskCosts:
+    """Reads the LLM-call sums of scheduled tasks."""
+
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self._sm = sessions
+
+    def usage_by_task(
+        self, schedule_ids: Sequence[int], since: datetime, until: datetime
+    ) -> dict[int, list[ModelUsage]]:
+        """Per task, its calls in [since, until) summed per model (tasks without calls are left out)."""
+        if not schedule_ids:
+            return {}
+        q = (
+            select(LLMCall.schedule_id, *_sums())
+            .where(
+                LLMCall.schedule_id.in_(list(schedule_ids)),
+                LLMCall.created_at >= since,
+                LLMCall.created_at < until,
+            )
+            .group_by(LLMCall.schedule_id, LLMCall.model)
+        )
+        out: dict[int, list[ModelUsage]] = {}
+        with self._sm() as s:
+            for r in s.execute(q):
+                out.setdefault(int(r[0]), []).append(_usage(r[1:]))
+        return out
+
+    def recent_runs(
+        self,
+        *,
+        user_id: int,
+        since: datetime,
+        limit: int,
+        schedule_id: int | None = None,
+        exclude_firing: int | None = None,
+    ) -> list[RunUsage]:
+        """The user's (or one task's) latest runs since `since` that made LLM calls, newest first."""
+        latest = (
+            select(LLMCall.firing_id)
+            .where(LLMCall.user_id == user_id, LLMCall.firing_id.is_not(None), LLMCall.created_at >= since)
+            .group_by(LLMCall.firing_id)
+            .order_by(func.max(LLMCall.id).desc())
+            .limit(limit)
+        )
+        if schedule_id is not None:
+            latest = latest.where(LLMCall.schedule_id == schedule_id)
+        if exclude_firing is not None:
+            latest = latest.where(LLMCall.firing_id != exclude_firing)
+        with self._sm() as s:
+            ids = [int(v) for v in s.scalars(latest) if v is not None]
+            if not ids:
+                return []
+            q = (
+                select(LLMCall.firing_id, LLMCall.schedule_id, *_sums())
+                .where(LLMCall.firing_id.in_(ids))
+                .group_by(LLMCall.firing_id, LLMCall.schedule_id, LLMCall.model)
+            )
+            runs: dict[int, RunUsage] = {}
+            for r in s.execute(q):
+                run = runs.setdefault(int(r[0]), RunUsage(int(r[0]), int(r[1]), []))
+                run.rows.append(_usage(r[2:]))
+        return [runs[i] for i in ids if i in runs]
+
+    def run(self, firing_id: int) -> RunUsage | None:
+        """The calls of one run, or None when it made none."""
+        q = (
+            select(LLMCall.firing_id, LLMCall.schedule_id, *_sums())
+            .where(LLMCall.firing_id == firing_id)
+            .group_by(LLMCall.firing_id, LLMCall.schedule_id, LLMCall.model)
+        )
+        with self._sm() as s:
+            rows = s.execute(q).all()
+        if not rows:
+            return None
+        return RunUsage(firing_id, int(rows[0][1]), [_usage(r[2:]) for r in rows])
