@@ -19,16 +19,19 @@ from telegram.ext import (
     filters,
 )
 
-from bot.cluster import ChatLocks
 from bot.code_commands import CodeCommands
 from bot.commands import audience_of, help_text, new_session_text
-from bot.control import Incoming, TurnRunner
 from bot.groups import Access, addressed, is_group, turn_text
 from bot.media import register_media_handlers
-from bot.memory_commands import MemoryCommands, schedule_jobs
+from bot.memory_commands import MemoryCommands
 from bot.menu import publish
 from bot.model_commands import ModelChoice, ModelCommands
+from bot.runtime.jobs import register_jobs
+from bot.runtime.leases import ChatLocks
+from bot.runtime.queue import Incoming
+from bot.runtime.runner import TurnRunner
 from bot.schedule_commands import register_schedule_handlers
+from bot.telegram_http import AiohttpRequest
 from bot.topics import conversation_of, place_of
 from bot.usage_commands import register_usage_handlers
 from bot.wiring import Services
@@ -37,6 +40,8 @@ log = logging.getLogger(__name__)
 
 Ctx = ContextTypes.DEFAULT_TYPE
 
+# A plain text message: its update is recorded as seen in the transaction that queues it (bot/runtime/).
+QUEUED_TEXT = filters.UpdateType.MESSAGE & filters.TEXT & ~filters.COMMAND
 ALBUMS_REMEMBERED = 200  # albums addressed to the bot in groups, whose other items count as addressed too
 GROUP_REFUSAL = (
     "This group is not on my list of chats, so I do not answer here.\n"
@@ -98,10 +103,15 @@ class Handlers:
     async def once(self, update: object, context: Ctx) -> None:
         """Each Telegram update is handled once, however often it is delivered (Telegram retries a webhook
         delivery it got no answer for; behind a load balancer two processes may get the same one). Update
-        ids are this bot's (getMe's id): another bot's (a token switch) are not duplicates."""
-        if not isinstance(update, Update):
+        ids are this bot's (getMe's id): another bot's (a token switch) are not duplicates. A plain text
+        message is checked where it is stored (one transaction), or where it is refused (`gate`)."""
+        if not isinstance(update, Update) or QUEUED_TEXT.check_update(update):
             return
-        if not self.services.replica.cluster.first_delivery(context.bot.id, update.update_id):
+        self._first_delivery(update, context)
+
+    def _first_delivery(self, update: Update, context: Ctx) -> None:
+        """Go on only with an update not handled before."""
+        if not self.services.replica.store.first_delivery(context.bot.id, update.update_id):
             log.info("update %s was already handled; dropped", update.update_id)
             raise ApplicationHandlerStop
 
@@ -126,6 +136,8 @@ class Handlers:
             if chat is None and query is None:
                 raise ApplicationHandlerStop
             return
+        if QUEUED_TEXT.check_update(update):  # its dedup was left to the queue: refused once all the same
+            self._first_delivery(update, context)
         log.info("refused user %s in chat %s (%s)", user.id, chat_id, kind)
         unlisted_group = is_group(kind) and chat_id not in self.access.chats
         refusal = (
@@ -188,7 +200,9 @@ class Handlers:
         assert msg and chat and msg.text is not None
         # The chat's type decides what the turn may see: a group never gets the private session or memories.
         text = turn_text(msg, context.bot.bot, str(chat.type))
-        await self.runner.submit(context.bot, self._incoming(update, context, text))
+        item = self._incoming(update, context, text)
+        item.dedup_bot = context.bot.id  # recorded as seen where it is queued (`once` left it)
+        await self.runner.submit(context.bot, item)
 
     async def edited(self, update: Update, context: Ctx) -> None:
         """An edited text message: the latest answered one is answered again, an older one is stored."""
@@ -307,6 +321,9 @@ def build_application(services: Services) -> Application[Any, Any, Any, Any, Any
         .token(settings.telegram_bot_token.get_secret_value())
         .base_url(base_url)
         .base_file_url(base_url.replace("/bot", "/file/bot", 1))
+        # aiohttp, not PTB's httpx: far less CPU per Bot API call when many chats are answered at once.
+        .request(AiohttpRequest())
+        .get_updates_request(AiohttpRequest(connection_pool_size=1))
         .concurrent_updates(True)  # order within a chat comes from the inbox and the chat's lease
         .post_init(on_startup)
         .post_shutdown(on_shutdown)
@@ -333,13 +350,13 @@ def build_application(services: Services) -> Application[Any, Any, Any, Any, Any
     app.add_handler(CommandHandler("memory", memory_commands.memory))
     app.add_handler(CommandHandler("timezone", memory_commands.timezone))
     register_usage_handlers(app, services.usage_service)
-    schedule_jobs(app)
     register_schedule_handlers(app, services, h.locks)
+    register_jobs(app)
     new = filters.UpdateType.MESSAGE
     app.add_handler(
         MessageHandler(filters.UpdateType.EDITED_MESSAGE & filters.TEXT & ~filters.COMMAND, h.edited)
     )
-    app.add_handler(MessageHandler(new & filters.TEXT & ~filters.COMMAND, h.text))
+    app.add_handler(MessageHandler(QUEUED_TEXT, h.text))
     app.add_handler(MessageHandler(new & filters.COMMAND, h.help))  # an unknown command: show what exists
     # Voice, photos, files; and everything else gets a clear "not supported" (bot/media.py).
     register_media_handlers(app, services, h.runner)

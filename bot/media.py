@@ -18,8 +18,9 @@ from telegram import Bot, InputFile, Message, Update
 from telegram.error import BadRequest, TelegramError
 from telegram.ext import Application, ContextTypes, MessageHandler, filters
 
-from bot.control import Incoming, TurnRunner
 from bot.groups import frame, is_group, without_mention
+from bot.runtime.queue import Incoming
+from bot.runtime.runner import TurnRunner
 from bot.streaming import status_note, typing_indicator
 from bot.topics import conversation_of, thread_of
 from bot.wiring import Services

@@ -1,16 +1,14 @@
-"""/memory, /timezone and the scheduled session jobs (rollover, memory expiry, re-embedding)."""
+"""/memory and /timezone: a user's memories and time zone (the maintenance jobs: bot/runtime/jobs.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from telegram import Update
-from telegram.error import TelegramError
-from telegram.ext import Application, ContextTypes
+from telegram.ext import ContextTypes
 
 from bot.wiring import Services
 from core_tools.types import ChatType
@@ -31,8 +29,6 @@ ORIGIN_NOTES = {
 }
 TIMEZONE_USAGE = "Usage: /timezone Area/City, for example /timezone Europe/Berlin"
 LAYER_TITLES = {"long": "Long-term", "mid": "Mid-term", "short": "Short-term", "session": "This session"}
-ROLLOVER_CHECK_S = 60.0
-CODE_JOBS_CHECK_S = 30.0
 
 
 def _line(m: dict[str, Any]) -> str:
@@ -156,110 +152,3 @@ class MemoryCommands:
         )
         self.services.schedules.wake()  # a moved firing may be due sooner than the armed look
         await update.effective_message.reply_text(reply)
-
-
-def rollover_notice(name: str, carried: str | None) -> str:
-    """The one short message a user gets when their session rolls over."""
-    text = f"New day, new session ({name})."
-    if carried and not carried.startswith("("):
-        first = carried.strip().splitlines()[0]
-        text += f" I kept a summary of the previous one: {first[:200]}"
-    return text
-
-
-async def rollover_job(context: Ctx) -> None:
-    """Every minute (and once at start, to catch up): archive sessions past their boundary, tell the user."""
-    services: Services = context.application.bot_data["services"]
-    for result in await services.sessions.rollover_due():
-        place = services.conversations.topics.place(result.new.chat_id)  # a forum topic: that topic
-        try:
-            await context.bot.send_message(
-                place.chat_id,
-                rollover_notice(result.new.name, result.carried),
-                message_thread_id=place.thread_id,
-            )
-        except TelegramError as exc:
-            log.warning("could not tell chat %s about its new session: %s", result.new.chat_id, exc)
-
-
-async def expiry_job(context: Ctx) -> None:
-    """Daily: delete mid/short memories past their TTL (recall hides them before that anyway)."""
-    services: Services = context.application.bot_data["services"]
-    removed = await services.memory.delete_expired()
-    if removed:
-        log.info("removed %d expired memories", removed)
-
-
-async def prune_job(context: Ctx) -> None:
-    """Hourly: forget processes dead long ago and Telegram update ids past the retry window."""
-    services: Services = context.application.bot_data["services"]
-    services.replica.prune()
-
-
-async def code_jobs_job(context: Ctx) -> None:
-    """Report background code jobs whose process died (another process of several, or this one's past)."""
-    services: Services = context.application.bot_data["services"]
-    await services.code.recover()
-
-
-async def reembed_job(context: Ctx) -> None:
-    """Once at start: embed memories stored without a vector or with another embedder."""
-    services: Services = context.application.bot_data["services"]
-    try:
-        count = await services.memory.reembed()
-    except Exception:  # recall still works by keyword; the next start tries again
-        log.exception("re-embedding memories failed")
-        return
-    if count:
-        log.info("re-embedded %d memories", count)
-
-
-async def extraction_catchup_job(context: Ctx) -> None:
-    """Once at start: extract what sessions said before a restart cut their pending extraction."""
-    services: Services = context.application.bot_data["services"]
-    count = await services.extractor.catch_up()
-    if count:
-        log.info("scheduled memory extraction of %d sessions left from before the restart", count)
-
-
-def schedule_jobs(app: Application[Any, Any, Any, Any, Any, Any]) -> None:
-    """Register the periodic jobs on PTB's JobQueue (APScheduler)."""
-    jq = app.job_queue
-    if jq is None:
-        raise RuntimeError("python-telegram-bot was installed without its job-queue extra")
-    # `first` is soon after start: a rollover due while the bot was down is caught up right away, and
-    # misfire_grace_time=None lets a late run still happen instead of being skipped (docs/design-notes.md,
-    # APScheduler).
-    replica = app.bot_data["services"].replica
-    jq.run_repeating(
-        replica.exclusive("session-rollover", rollover_job),
-        interval=ROLLOVER_CHECK_S,
-        first=1.0,
-        name="session-rollover",
-        job_kwargs={"misfire_grace_time": None, "coalesce": True},
-    )
-    jq.run_repeating(
-        replica.exclusive("memory-expiry", expiry_job),
-        interval=timedelta(days=1),
-        first=30.0,
-        name="memory-expiry",
-        job_kwargs={"misfire_grace_time": None, "coalesce": True},
-    )
-    jq.run_repeating(
-        replica.exclusive("prune", prune_job),
-        interval=timedelta(hours=1),
-        first=60.0,
-        name="prune",
-        job_kwargs={"misfire_grace_time": None, "coalesce": True},
-    )
-    # A background code job whose process died is reported by whichever process holds this job (at start,
-    # a restarted process reports its own predecessor's at once: Services.start).
-    jq.run_repeating(
-        replica.exclusive("code-jobs", code_jobs_job),
-        interval=CODE_JOBS_CHECK_S,
-        first=CODE_JOBS_CHECK_S,
-        name="code-jobs",
-        job_kwargs={"misfire_grace_time": None, "coalesce": True},
-    )
-    jq.run_once(reembed_job, when=2.0, name="memory-reembed")
-    jq.run_once(extraction_catchup_job, when=5.0, name="memory-extraction-catchup")

@@ -34,7 +34,6 @@ class ModelChoice:
         self.models = models
         self.conversations = conversations
         self.prices = prices
-        self._cache: dict[int, str | None] = {}  # this process is the only writer of chat_settings
 
     @property
     def default(self) -> str:
@@ -42,17 +41,17 @@ class ModelChoice:
         return self.models[0]
 
     def for_chat(self, chat_id: int) -> str | None:
-        """The chat's model, or None for the default (sent to the agent with each turn)."""
-        if chat_id not in self._cache:
-            self._cache[chat_id] = self.conversations.chat_model(chat_id)
-        chosen = self._cache[chat_id]
+        """The chat's model, or None for the default (sent to the agent with each turn). Read for each turn:
+        another process may have changed it (one small indexed read; none when there is nothing to choose)."""
+        if len(self.models) < 2:
+            return None
+        chosen = self.conversations.chat_model(chat_id)
         return chosen if chosen in self.models and chosen != self.default else None
 
     def set(self, chat_id: int, model: str, by_user: int) -> None:
         """Choose a model (one of `models`) for the chat."""
         stored = None if model == self.default else model
         self.conversations.set_chat_model(chat_id, stored, by_user)
-        self._cache[chat_id] = stored
 
     def menu(self, chat_id: int) -> tuple[str, InlineKeyboardMarkup | None]:
         """The /model text and its buttons."""

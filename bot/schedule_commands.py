@@ -17,7 +17,7 @@ from telegram.ext import (
     TypeHandler,
 )
 
-from bot.cluster import ChatLocks
+from bot.runtime.leases import ChatLocks
 from bot.schedule_jobs import ScheduleRunner
 from bot.topics import conversation_of
 from bot.wiring import Services
@@ -218,8 +218,9 @@ class ScheduleCommands:
 def register_schedule_handlers(
     app: Application[Any, Any, Any, Any, Any, Any], services: Services, locks: ChatLocks
 ) -> ScheduleRunner:
-    """Add /reminders, the button handlers and the delivery jobs; the tool's wake-up goes to the runner.
-    A task's turn takes the chat's lock (`locks`, shared with the message handlers)."""
+    """Add /reminders and the button handlers; the tool's wake-up goes to the runner, whose periodic jobs
+    are registered with the others (bot/runtime/jobs.py). A task's turn takes the chat's lock (`locks`,
+    shared with the message handlers)."""
     runner = ScheduleRunner(app, services, locks)
     services.schedules.wake = runner.wake
     commands = ScheduleCommands(services, runner)
@@ -227,6 +228,5 @@ def register_schedule_handlers(
     app.add_handler(TypeHandler(Update, commands.gate), group=-2)
     app.add_handler(CommandHandler("reminders", commands.reminders))
     app.add_handler(CallbackQueryHandler(commands.button, pattern=r"^sch:"))
-    runner.install()
     app.bot_data["schedule_runner"] = runner
     return runner

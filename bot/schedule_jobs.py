@@ -23,8 +23,8 @@ from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup
 from telegram.error import BadRequest, Forbidden, RetryAfter, TelegramError
 from telegram.ext import Application, ContextTypes, Job
 
-from bot.cluster import ChatLocks
 from bot.render import render
+from bot.runtime.leases import ChatLocks
 from bot.wiring import Services
 from core_tools.agent import TurnInput
 from core_tools.errors import BudgetExceeded, TaskBudgetExceeded
@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 Ctx = ContextTypes.DEFAULT_TYPE
 SAFETY_INTERVAL_S = 30.0
 LOOK_S = 5.0  # how often the process holding the reminders looks for schedules other processes created
-LEASE = "reminders"  # the job lease: one process fires and delivers at a time (bot/cluster.py)
+LEASE = "reminders"  # the job lease: one process fires and delivers at a time (bot/runtime/replica.py)
 MAX_WAIT_S = 300.0  # re-look at least this often even when nothing is due (clock jumps, missed wake-ups)
 BATCH = 500
 SEND_CONCURRENCY = 16  # requests in flight at once
@@ -231,29 +231,6 @@ class ScheduleRunner:
 
     # ------------------------------------------------------------------ the clock
 
-    def install(self) -> None:
-        """Register the start-up look and the safety net on PTB's JobQueue."""
-        jq = self.app.job_queue
-        if jq is None:
-            raise RuntimeError("python-telegram-bot was installed without its job-queue extra")
-        jq.run_once(
-            self._startup_job, when=0.0, name="schedule-startup", job_kwargs={"misfire_grace_time": None}
-        )
-        jq.run_repeating(
-            self._safety_job,
-            interval=SAFETY_INTERVAL_S,
-            first=SAFETY_INTERVAL_S,
-            name="schedule-safety",
-            job_kwargs={"misfire_grace_time": None, "coalesce": True},
-        )
-        jq.run_repeating(
-            self._look_job,
-            interval=LOOK_S,
-            first=LOOK_S,
-            name="schedule-look",
-            job_kwargs={"misfire_grace_time": None, "coalesce": True},
-        )
-
     def wake(self) -> None:
         """Something may be due sooner than the armed time (a schedule was created or snoozed)."""
         self.arm(self.service.next_wake())
@@ -279,7 +256,8 @@ class ScheduleRunner:
         """(this process fires the schedules now, it has just taken that over: recover first)."""
         return self.services.replica.holds_job(LEASE)
 
-    async def _startup_job(self, context: Ctx) -> None:
+    async def startup_job(self, context: Ctx) -> None:
+        """At start (bot/runtime/jobs.py): recover and deliver, when this process holds the reminders."""
         if self._leading()[0]:
             await self.startup()
 
@@ -291,14 +269,16 @@ class ScheduleRunner:
         elif held:
             await self.tick()
 
-    async def _look_job(self, context: Ctx) -> None:
+    async def look_job(self, context: Ctx) -> None:
+        """Every LOOK_S: re-arm for schedules other processes created; a new holder recovers first."""
         held, fresh = self._leading()
         if fresh:
             await self.startup()
         elif held:
             self.arm(self.service.next_wake())
 
-    async def _safety_job(self, context: Ctx) -> None:
+    async def safety_job(self, context: Ctx) -> None:
+        """Every SAFETY_INTERVAL_S: apply /timezone changes and deliver what is due."""
         held, fresh = self._leading()
         if fresh:
             await self.startup()

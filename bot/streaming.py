@@ -52,7 +52,7 @@ class StreamingReply:
     ) -> None:
         self.bot = bot
         self.thread_id = thread_id  # the forum topic its messages go to (edits stay where they are)
-        # Asked before every send and edit: False shows nothing more (bot/control.py: the chat went to
+        # Asked before every send and edit: False shows nothing more (bot/runtime/runner.py: the chat went to
         # another process).
         self.guard = guard
         # While the answer streams its message carries a Stop button (callback data `stop_data`); the

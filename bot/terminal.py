@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import TextIO
 
 from bot.answers import NOTHING_RUNS, STOP_NOTES, STOPPED_MARK, turn_failure_text
-from bot.cluster import ChatLocks
 from bot.commands import new_session_text
 from bot.model_commands import ModelChoice
+from bot.runtime.leases import ChatLocks
 from bot.terminal_commands import TerminalCommands
 from bot.terminal_delivery import TerminalFiles, TerminalNotifier, TerminalReminders
 from bot.wiring import Services

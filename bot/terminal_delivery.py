@@ -1,7 +1,7 @@
 """What reaches the terminal chat outside its own turns: reminders and scheduled tasks, files a code run
 wrote under out/, and notices (a background code job finished, a cap reached).
 
-The terminal is not one of the bot's processes on the database (bot/cluster.py): it holds the reminder
+The terminal is not one of the bot's processes on the database (bot/runtime/replica.py): it holds the reminder
 job's lease under an id no process heartbeats for, so a Telegram bot process on the same database takes the
 lease at once, and while one runs, that process delivers the reminders (in Telegram) and the terminal
 prints none. Only the terminal chat's own schedules fire here: another chat's wait for a bot process, which
@@ -112,7 +112,7 @@ class TerminalReminders:
     ) -> None:
         self.services = services
         self.service = services.schedules.service
-        self.cluster = services.replica.cluster
+        self.store = services.replica.store
         self.me = services.replica.id
         self.chat_id = chat_id
         self.out = out
@@ -164,7 +164,7 @@ class TerminalReminders:
 
     async def tick(self) -> None:
         """Fire the chat's due schedules and show its due firings, while no bot process delivers them."""
-        held = self.cluster.claim_job(LEASE, self.me)
+        held = self.store.claim_job(LEASE, self.me)
         if held != self.delivering:
             if not held:
                 self.out.notice(HANDED_OVER)

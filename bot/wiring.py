@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 from pydantic import SecretStr
 from sqlalchemy import Engine
 
-from bot.cluster import Replica
 from bot.notify import TelegramNotifier
 from bot.outfiles import TelegramFiles
+from bot.runtime.replica import Replica
 from bot.settings import Settings
 from core_tools.agent import Agent, AgentConfig
 from core_tools.llm import AudioClient, LLMClient
@@ -52,8 +52,8 @@ from db.executions import Executions
 from db.jobs import Jobs
 from db.media import MediaFiles
 from db.migrate import upgrade
-from db.replicas import Cluster
 from db.results import ToolResults
+from db.runtime import RuntimeStore
 from db.schedules import Schedules
 from db.series import Series
 from db.task_costs import TaskCosts
@@ -96,7 +96,7 @@ class Services:
     def __post_init__(self) -> None:
         if self.replica is None:
             self.replica = Replica(
-                Cluster(self.engine, timedelta(seconds=self.settings.replica_lease_s)),
+                RuntimeStore(self.engine, timedelta(seconds=self.settings.replica_lease_s)),
                 self.settings.replica_lease_s,
             )
         self.code.alive = self.replica.alive

@@ -8,9 +8,11 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from functools import partial
+from typing import Any, Protocol, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from core_tools.aio import settled
 from core_tools.errors import BudgetExceeded
 from core_tools.llm import LLMClient, estimate_tokens
 from core_tools.media import MediaService
@@ -25,9 +27,13 @@ from core_tools.types import (
     chat_type_of,
     is_private,
 )
-from db.conversations import Conversations, StoredMessage
+from db.conversations import Answer, Conversations, StoredMessage, TurnClosing, TurnOpening
+from db.runtime import TurnMark
+from db.usage import LLMCallRecord
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class TurnSink(Protocol):
@@ -94,9 +100,14 @@ class TurnControl:
     message_ids: list[int] = field(default_factory=list)  # the turn's user messages
     partial: str = ""  # the answer text streamed so far
     # Awaited after each model reply, before it is stored or its tools run: the front end raises
-    # CancelledError there when the turn must not go on (bot/control.py: its chat went to another process).
+    # CancelledError there when the turn must not go on (bot/runtime/runner.py: its chat went to another
+    # process).
     checkpoint: Callable[[], Awaitable[None]] | None = None
     handed_over: bool = False  # cancelled because another process owns the turn's messages now
+    # The turn as published on its chat's lease (bot/runtime): stored with the turn's messages and cleared
+    # with its outcome, in the same transactions. `published` while the lease still shows it.
+    mark: TurnMark | None = None
+    published: bool = False
 
 
 @dataclass(frozen=True)
@@ -117,7 +128,7 @@ class TurnInput:
     # its previous answer is kept but superseded (left out of the history).
     rerun_of: int | None = None
     model: str | None = None  # the chat's model; None: the LLM client's default
-    inbox_ids: tuple[int, ...] = ()  # where the messages waited (db/inbox.py): taken out when stored
+    inbox_ids: tuple[int, ...] = ()  # where the messages waited (db/runtime/inbox.py): taken out when stored
 
     @property
     def all_text(self) -> str:
@@ -337,20 +348,23 @@ class Agent:
         after `control.stop_requested` was set (the user's stop), it keeps the partial answer, stores the
         turn as "stopped" and returns it with stopped_by="user" instead of raising.
         """
-        conv = self.conversations
         control = control or TurnControl()
-        conv.ensure_user(turn.user_id, turn.first_name, turn.username)
-        session = conv.current_session(turn.user_id, turn.chat_id, chat_type=turn.kind)
-        # Stored before any LLM call: a crash, an LLM failure or a usage cap loses nothing the user wrote.
-        if turn.rerun_of is not None:
-            conv.supersede_answer(session.id, turn.rerun_of)
-            conv.set_status(turn.rerun_of, "pending")
-            ids = [turn.rerun_of]
-            conv.inbox.discard(turn.inbox_ids)  # a re-run waited in the inbox as a request only
-        else:
-            # One transaction: into the history (after the previous turn's rows), out of the inbox.
-            texts = ((turn.text, turn.tg_message_id), *turn.more)
-            ids = conv.inbox.store_turn(session.id, turn.user_id, turn.chat_id, texts, turn.inbox_ids)
+        # Stored before any LLM call, in one transaction with the user and session they need and the turn's
+        # mark on its chat's lease: a crash, an LLM failure or a usage cap loses nothing the user wrote.
+        opening = TurnOpening(
+            turn.user_id,
+            turn.chat_id,
+            turn.kind,
+            texts=((turn.text, turn.tg_message_id), *turn.more),
+            inbox_ids=turn.inbox_ids,
+            rerun_of=turn.rerun_of,
+            first_name=turn.first_name,
+            username=turn.username,
+            mark=control.mark,
+        )
+        opened = await self._db(lambda: self.conversations.open_turn(opening))
+        control.published = control.mark is not None
+        session, ids = opened.session, opened.message_ids
         if self.media is not None:
             for media_ids, msg_id in zip((turn.media_ids, *turn.more_media), ids, strict=False):
                 if media_ids:
@@ -360,39 +374,54 @@ class Agent:
             try:
                 self.budget.check(turn.user_id, turn.purpose)
             except BudgetExceeded:
-                conv.set_statuses(ids, "refused")
+                await self._close(turn, session.id, ids, control, "refused")
                 raise
         try:
             async with asyncio.timeout(self.config.turn_timeout_s):
-                result = await self._loop(turn, session.id, ids[0], sink, control)
+                return await self._loop(turn, session.id, ids, sink, control)
         except asyncio.CancelledError:
             if not control.stop_requested:  # shutdown mid-turn: the next start tells the user
                 if not control.handed_over:  # else the process that took the chat over tells the user
-                    conv.set_statuses(ids, "interrupted")
+                    await self._close(turn, session.id, ids, control, "interrupted")
                 raise
             task = asyncio.current_task()
             if task is not None:
                 task.uncancel()  # the stop is handled here: the caller gets the partial answer
-            return self._stopped(turn, session.id, ids, control)
+            return await self._stopped(turn, session.id, ids, control)
         except BaseException:  # LLMUnavailable, TimeoutError, bugs: the bot tells the user
-            conv.set_statuses(ids, "failed")
+            await self._close(turn, session.id, ids, control, "failed")
             raise
-        conv.set_statuses(ids, "answered")
-        return result
 
-    def _stopped(self, turn: TurnInput, session_id: str, ids: list[int], control: TurnControl) -> TurnResult:
+    async def _db(self, call: Callable[[], T]) -> T:
+        """A database call of the turn: off the event loop where it waits on a server (core_tools.aio)."""
+        return await settled(call, off_loop=self.conversations.over_network)
+
+    async def _close(
+        self,
+        turn: TurnInput,
+        session_id: str,
+        ids: list[int],
+        control: TurnControl,
+        status: str,
+        answer: Answer | None = None,
+        llm_call: LLMCallRecord | None = None,
+    ) -> None:
+        """Store how the turn ended (its user messages' status, its last answer and that answer's usage)
+        and clear its mark from the chat's lease, in one transaction."""
+        mark = control.mark if control.published else None
+        closing = TurnClosing(
+            session_id, turn.user_id, turn.chat_id, tuple(ids), status, answer, llm_call, mark
+        )
+        await self._db(lambda: self.conversations.close_turn(closing))
+        control.published = False
+
+    async def _stopped(
+        self, turn: TurnInput, session_id: str, ids: list[int], control: TurnControl
+    ) -> TurnResult:
         """Store a turn the user stopped: its partial answer (marked) and the status "stopped"."""
         partial = control.partial.strip()
-        if partial:
-            self.conversations.add_message(
-                session_id,
-                turn.user_id,
-                turn.chat_id,
-                "assistant",
-                f"{partial}\n\n[stopped by the user]",
-                status="stopped",
-            )
-        self.conversations.set_statuses(ids, "stopped")
+        answer = Answer(f"{partial}\n\n[stopped by the user]", "stopped") if partial else None
+        await self._close(turn, session_id, ids, control, "stopped", answer)
         log.info("chat %s: turn stopped by the user", turn.chat_id)
         return TurnResult(text=partial, stopped_by="user")
 
@@ -406,16 +435,19 @@ class Agent:
             self.media.link(turn.media_ids, msg_id, session.id)
         return msg_id
 
-    def _history(self, session_id: str, user_msg_id: int) -> list[ChatMessage]:
-        stored = self.conversations.messages(
-            session_id, limit=self.config.history_max_messages, since_id=user_msg_id
+    async def _history(self, session_id: str, user_msg_id: int) -> list[ChatMessage]:
+        limit = self.config.history_max_messages
+        stored = await self._db(
+            lambda: self.conversations.messages(session_id, limit=limit, since_id=user_msg_id)
         )
         budget = self.config.history_token_budget
         images: dict[int, tuple[str, ...]] = {}
-        if self.media is not None:
+        media = self.media
+        if media is not None:
             # Images take at most half of the history budget; older ones keep their text stand-ins.
-            images = self.media.images_for([m.id for m in stored if m.role == "user"], budget // 2)
-            budget -= sum(len(v) for v in images.values()) * self.media.config.image_tokens
+            users = [m.id for m in stored if m.role == "user"]
+            images = await self._db(lambda: media.images_for(session_id, users, budget // 2))
+            budget -= sum(len(v) for v in images.values()) * media.config.image_tokens
         return build_history(stored, budget, current_id=user_msg_id, images=images)
 
     def _tool_schemas(self, turn: TurnInput) -> list[dict[str, Any]] | None:
@@ -426,9 +458,10 @@ class Agent:
         return schemas or None
 
     async def _loop(
-        self, turn: TurnInput, session_id: str, user_msg_id: int, sink: TurnSink, control: TurnControl
+        self, turn: TurnInput, session_id: str, ids: list[int], sink: TurnSink, control: TurnControl
     ) -> TurnResult:
         conv = self.conversations
+        user_msg_id = ids[0]
         system = await self._system(turn, session_id)
 
         async def on_delta(partial: str) -> None:
@@ -443,7 +476,7 @@ class Agent:
             # A cap crossed mid-turn: the tools of the step already paid for ran; now only a final answer.
             if rounds and result.stopped_by is None and self._over_budget(turn.user_id):
                 result.stopped_by = "budget"
-            history = self._history(session_id, user_msg_id)
+            history = await self._history(session_id, user_msg_id)
             final_round = result.stopped_by is not None
             messages = [system, *history]
             if final_round:
@@ -456,23 +489,41 @@ class Agent:
                 user_id=turn.user_id,
                 session_id=session_id,
                 model=turn.model,
+                defer_record=True,  # stored with the reply below, in one transaction
             )
-            if control.checkpoint is not None:
-                await control.checkpoint()
-            result.images_dropped = result.images_dropped or reply.images_dropped
-            calls = [] if final_round else reply.tool_calls
-            conv.add_message(
-                session_id,
-                turn.user_id,
-                turn.chat_id,
-                "assistant",
-                reply.content or None,
-                tool_calls=[{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls] or None,
-            )
-            if reply.content.strip():
-                texts.append(reply.content)
-            if not calls:
-                break
+            usage = reply.unrecorded
+            try:
+                if control.checkpoint is not None:
+                    await control.checkpoint()
+                result.images_dropped = result.images_dropped or reply.images_dropped
+                calls = [] if final_round else reply.tool_calls
+                if reply.content.strip():
+                    texts.append(reply.content)
+                record = usage.record if usage is not None else None
+                if not calls:  # the answer: stored with its usage and the turn's end
+                    result.text = texts[-1] if texts else ""
+                    answer = Answer(reply.content or None)
+                    await self._close(turn, session_id, ids, control, "answered", answer, record)
+                    if usage is not None:
+                        usage.stored()
+                    break
+                asked = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls]
+                store = partial(
+                    conv.add_message,
+                    session_id,
+                    turn.user_id,
+                    turn.chat_id,
+                    "assistant",
+                    reply.content or None,
+                    tool_calls=asked,
+                    llm_call=record,
+                )
+                await self._db(store)
+                if usage is not None:
+                    usage.stored()
+            finally:
+                if usage is not None:  # not stored with the reply (the turn stopped here): alone
+                    usage.store_alone()
             outcomes = await self._run_calls(turn, session_id, user_msg_id, reply, calls, seen, sink)
             result.tool_calls += len(calls)
             result.outcomes.extend(outcomes)
@@ -481,7 +532,6 @@ class Agent:
                 result.stopped_by = "repeat_guard"
             elif rounds >= self.config.max_tool_rounds:
                 result.stopped_by = "chain_limit"
-        result.text = texts[-1] if texts else ""
         if result.stopped_by is not None and self.budget is not None:
             self.budget.turn_stopped(turn.user_id, session_id, result.stopped_by)
         return result
@@ -526,14 +576,8 @@ class Agent:
 
         # Concurrent, and gather keeps the order of the calls for the results.
         outcomes = list(await asyncio.gather(*(one(c) for c in calls)))
-        for o in outcomes:
-            self.conversations.add_message(
-                session_id,
-                turn.user_id,
-                turn.chat_id,
-                "tool",
-                o.content,
-                tool_call_id=o.call_id,
-                tool_name=o.name,
-            )
+        results = [(o.content, o.call_id, o.name) for o in outcomes]
+        await self._db(
+            lambda: self.conversations.add_tool_results(session_id, turn.user_id, turn.chat_id, results)
+        )
         return outcomes

@@ -14,7 +14,9 @@ import openai
 from openai import AsyncOpenAI, DefaultAioHttpClient
 
 from core_tools.errors import LLMUnavailable, MediaError
-from core_tools.types import ChatMessage, LLMReply, ToolCallRequest, Usage
+from core_tools.types import ChatMessage, LLMReply, ToolCallRequest, UnrecordedCall, Usage
+from db.attribution import current_task_run
+from db.usage import LLMCallRecord
 
 log = logging.getLogger(__name__)
 
@@ -25,21 +27,7 @@ BACKGROUND_PURPOSES = frozenset({"summary"})  # calls nobody waits on: they use 
 class LLMCallRecorder(Protocol):
     """Where each LLM request is recorded (the database in the app)."""
 
-    def record_llm_call(
-        self,
-        *,
-        user_id: int | None,
-        session_id: str | None,
-        purpose: str,
-        model: str,
-        prompt_tokens: int,
-        completion_tokens: int,
-        cached_tokens: int,
-        tokens_estimated: bool,
-        duration_ms: int,
-        error: str | None,
-        audio_seconds: int = 0,
-    ) -> None: ...
+    def record_llm_call(self, record: LLMCallRecord) -> None: ...
 
 
 class BudgetHold(Protocol):
@@ -177,6 +165,7 @@ class LLMClient:
         user_id: int | None = None,
         session_id: str | None = None,
         model: str | None = None,
+        defer_record: bool = False,
     ) -> LLMReply:
         """Send one streamed request; raise LLMUnavailable (with a user-readable reason) when it fails.
 
@@ -185,6 +174,9 @@ class LLMClient:
 
         Raises BudgetExceeded, before anything is sent, when the user's caps (counting requests in flight)
         are reached; otherwise the request's estimate is reserved until its real usage is recorded.
+        `defer_record`: a successful request's record is not written here but handed to the caller as
+        `reply.unrecorded`, which must settle it (stored with the caller's rows, or alone); a failed or
+        stopped request is recorded here either way.
         """
         model = model or (self.background_model if purpose in BACKGROUND_PURPOSES else self.model)
         has_images = any(m.images for m in messages)
@@ -245,7 +237,16 @@ class LLMClient:
                 reply.usage = Usage(
                     estimate_tokens(prompt_text), estimate_tokens(out_text), 0, estimated=True
                 )
-            self._record(user_id, session_id, purpose, reply.usage, started, None, model)
+            record = _record_of(user_id, session_id, purpose, model, reply.usage, started, None)
+            if defer_record:
+                # The caller stores it (with the turn's answer) and releases the hold after it, with no
+                # await in between (see below).
+                reply.unrecorded = UnrecordedCall(
+                    record, self._store, hold.release if hold is not None else _nothing
+                )
+                hold = None
+            else:
+                self._store(record)
         finally:
             # Recorded first, released second, with no await in between: the spend is never counted twice
             # or not at all by a parallel request's check.
@@ -263,7 +264,10 @@ class LLMClient:
         error: str | None,
         model: str,
     ) -> None:
-        _record_call(self._recorder, user_id, session_id, purpose, model, usage, started, error)
+        self._store(_record_of(user_id, session_id, purpose, model, usage, started, error))
+
+    def _store(self, record: LLMCallRecord) -> None:
+        _store_record(self._recorder, record)
 
     async def _stream(
         self,
@@ -328,8 +332,11 @@ class LLMClient:
         return LLMReply("".join(content), tool_calls, usage, finish, model)
 
 
-def _record_call(
-    recorder: LLMCallRecorder | None,
+def _nothing() -> None:
+    return None
+
+
+def _record_of(
     user_id: int | None,
     session_id: str | None,
     purpose: str,
@@ -338,26 +345,35 @@ def _record_call(
     started: float,
     error: str | None,
     audio_seconds: int = 0,
-) -> None:
-    """One row of the LLM-call log (chat, transcription and speech alike); a failing write is only logged."""
+) -> LLMCallRecord:
+    """The LLM-call log's row of a request (chat, transcription and speech alike), attributed to the
+    scheduled task run it is made for (db/attribution.py) here, where the request is made."""
+    run = current_task_run()
+    return LLMCallRecord(
+        user_id=user_id,
+        session_id=session_id,
+        purpose=purpose,
+        model=model,
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        cached_tokens=usage.cached_tokens,
+        tokens_estimated=usage.estimated,
+        duration_ms=int((time.monotonic() - started) * 1000),
+        error=error,
+        audio_seconds=audio_seconds,
+        schedule_id=run.schedule_id if run is not None else None,
+        firing_id=run.firing_id if run is not None else None,
+    )
+
+
+def _store_record(recorder: LLMCallRecorder | None, record: LLMCallRecord) -> None:
+    """Write one row of the LLM-call log; a failing write is only logged."""
     if recorder is None:
         return
     try:
-        recorder.record_llm_call(
-            user_id=user_id,
-            session_id=session_id,
-            purpose=purpose,
-            model=model,
-            prompt_tokens=usage.prompt_tokens,
-            completion_tokens=usage.completion_tokens,
-            cached_tokens=usage.cached_tokens,
-            tokens_estimated=usage.estimated,
-            duration_ms=int((time.monotonic() - started) * 1000),
-            error=error,
-            audio_seconds=audio_seconds,
-        )
+        recorder.record_llm_call(record)
     except Exception:
-        log.exception("could not record an LLM call (%s)", purpose)
+        log.exception("could not record an LLM call (%s)", record.purpose)
 
 
 def _explain_audio(exc: Exception, what: str, setting: str) -> str:
@@ -508,6 +524,7 @@ class AudioClient:
         audio_seconds: int,
     ) -> None:
         usage = Usage(prompt, completion, 0)
-        _record_call(
-            self._recorder, user_id, session_id, purpose, model, usage, started, error, audio_seconds
+        _store_record(
+            self._recorder,
+            _record_of(user_id, session_id, purpose, model, usage, started, error, audio_seconds),
         )

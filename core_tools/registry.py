@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from core_tools.errors import ToolError
 from core_tools.schema_check import CHECK_SECONDS, CheckTimeout, bounded_validator, check_arguments
 from core_tools.types import ToolCallRequest, ToolContext, ToolOutcome
+from db.usage import ToolCallRecord
 
 log = logging.getLogger(__name__)
 
@@ -44,19 +45,7 @@ def bound_description(text: str, limit: int = MAX_DESCRIPTION_CHARS) -> str:
 class ToolCallRecorder(Protocol):
     """Where the registry logs each call (the database in the app)."""
 
-    def record_tool_call(
-        self,
-        *,
-        user_id: int | None,
-        session_id: str | None,
-        call_id: str,
-        tool: str,
-        arguments: str,
-        ok: bool,
-        result: str,
-        error: str | None,
-        duration_ms: int,
-    ) -> None: ...
+    def record_tool_call(self, record: ToolCallRecord) -> None: ...
 
 
 class ResultStore(Protocol):
@@ -246,15 +235,17 @@ class ToolRegistry:
         if self._recorder is not None:
             try:
                 self._recorder.record_tool_call(
-                    user_id=ctx.user_id,
-                    session_id=ctx.session_id,
-                    call_id=request.id,
-                    tool=request.name,
-                    arguments=request.arguments,
-                    ok=error is None,
-                    result=full,
-                    error=error,
-                    duration_ms=duration_ms,
+                    ToolCallRecord(
+                        user_id=ctx.user_id,
+                        session_id=ctx.session_id,
+                        call_id=request.id,
+                        tool=request.name,
+                        arguments=request.arguments,
+                        ok=error is None,
+                        result=full,
+                        error=error,
+                        duration_ms=duration_ms,
+                    )
                 )
             except Exception:
                 log.exception("could not record tool call %s", request.id)

@@ -6,7 +6,9 @@ import base64
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
+
+R = TypeVar("R")
 
 
 async def _no_progress(_status: str) -> None:
@@ -92,6 +94,36 @@ class Usage:
 
 
 @dataclass
+class UnrecordedCall(Generic[R]):
+    """A successful LLM request whose usage record (db.usage.LLMCallRecord: this module imports no database)
+    its caller stores with rows of its own (a turn's answer and its usage in one transaction). Until
+    `stored` or `store_alone` its budget reservation stays held, so a parallel request's check counts its
+    spend once: as reserved, then as recorded."""
+
+    record: R
+    _store: Callable[[R], None]
+    _release: Callable[[], None]
+    done: bool = False
+
+    def stored(self) -> None:
+        """The caller stored `record` (committed): release the reservation."""
+        if not self.done:
+            self.done = True
+            self._release()
+
+    def store_alone(self) -> None:
+        """Store the record by itself (the caller's transaction did not happen), then release; a no-op once
+        settled."""
+        if self.done:
+            return
+        self.done = True
+        try:
+            self._store(self.record)
+        finally:
+            self._release()
+
+
+@dataclass
 class LLMReply:
     """A finished (streamed) assistant reply."""
 
@@ -102,6 +134,8 @@ class LLMReply:
     model: str = ""
     # The request had images but they were left out: the endpoint cannot see images (LLM_VISION).
     images_dropped: bool = False
+    # Set when the caller asked to store the usage record itself (LLMClient.complete(defer_record=True)).
+    unrecorded: UnrecordedCall[Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, Table, bindparam, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Connection, Engine, Table, bindparam, func, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
-from db.inbox import Inbox
-from db.models import ChatSession, ChatSettings, Message, User, utcnow
+from db.models import ChatSession, ChatSettings, Message, User, new_id, utcnow
+from db.runtime.inbox import Inbox, discard_in, move_into_history
+from db.runtime.store import TurnMark, clear_turn, publish_turn
 from db.topics import Topics
+from db.usage import LLMCallRecord, insert_llm_call
 
 LAST_SEEN_RESOLUTION = timedelta(minutes=1)
 _MESSAGES: Table = Message.__table__  # type: ignore[assignment]
 _SESSIONS: Table = ChatSession.__table__  # type: ignore[assignment]
 _USERS: Table = User.__table__  # type: ignore[assignment]
+_CHAT_SETTINGS: Table = ChatSettings.__table__  # type: ignore[assignment]
 
 # The hot-path statements are built once with bind parameters: building a statement object per call was a
 # visible share of a turn's CPU (bench/bench_chat.py); SQLAlchemy caches their compiled form.
@@ -28,6 +32,19 @@ _TOUCH_SESSION = (
 _SET_STATUS = (
     update(_MESSAGES).where(_MESSAGES.c.id == bindparam("mid")).values(status=bindparam("new_status"))
 )
+_SUPERSEDE = (
+    update(_MESSAGES)
+    .where(
+        _MESSAGES.c.session_id == bindparam("sid"),
+        _MESSAGES.c.id > bindparam("after"),
+        _MESSAGES.c.role != "user",
+        _MESSAGES.c.status != "superseded",
+    )
+    .values(status="superseded")
+)
+_INSERT_SESSION = insert(_SESSIONS)
+_CHAT_MODEL = select(_CHAT_SETTINGS.c.model).where(_CHAT_SETTINGS.c.chat_id == bindparam("cid"))
+_TIMEZONE = select(_USERS.c.timezone).where(_USERS.c.id == bindparam("uid"))
 _OPEN_SESSION = (
     select(
         _SESSIONS.c.id,
@@ -138,20 +155,50 @@ class UserMessage:
 
 
 @dataclass(frozen=True)
-class PendingMessage:
-    """A user message whose turn never finished (the process died mid-turn)."""
+class TurnOpening:
+    """What a turn stores before its first LLM request: its user messages ((text, Telegram id), in order),
+    taken out of the inbox; or, for a /retry or an edit, the stored message it answers again."""
 
-    id: int
     user_id: int
     chat_id: int
-    content: str
+    chat_type: str
+    texts: tuple[tuple[str, int | None], ...] = ()
+    inbox_ids: tuple[int, ...] = ()
+    rerun_of: int | None = None
+    first_name: str | None = None
+    username: str | None = None
+    mark: TurnMark | None = None  # the turn, published on its chat's lease
 
 
-def _ensure_user_row(s: Session, user_id: int) -> None:
-    """Sessions reference users: create a bare user row when a session comes first (e.g. /newsession)."""
-    if s.get(User, user_id) is None:
-        s.add(User(id=user_id))
-        s.flush()
+@dataclass(frozen=True)
+class OpenedTurn:
+    """The session a turn runs in and its user messages' ids."""
+
+    session: SessionInfo
+    message_ids: list[int]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The assistant message that ends a turn (its content may be empty)."""
+
+    content: str | None
+    status: str = "done"  # "stopped": the partial answer of a turn the user stopped
+
+
+@dataclass(frozen=True)
+class TurnClosing:
+    """How a turn ended: its user messages' status, the assistant message that ends it (if any), the usage
+    of the LLM request that wrote it, and the turn's mark to clear from its chat's lease."""
+
+    session_id: str
+    user_id: int
+    chat_id: int
+    message_ids: tuple[int, ...]
+    status: str  # answered | failed | interrupted | refused | stopped
+    answer: Answer | None = None
+    llm_call: LLMCallRecord | None = None
+    mark: TurnMark | None = None
 
 
 class Conversations:
@@ -169,30 +216,57 @@ class Conversations:
         # last_summary() per (user, chat); reset by end_session
         self._summaries: dict[tuple[int, int], tuple[str, str] | None] = {}
         self._session_chats: dict[str, tuple[int, int]] = {}
+        self._postgres: bool = self._engine.dialect.name == "postgresql"
+        dialect: Any = postgresql if self._postgres else sqlite
+        users = dialect.insert(_USERS).values(
+            id=bindparam("uid"),
+            first_name=bindparam("first"),
+            username=bindparam("uname"),
+            created_at=bindparam("now"),
+            last_seen_at=bindparam("now"),
+        )
+        # One statement whether the user is new or not; an empty name never replaces a known one.
+        self._upsert = users.on_conflict_do_update(
+            index_elements=["id"],
+            set_={
+                "first_name": func.coalesce(func.nullif(users.excluded.first_name, ""), _USERS.c.first_name),
+                "username": func.coalesce(func.nullif(users.excluded.username, ""), _USERS.c.username),
+                "last_seen_at": users.excluded.last_seen_at,
+            },
+        ).returning(_USERS.c.timezone)
+        self._bare_user = (
+            dialect.insert(_USERS)
+            .values(id=bindparam("uid"), created_at=bindparam("now"), last_seen_at=bindparam("now"))
+            .on_conflict_do_nothing(index_elements=["id"])
+        )
+
+    @property
+    def over_network(self) -> bool:
+        """Whether a call waits on a database server (PostgreSQL), not on a local file (SQLite)."""
+        return self._postgres
 
     def ensure_user(self, user_id: int, first_name: str | None = None, username: str | None = None) -> None:
         """Create the user on first contact; later refresh the name and (once a minute) the last-seen time."""
         now = utcnow()
-        seen = self._seen.get(user_id)
-        # Hot path: the same user a moment ago with the same names needs no database round trip.
-        if seen is not None and seen[0] == (first_name, username) and now - seen[1] < LAST_SEEN_RESOLUTION:
+        if not self._user_due(user_id, first_name, username, now):
             return
-        try:
-            self._upsert_user(user_id, first_name, username, now)
-        except IntegrityError:  # another process created the user a moment ago: now it is an update
-            self._upsert_user(user_id, first_name, username, now)
+        with self._engine.begin() as conn:
+            self._upsert_user(conn, user_id, first_name, username, now)
         self._seen[user_id] = ((first_name, username), now)
 
-    def _upsert_user(self, user_id: int, first_name: str | None, username: str | None, now: datetime) -> None:
-        with self._sm.begin() as s:
-            user = s.get(User, user_id)
-            if user is None:
-                s.add(User(id=user_id, first_name=first_name, username=username, last_seen_at=now))
-            else:
-                user.first_name = first_name or user.first_name
-                user.username = username or user.username
-                user.last_seen_at = now
-                self._timezones[user_id] = user.timezone
+    def _user_due(self, user_id: int, first_name: str | None, username: str | None, now: datetime) -> bool:
+        """Whether the user's row needs a write: new here, renamed, or last seen over a minute ago."""
+        seen = self._seen.get(user_id)
+        # Hot path: the same user a moment ago with the same names needs no database round trip.
+        return not (
+            seen is not None and seen[0] == (first_name, username) and now - seen[1] < LAST_SEEN_RESOLUTION
+        )
+
+    def _upsert_user(
+        self, conn: Connection, user_id: int, first_name: str | None, username: str | None, now: datetime
+    ) -> None:
+        params = {"uid": user_id, "first": first_name, "uname": username, "now": now}
+        self._timezones[user_id] = conn.execute(self._upsert, params).scalar()
 
     def user_timezone(self, user_id: int) -> str | None:
         """The user's IANA time zone, if they set one (cached; refreshed when the user is next seen, at most a
@@ -200,7 +274,7 @@ class Conversations:
         if user_id in self._timezones:
             return self._timezones[user_id]
         with self._engine.connect() as conn:
-            tz = conn.execute(select(_USERS.c.timezone).where(_USERS.c.id == user_id)).scalar()
+            tz = conn.execute(_TIMEZONE, {"uid": user_id}).scalar()
         self._timezones[user_id] = tz
         return tz
 
@@ -220,15 +294,61 @@ class Conversations:
         """The user's open session in this chat, opening one (of `chat_type`) if there is none.
 
         In a group or supergroup the session is the chat's, shared by everyone who speaks there."""
-        shared = _chat_type(user_id, chat_id, chat_type) != "private"
         with self._engine.connect() as conn:
-            if shared:
-                row = conn.execute(_OPEN_CHAT_SESSION, {"cid": chat_id}).first()
-            else:
-                row = conn.execute(_OPEN_SESSION, {"uid": user_id, "cid": chat_id}).first()
-        if row is not None:
-            return SessionInfo(*row)
+            found = self._open_session(conn, user_id, chat_id, chat_type)
+        if found is not None:
+            return found
         return self.start_session(user_id, chat_id, now=now, chat_type=chat_type)
+
+    @staticmethod
+    def _open_session(
+        conn: Connection, user_id: int, chat_id: int, chat_type: str | None
+    ) -> SessionInfo | None:
+        if _chat_type(user_id, chat_id, chat_type) != "private":
+            row = conn.execute(_OPEN_CHAT_SESSION, {"cid": chat_id}).first()
+        else:
+            row = conn.execute(_OPEN_SESSION, {"uid": user_id, "cid": chat_id}).first()
+        return None if row is None else SessionInfo(*row)
+
+    def _start_session(
+        self,
+        conn: Connection,
+        user_id: int,
+        chat_id: int,
+        name: str | None,
+        started: datetime,
+        chat_type: str | None,
+    ) -> SessionInfo:
+        """Open a session in the caller's transaction (the user's row must exist)."""
+        info = SessionInfo(
+            new_id(),
+            user_id,
+            chat_id,
+            name or f"Session {started:%Y-%m-%d %H:%M}",
+            started,
+            started,
+            None,
+            _chat_type(user_id, chat_id, chat_type),
+        )
+        conn.execute(
+            _INSERT_SESSION,
+            {
+                "id": info.id,
+                "user_id": user_id,
+                "chat_id": chat_id,
+                "chat_type": info.chat_type,
+                "name": info.name,
+                "started_at": started,
+                "last_activity_at": started,
+            },
+        )
+        return info
+
+    def _remember_session(self, session: SessionInfo) -> None:
+        if session.id not in self._session_chats:
+            if len(self._session_chats) > 10_000:  # a bound, not an eviction policy: refilled on demand
+                self._session_chats.clear()
+            self._session_chats[session.id] = (session.user_id, session.chat_id)
 
     def session_chat(self, session_id: str) -> tuple[int, int] | None:
         """(user id, chat id) of a session (cached: they never change)."""
@@ -270,19 +390,64 @@ class Conversations:
     ) -> SessionInfo:
         """Open a new session of the user in this chat (the caller ends the old one first)."""
         started = now or utcnow()
-        with self._sm.begin() as s:
-            _ensure_user_row(s, user_id)
-            new = ChatSession(
-                user_id=user_id,
-                chat_id=chat_id,
-                chat_type=_chat_type(user_id, chat_id, chat_type),
-                name=name or f"Session {started:%Y-%m-%d %H:%M}",
-                started_at=started,
-                last_activity_at=started,
-            )
-            s.add(new)
-            s.flush()
-            return _info(new)
+        with self._engine.begin() as conn:
+            # Sessions reference users: a bare user row when a session comes first (e.g. /newsession).
+            conn.execute(self._bare_user, {"uid": user_id, "now": started})
+            return self._start_session(conn, user_id, chat_id, name, started, chat_type)
+
+    # ------------------------------------------------------------------ a turn's two transactions
+
+    def open_turn(self, o: TurnOpening) -> OpenedTurn:
+        """Store what a turn begins with, in one transaction: the user (first contact, a new name, or a
+        minute since last seen), the session (opened when there is none), the turn's user messages moved
+        from the inbox into the history as pending (or, for a re-run, the old answer superseded), and the
+        turn published on its chat's lease."""
+        now = utcnow()
+        due = self._user_due(o.user_id, o.first_name, o.username, now)
+        with self._engine.begin() as conn:
+            if due:
+                self._upsert_user(conn, o.user_id, o.first_name, o.username, now)
+            session = self._open_session(conn, o.user_id, o.chat_id, o.chat_type)
+            if session is None:
+                if not due:  # the user's row, surely there (seen a moment ago), before its session
+                    conn.execute(self._bare_user, {"uid": o.user_id, "now": now})
+                session = self._start_session(conn, o.user_id, o.chat_id, None, now, o.chat_type)
+            if o.rerun_of is not None:
+                conn.execute(_SUPERSEDE, {"sid": session.id, "after": o.rerun_of})
+                conn.execute(_SET_STATUS, {"mid": o.rerun_of, "new_status": "pending"})
+                discard_in(conn, o.inbox_ids)  # a re-run waited in the inbox as a request only
+                ids = [o.rerun_of]
+            else:
+                # After the previous turn's rows, out of the inbox.
+                ids = move_into_history(
+                    conn, session.id, o.user_id, o.chat_id, o.texts, o.inbox_ids, "pending"
+                )
+            if o.mark is not None:
+                publish_turn(conn, o.mark)
+        if due:
+            self._seen[o.user_id] = ((o.first_name, o.username), now)
+        self._remember_session(session)
+        return OpenedTurn(session, ids)
+
+    def close_turn(self, c: TurnClosing) -> int | None:
+        """Store how a turn ended, in one transaction: its last assistant message (if any) with the usage
+        of the request that wrote it, its user messages' status, and its mark cleared from the chat's lease;
+        returns the assistant message's id."""
+        now = utcnow()
+        msg_id = None
+        with self._engine.begin() as conn:
+            if c.answer is not None:
+                content = c.answer.content
+                row = self._message_row(c.session_id, c.user_id, c.chat_id, "assistant", content, now)
+                row["status"] = c.answer.status
+                msg_id = self._insert_message(conn, row, now)
+            if c.llm_call is not None:
+                insert_llm_call(conn, c.llm_call)
+            if c.message_ids:
+                conn.execute(_SET_STATUS, [{"mid": i, "new_status": c.status} for i in c.message_ids])
+            if c.mark is not None:  # last: on PostgreSQL the lease's row is locked the shortest
+                clear_turn(conn, c.mark)
+        return msg_id
 
     def last_summary(self, user_id: int, chat_id: int | None = None) -> tuple[str, str] | None:
         """(name, summary) of the user's most recently ended session with a summary in this chat (cached);
@@ -313,6 +478,31 @@ class Conversations:
             rows = s.scalars(select(ChatSession).where(ChatSession.ended_at.is_(None))).all()
             return [_info(r) for r in rows]
 
+    @staticmethod
+    def _message_row(
+        session_id: str, user_id: int, chat_id: int, role: str, content: str | None, now: datetime
+    ) -> dict[str, Any]:
+        return {
+            "session_id": session_id,
+            "user_id": user_id,
+            "chat_id": chat_id,
+            "role": role,
+            "content": content,
+            "tool_calls": None,
+            "tool_call_id": None,
+            "tool_name": None,
+            "status": "done",
+            "created_at": now,
+            "tg_message_id": None,
+        }
+
+    @staticmethod
+    def _insert_message(conn: Connection, row: dict[str, Any], now: datetime) -> int:
+        key = conn.execute(_INSERT_MESSAGE, row).inserted_primary_key
+        conn.execute(_TOUCH_SESSION, {"sid": row["session_id"], "at": now})
+        assert key is not None
+        return int(key[0])
+
     def add_message(
         self,
         session_id: str,
@@ -326,30 +516,43 @@ class Conversations:
         tool_name: str | None = None,
         status: str = "done",
         tg_message_id: int | None = None,
+        llm_call: LLMCallRecord | None = None,
     ) -> int:
-        """Store one message and mark the session active; returns its id."""
+        """Store one message and mark the session active (with `llm_call`, the usage of the request that
+        wrote it, in the same transaction); returns its id."""
         now = utcnow()
         # Core statements on the table, not the ORM: this runs several times per turn on the event loop
         # (0.5 ms against 2 ms for the ORM path, measured with bench/bench_chat.py's helpers).
-        row = {
-            "session_id": session_id,
-            "user_id": user_id,
-            "chat_id": chat_id,
-            "role": role,
-            "content": content,
-            "tool_calls": tool_calls,
-            "tool_call_id": tool_call_id,
-            "tool_name": tool_name,
-            "status": status,
-            "created_at": now,
-            "tg_message_id": tg_message_id,
-        }
+        row = self._message_row(session_id, user_id, chat_id, role, content, now)
+        row.update(
+            tool_calls=tool_calls,
+            tool_call_id=tool_call_id,
+            tool_name=tool_name,
+            status=status,
+            tg_message_id=tg_message_id,
+        )
         with self._engine.begin() as conn:
-            result = conn.execute(_INSERT_MESSAGE, row)
-            conn.execute(_TOUCH_SESSION, {"sid": session_id, "at": now})
-            key = result.inserted_primary_key
-            assert key is not None
-            return int(key[0])
+            msg_id = self._insert_message(conn, row, now)
+            if llm_call is not None:
+                insert_llm_call(conn, llm_call)
+            return msg_id
+
+    def add_tool_results(
+        self, session_id: str, user_id: int, chat_id: int, results: Sequence[tuple[str, str, str]]
+    ) -> None:
+        """Store one round's tool results ((content, call id, tool name), in the order of the calls) in one
+        transaction."""
+        now = utcnow()
+        rows = []
+        for content, call_id, name in results:
+            row = self._message_row(session_id, user_id, chat_id, "tool", content, now)
+            row.update(tool_call_id=call_id, tool_name=name)
+            rows.append(row)
+        if rows:
+            with self._engine.begin() as conn:
+                for row in rows:  # one by one: the ids keep the order of the calls
+                    conn.execute(_INSERT_MESSAGE, row)
+                conn.execute(_TOUCH_SESSION, {"sid": session_id, "at": now})
 
     def set_status(self, message_id: int, status: str) -> None:
         """Change a user message's status (pending -> answered | failed | interrupted | refused)."""
@@ -366,16 +569,7 @@ class Conversations:
         """Mark the answer to a user message (every later non-user message of the session) superseded:
         kept in the database, left out of the history the model sees. Returns how many rows changed."""
         with self._engine.begin() as conn:
-            result = conn.execute(
-                update(_MESSAGES)
-                .where(
-                    _MESSAGES.c.session_id == session_id,
-                    _MESSAGES.c.id > user_message_id,
-                    _MESSAGES.c.role != "user",
-                    _MESSAGES.c.status != "superseded",
-                )
-                .values(status="superseded")
-            )
+            result = conn.execute(_SUPERSEDE, {"sid": session_id, "after": user_message_id})
             return int(result.rowcount or 0)
 
     def _user_message(self, conn: Any, row: Any) -> UserMessage:
@@ -444,9 +638,9 @@ class Conversations:
 
     def chat_model(self, chat_id: int) -> str | None:
         """The model this chat chose, or None for the default."""
-        with self._sm() as s:
-            row = s.get(ChatSettings, chat_id)
-            return None if row is None else row.model
+        with self._engine.connect() as conn:
+            model: str | None = conn.execute(_CHAT_MODEL, {"cid": chat_id}).scalar()
+        return model
 
     def set_chat_model(self, chat_id: int, model: str | None, by_user: int) -> None:
         """Choose the chat's model (None: back to the default)."""
@@ -466,16 +660,3 @@ class Conversations:
                 params = {"sid": session_id, "first": since_id, "before": rows[0][0]}
                 rows = [*conn.execute(_HISTORY_BETWEEN, params).all(), *rows]
         return [StoredMessage(*row) for row in rows]
-
-    def take_pending(self, chat_id: int | None = None) -> list[PendingMessage]:
-        """User messages left pending by a process that died (in one chat, or everywhere); marks them
-        interrupted."""
-        query = select(Message).where(Message.role == "user", Message.status == "pending")
-        if chat_id is not None:
-            query = query.where(Message.chat_id == chat_id)
-        with self._sm.begin() as s:
-            rows = s.scalars(query).all()
-            out = [PendingMessage(m.id, m.user_id, m.chat_id, m.content or "") for m in rows]
-            for m in rows:
-                m.status = "interrupted"
-            return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, Table, insert, select, update
+from sqlalchemy import Engine, Table, bindparam, insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from db.models import MediaFile, utcnow
@@ -53,6 +53,29 @@ class NewMediaFile:
     duration_s: int | None = None
     text_chars: int | None = None
     detail: str | None = None
+
+
+# Every turn looks for the images of its history's messages (one session's): built once, in MediaRow's order.
+_FOR_MESSAGES = (
+    select(
+        _TABLE.c.id,
+        _TABLE.c.user_id,
+        _TABLE.c.chat_id,
+        _TABLE.c.session_id,
+        _TABLE.c.message_id,
+        _TABLE.c.kind,
+        _TABLE.c.file_name,
+        _TABLE.c.mime_type,
+        _TABLE.c.size,
+        _TABLE.c.sha256,
+        _TABLE.c.duration_s,
+        _TABLE.c.text_chars,
+        _TABLE.c.status,
+        _TABLE.c.detail,
+    )
+    .where(_TABLE.c.session_id == bindparam("sid"), _TABLE.c.message_id >= bindparam("first"))
+    .order_by(_TABLE.c.id)
+)
 
 
 def _row(m: MediaFile) -> MediaRow:
@@ -138,10 +161,12 @@ class MediaFiles:
             q = select(MediaFile).where(MediaFile.session_id == session_id).order_by(MediaFile.id)
             return [_row(m) for m in s.scalars(q)]
 
-    def for_messages(self, message_ids: Sequence[int]) -> list[MediaRow]:
-        """The files of some messages, oldest first."""
+    def for_messages(self, session_id: str, message_ids: Sequence[int]) -> list[MediaRow]:
+        """The files of some messages of a session, oldest first (read by the session's index: a history's
+        hundred message ids in an IN list cost more than the few files a session has)."""
         if not message_ids:
             return []
-        with self._sm() as s:
-            q = select(MediaFile).where(MediaFile.message_id.in_(list(message_ids))).order_by(MediaFile.id)
-            return [_row(m) for m in s.scalars(q)]
+        wanted = set(message_ids)
+        with self._engine.connect() as conn:
+            rows = conn.execute(_FOR_MESSAGES, {"sid": session_id, "first": min(wanted)})
+            return [MediaRow(*tuple(r)) for r in rows if r.message_id in wanted]

@@ -188,7 +188,7 @@ class Replica(Base):
     __tablename__ = "replicas"
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    # Where `pid` means something: boot id, pid namespace and hostname (bot/cluster.py, pid_space).
+    # Where `pid` means something: boot id, pid namespace and hostname (bot/runtime/replica.py, pid_space).
     host: Mapped[str] = mapped_column(String(255))
     pid: Mapped[int] = mapped_column(Integer)
     pid_start: Mapped[str] = mapped_column(String(32))  # when that pid started (a reused pid is another)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Engine, Table, case, delete, func, insert, select
+from sqlalchemy import Connection, Engine, Table, case, delete, func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -28,6 +28,51 @@ _TOOL_CALLS: Table = ToolCallLog.__table__  # type: ignore[assignment]
 _INSERT_TOOL_CALL = insert(_TOOL_CALLS)  # and this on every tool call (an MCP call's overhead is mostly this)
 
 
+@dataclass(frozen=True)
+class LLMCallRecord:
+    """One LLM request as the usage log keeps it: chat, background, embedding, transcription or speech,
+    successful or not (`audio_seconds` for a transcription)."""
+
+    user_id: int | None
+    session_id: str | None
+    purpose: str
+    model: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    tokens_estimated: bool = False  # the server reported no usage: the tokens are estimated
+    duration_ms: int = 0
+    error: str | None = None
+    audio_seconds: int = 0
+    # The scheduled task run the call was made for (db/attribution.py), taken where the call was made: a
+    # record stored later (with a turn's answer) or from another thread keeps it. None: the context's.
+    schedule_id: int | None = None
+    firing_id: int | None = None
+
+
+@dataclass(frozen=True)
+class ToolCallRecord:
+    """One tool call as the usage log keeps it, with its full result."""
+
+    user_id: int | None
+    session_id: str | None
+    call_id: str
+    tool: str
+    arguments: str
+    ok: bool
+    result: str
+    error: str | None
+    duration_ms: int
+
+
+def insert_llm_call(conn: Connection, record: LLMCallRecord) -> None:
+    """Store an LLM call record in the caller's transaction (a turn's answer and its usage go together)."""
+    row = {**vars(record), "created_at": utcnow()}
+    if record.schedule_id is None and record.firing_id is None:
+        row.update(task_run_columns())  # the scheduled task run it was made for, if any
+    conn.execute(_INSERT_LLM_CALL, row)
+
+
 class UsageLog:
     """Writes one row per LLM call and per tool call."""
 
@@ -35,73 +80,16 @@ class UsageLog:
         self._sm = sessions
         self._engine: Engine = sessions.kw["bind"]
 
-    def record_llm_call(
-        self,
-        *,
-        user_id: int | None,
-        session_id: str | None,
-        purpose: str,
-        model: str,
-        prompt_tokens: int,
-        completion_tokens: int,
-        cached_tokens: int,
-        tokens_estimated: bool,
-        duration_ms: int,
-        error: str | None,
-        audio_seconds: int = 0,
-    ) -> None:
-        """Store one LLM request, successful or not (`audio_seconds` for a transcription)."""
+    def record_llm_call(self, record: LLMCallRecord) -> None:
+        """Store one LLM request, successful or not."""
         # A Core insert: this runs on every LLM call, on the event loop.
         with self._engine.begin() as conn:
-            conn.execute(
-                _INSERT_LLM_CALL,
-                {
-                    "user_id": user_id,
-                    "session_id": session_id,
-                    "purpose": purpose,
-                    "model": model,
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": completion_tokens,
-                    "cached_tokens": cached_tokens,
-                    "tokens_estimated": tokens_estimated,
-                    "duration_ms": duration_ms,
-                    "error": error,
-                    "audio_seconds": audio_seconds,
-                    "created_at": utcnow(),
-                    **task_run_columns(),  # the scheduled task run it was made for, if any
-                },
-            )
+            insert_llm_call(conn, record)
 
-    def record_tool_call(
-        self,
-        *,
-        user_id: int | None,
-        session_id: str | None,
-        call_id: str,
-        tool: str,
-        arguments: str,
-        ok: bool,
-        result: str,
-        error: str | None,
-        duration_ms: int,
-    ) -> None:
+    def record_tool_call(self, record: ToolCallRecord) -> None:
         """Store one tool call with its full result."""
         with self._engine.begin() as conn:
-            conn.execute(
-                _INSERT_TOOL_CALL,
-                {
-                    "user_id": user_id,
-                    "session_id": session_id,
-                    "call_id": call_id,
-                    "tool": tool,
-                    "arguments": arguments,
-                    "ok": ok,
-                    "result": result,
-                    "error": error,
-                    "duration_ms": duration_ms,
-                    "created_at": utcnow(),
-                },
-            )
+            conn.execute(_INSERT_TOOL_CALL, {**vars(record), "created_at": utcnow()})
 
 
 @dataclass(frozen=True)

@@ -200,14 +200,19 @@ class MediaService:
         )
         return self.record(row, data)
 
-    def images_for(self, message_ids: Sequence[int], budget_tokens: int) -> dict[int, tuple[str, ...]]:
-        """Data URLs of the most recent images among these messages, within the count and token budget."""
+    def images_for(
+        self, session_id: str, message_ids: Sequence[int], budget_tokens: int
+    ) -> dict[int, tuple[str, ...]]:
+        """Data URLs of the most recent images among these messages of a session, within the count and
+        token budget."""
         if self.config.history_images <= 0:
             return {}
         # At least one: the image of the message being answered goes in even under a tight budget.
         fits = max(0, budget_tokens) // max(1, self.config.image_tokens)
         most = max(1, min(self.config.history_images, fits))
-        rows = [r for r in self.rows.for_messages(message_ids) if r.kind in IMAGE_KINDS and r.sha256]
+        rows = [
+            r for r in self.rows.for_messages(session_id, message_ids) if r.kind in IMAGE_KINDS and r.sha256
+        ]
         chosen = rows[-most:]
         out: dict[int, list[str]] = {}
         for row in chosen:

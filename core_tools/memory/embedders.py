@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import httpx
 
+from db.usage import LLMCallRecord
+
 if TYPE_CHECKING:  # protocols only: this module must not import openai (core_tools.llm does)
     from core_tools.llm import BudgetGate, LLMCallRecorder
 
@@ -260,18 +262,18 @@ class OpenAIEmbedder:
             return
         try:
             self._recorder.record_llm_call(
-                user_id=user_id,
-                session_id=None,
-                purpose=PURPOSE,
-                model=self.model,
-                # A failed request counts no tokens (as a failed chat call); a server that reports no usage
-                # gets an estimate, marked as such.
-                prompt_tokens=tokens if tokens is not None else (0 if error else _estimate_tokens(texts)),
-                completion_tokens=0,
-                cached_tokens=0,
-                tokens_estimated=tokens is None and error is None,
-                duration_ms=int((time.monotonic() - started) * 1000),
-                error=error,
+                LLMCallRecord(
+                    user_id=user_id,
+                    session_id=None,
+                    purpose=PURPOSE,
+                    model=self.model,
+                    # A failed request counts no tokens (as a failed chat call); a server that reports no
+                    # usage gets an estimate, marked as such.
+                    prompt_tokens=tokens if tokens is not None else (0 if error else _estimate_tokens(texts)),
+                    tokens_estimated=tokens is None and error is None,
+                    duration_ms=int((time.monotonic() - started) * 1000),
+                    error=error,
+                )
             )
         except Exception:
             log.exception("could not record an embedding call")

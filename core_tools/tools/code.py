@@ -257,7 +257,7 @@ class CodeTool:
         self.jobs_db = jobs_db
         self.runner = f"{socket.gethostname()}:{os.getpid()}"
         # Whether the process that runs a job (by `runner`) is alive; set where several processes share the
-        # database (bot/cluster.py), else the host:pid test below.
+        # database (bot/runtime/replica.py), else the host:pid test below.
         self.alive: Callable[[str], bool] | None = None
         self._closing = False
         # Parallel tool calls of one reply run concurrently: these bound what they can start at once.

@@ -8,7 +8,7 @@ Telegram numbers updates per bot, so after a token switch (a test bot, then the 
 first update ids can be ones the old bot already had; keyed by update id alone, they were dropped as
 duplicates. The table is keyed by (bot_id, update_id) now; bot_id is the numeric id in the token (never the
 token itself). The rows it held are dropped: they name no bot, and they only matter for a day (the dedup
-window, db/replicas.py), so at worst an update delivered again across the upgrade is answered twice.
+window, db/runtime/store.py), so at worst an update delivered again across the upgrade is answered twice.
 Every bot process must run this version (the old code's INSERT names no bot).
 """
 

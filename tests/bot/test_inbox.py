@@ -9,7 +9,8 @@ from typing import Any
 
 from sqlalchemy import Engine, select
 
-from bot.control import Incoming, TurnRunner
+from bot.runtime.queue import Incoming
+from bot.runtime.runner import TurnRunner
 from core_tools.types import ToolContext
 from db.engine import make_engine
 from db.models import InboxMessage, Message, Replica
@@ -57,7 +58,7 @@ async def test_kill_9_while_a_message_waits_then_restart_answers_it(
     llm.script(text("Casa Alfama has rooms."))
     async with running_bot(tmp_path, tg, llm) as h:
         # Restarted on the same host in the same pid namespace, where the old pid is provably gone: the
-        # killed process is forgotten at once, not after its heartbeat's lease (bot/cluster.py).
+        # killed process is forgotten at once, not after its heartbeat's lease (bot/runtime/replica.py).
         with h.services.engine.connect() as conn:
             assert conn.execute(select(Replica.id)).scalars().all() == [h.services.replica.id]
         notice = await h.final_text(OWNER, "I was restarted", timeout=30)

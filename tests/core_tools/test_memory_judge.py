@@ -25,7 +25,7 @@ from core_tools.usage.caps import Caps
 from core_tools.usage.service import UsageService
 from db.engine import make_sessionmaker
 from db.models import LLMCall
-from db.usage import UsageLog, UsageQueries
+from db.usage import LLMCallRecord, UsageLog, UsageQueries
 from tests.fakes.openai_api import FakeLLM, TextStep
 from tests.fakes.openai_api import text as reply
 
@@ -159,16 +159,9 @@ async def test_without_llm_or_over_a_cap_the_store_adds(
     )
     try:
         UsageLog(sm).record_llm_call(
-            user_id=2,
-            session_id=None,
-            purpose="chat",
-            model="m",
-            prompt_tokens=10,
-            completion_tokens=10,
-            cached_tokens=0,
-            tokens_estimated=False,
-            duration_ms=1,
-            error=None,
+            LLMCallRecord(
+                user_id=2, session_id=None, purpose="chat", model="m", prompt_tokens=10, completion_tokens=10
+            )
         )
         judged = MemoryStore(sm, embedder, judge=MemoryJudge(client))
         llm.default = answer({"action": "SUPERSEDE", "id": 1})

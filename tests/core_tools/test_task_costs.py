@@ -22,7 +22,7 @@ from core_tools.usage.service import UsageService
 from db.attribution import TaskRun, current_task_run, running_task
 from db.models import LLMCall
 from db.task_costs import TaskCosts
-from db.usage import UsageLog, UsageQueries
+from db.usage import LLMCallRecord, UsageLog, UsageQueries
 from tests.fakes.openai_api import FakeLLM, text
 
 USER = 7
@@ -41,23 +41,20 @@ def record(
 ) -> None:
     """One recorded LLM call, made inside `run` (or outside any task run)."""
     log = UsageLog(sm)
-    kwargs = dict(
+    record = LLMCallRecord(
         user_id=USER,
         session_id=None,
         purpose="scheduled",
         model=model,
         prompt_tokens=prompt,
         completion_tokens=completion,
-        cached_tokens=0,
-        tokens_estimated=False,
         duration_ms=5,
-        error=None,
     )
     if run is None:
-        log.record_llm_call(**kwargs)  # type: ignore[arg-type]
+        log.record_llm_call(record)
     else:
         with running_task(run):
-            log.record_llm_call(**kwargs)  # type: ignore[arg-type]
+            log.record_llm_call(record)
 
 
 def test_a_task_limit_holds_reservations_like_a_cap(db_sessions: sessionmaker[Session]) -> None:

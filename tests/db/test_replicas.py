@@ -8,16 +8,15 @@ from datetime import timedelta
 
 from sqlalchemy import Engine, update
 
-from db.inbox import Inbox
 from db.models import Replica, UpdateSeen, utcnow
-from db.replicas import DEDUP_WINDOW, Cluster
+from db.runtime import DEDUP_WINDOW, Inbox, RuntimeStore
 
 LEASE = timedelta(seconds=15)
 
 
-def cluster_of(engine: Engine, *names: str) -> Cluster:
-    """A Cluster with processes `names` registered and alive."""
-    cluster = Cluster(engine, LEASE)
+def cluster_of(engine: Engine, *names: str) -> RuntimeStore:
+    """A RuntimeStore with processes `names` registered and alive."""
+    cluster = RuntimeStore(engine, LEASE)
     for n, name in enumerate(names):
         cluster.join(name, "host/boot", 100 + n, "1")
     return cluster

@@ -1,14 +1,18 @@
 """The per-chat turn runner: one turn at a time per chat, bursts as one turn, /stop, /retry and edits,
 across any number of processes on one database.
 
+A turn reads: take the next batch from the chat's queue, run it, store the outcome. The agent stores the
+batch's messages (out of the inbox, into the history) in the transaction that publishes the turn on the
+chat's lease, and its answer with the answer's usage in the one that clears it (core_tools/agent.py).
+
 A message that arrives while its chat is idle waits `debounce_s` for more (each new one restarts the wait,
 up to four times the debounce in all); then everything waiting goes into one turn. Messages that arrive
 while a turn runs wait in the inbox and, when it ends, go into the next turn together (one turn each when
-merging is off). The inbox is the queue, in Telegram's update order: whichever process holds the chat's
-lease (bot/cluster.py) takes its messages, so two processes never answer one chat at once. The handler
-task of the message that found the chat free drives it until its inbox is empty, so PTB still owns every
-task (shutdown cancels them); the turn itself runs in a task of its own that `/stop` cancels, also when
-the /stop reached another process.
+merging is off). The inbox is the queue, in Telegram's update order (bot/runtime/queue.py): whichever
+process holds the chat's lease (bot/runtime/leases.py) takes its messages, so two processes never answer
+one chat at once. The handler task of the message that found the chat free drives it until its inbox is
+empty, so PTB still owns every task (shutdown cancels them); the turn itself runs in a task of its own that
+`/stop` cancels, also when the /stop reached another process (bot/runtime/stops.py).
 
 A "chat" here is a conversation key (db/topics.py): the chat id, or a forum topic's own key, so each topic
 of a forum queues, leases, stops and answers on its own; `place` says where its messages go in Telegram.
@@ -16,10 +20,6 @@ of a forum queues, leases, stops and answers on its own; `place` says where its 
 A process that finds a chat taken over by another one (it was silent past the lease: frozen, starved, cut off
 from the database) stops that chat's turn without a word: the other process told the user. Until it knows,
 the turn neither shows nor keeps anything (`ChatLeases.confirm` before every message, edit and stored reply).
-
-Voice notes, photos and files (bot/media.py) come here once downloaded, transcribed or read, as an
-`Incoming` carrying their media rows (and, for a voice note, the transcript the answer quotes), so they
-queue, merge, stop and wait in the inbox exactly like text.
 """
 
 from __future__ import annotations
@@ -28,88 +28,30 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime
+from typing import TypeVar
 
 from telegram import Bot
 from telegram.error import TelegramError
 
-from bot.answers import deliver
-from bot.cluster import ChatLeases, ChatLocks, Hold
+from bot.answers import NOT_YOURS, deliver
+from bot.runtime.leases import ChatLeases, ChatLocks, Hold
+from bot.runtime.queue import ChatQueue, Incoming
+from bot.runtime.stops import Running, Stops
 from bot.streaming import StreamingReply, typing_indicator
-from core_tools.agent import Agent, TurnControl, TurnInput, TurnResult
-from core_tools.aio import wait_event
+from core_tools.agent import Agent, TurnControl, TurnInput
+from core_tools.aio import settled, wait_event
 from core_tools.tools.code import CodeTool
 from db.conversations import Conversations
-from db.inbox import Queued
-from db.replicas import Cluster
+from db.runtime import RuntimeStore, TurnMark
 from db.topics import Place
 
 log = logging.getLogger(__name__)
 
-NOTHING_RUNS = "Nothing is running in this chat, so there is nothing to stop."
-NOT_YOURS = "Only the person who asked, or the bot's owner, can {action} this."
-STOP_WAIT_S = 20.0  # how long a /stop waits for another process to end the turn
 SETTLE_POLL_S = 0.2  # how often the debounce looks for messages another process stored
 
-
-@dataclass
-class Incoming:
-    """A message (or a re-run of a stored one) for its chat's next turn."""
-
-    user_id: int
-    chat_id: int
-    text: str
-    first_name: str | None
-    username: str | None
-    chat_type: str
-    tg_message_id: int | None = None
-    rerun_of: int | None = None  # a stored user message to answer again (/retry, an edit)
-    reply_to: int | None = None  # the Telegram message the answer refers to (an edit)
-    inbox_id: int | None = None  # where it waits in the database (db/inbox.py) until its turn stores it
-    media_ids: tuple[int, ...] = ()  # media_files rows of a voice note, photo, album or file
-    heard: str | None = None  # a voice note's transcript: the answer quotes it on top
-    speak: bool = False  # a voice note: the answer also goes out as a voice note
-    typing_at: float | None = None  # when "typing" was last shown for it (its transcription), monotonic
-    update_id: int | None = None  # the Telegram update it came in (the chat's queue is in this order)
-
-    def media(self) -> dict[str, object] | None:
-        """What the inbox keeps of the media (None for plain text)."""
-        if not self.media_ids and self.heard is None:
-            return None
-        return {"ids": list(self.media_ids), "heard": self.heard, "speak": self.speak}
-
-    @classmethod
-    def waiting(cls, q: Queued) -> Incoming:
-        """A message as it waits in the inbox."""
-        media = q.media or {}
-        return cls(
-            q.user_id,
-            q.chat_id,
-            q.content,
-            q.first_name,
-            q.username,
-            q.chat_type,
-            tg_message_id=q.tg_message_id,
-            rerun_of=q.rerun_of,
-            reply_to=q.reply_to,
-            inbox_id=q.id,
-            media_ids=tuple(media.get("ids") or ()),
-            heard=media.get("heard"),
-            speak=bool(media.get("speak")),
-            update_id=q.update_id,
-        )
-
-
-@dataclass
-class Running:
-    """The turn a chat is running."""
-
-    number: int
-    owner_id: int
-    control: TurnControl
-    task: asyncio.Task[TurnResult]
-    released: asyncio.Event = field(default_factory=asyncio.Event)  # the turn and its jobs are gone
+T = TypeVar("T")
 
 
 class ChatState:
@@ -128,10 +70,10 @@ class ChatState:
 class TurnRunner:
     """Runs the turns of every chat this process drives: queueing, merging, stopping, re-running.
 
-    The inbox table is the queue. A message is stored, then the process that stored it takes the chat's
-    lease if no live process holds it and drives the chat until its inbox is empty; a process already
-    driving it (here or elsewhere) takes the message in its next turn; a chat left over (no free slot here,
-    a process died) is taken by whichever process finds it first (bot/cluster.py)."""
+    A message is stored (with its chat's claim when no holder is here), then the process holding the chat
+    drives it until its inbox is empty; a process already driving it (here or elsewhere) takes the message
+    in its next turn; a chat left over (no free slot here, a process died) is taken by whichever process
+    finds it first (bot/runtime/replica.py)."""
 
     def __init__(
         self,
@@ -151,20 +93,21 @@ class TurnRunner:
     ) -> None:
         self.agent = agent
         self.conversations = conversations
-        self.inbox = conversations.inbox
         self.code = code
         self.chats = chats
-        self.cluster: Cluster = chats.cluster
+        self.store: RuntimeStore = chats.store
+        self.queue = ChatQueue(self.store, conversations.inbox, merge_bursts=merge_bursts)
+        self.stops = Stops(self.store, self._running_here)
         self.debounce_s = debounce_s
-        self.merge_bursts = merge_bursts
         self.edit_interval_s = edit_interval_s
         self.model_for = model_for
         self.locks = locks or ChatLocks(chats)
         self.speak = speak  # the answer to a voice note as a voice note too (bot/media.py)
         self.max_chats = max_chats  # chats driven at once here (MAX_CONCURRENT_TURNS; 0: no limit)
-        self.on_free = on_free  # a slot came free: look for chats nobody drives
+        self.on_free = on_free  # a slot came free after one was refused: look for chats nobody drives
         self._states: dict[int, ChatState] = {}
         self._typing: dict[int, float] = {}  # inbox id -> when "typing" was shown for it here
+        self._refused = False  # a chat was left undriven for want of a slot
         chats.on_lost = self.lost
 
     def place(self, chat_id: int) -> Place:
@@ -185,50 +128,63 @@ class TurnRunner:
         """How many more chats this process may drive."""
         return 1000 if self.max_chats <= 0 else max(0, self.max_chats - len(self._states))
 
-    def busy(self, chat_id: int) -> bool:
+    async def _db(self, call: Callable[[], T]) -> T:
+        """A database call: off the event loop where it waits on a server (core_tools.aio.settled)."""
+        return await settled(call, off_loop=self.store.over_network)
+
+    async def busy(self, chat_id: int) -> bool:
         """Whether the chat has a turn running (in any process) or messages waiting."""
-        state = self._states.get(chat_id)
-        if state is not None and state.running is not None:
+        if self._running_here(chat_id) is not None:
             return True
-        return self.inbox.has_waiting(chat_id) or self.cluster.running(chat_id) is not None
+        return await self._db(
+            lambda: self.queue.has_waiting(chat_id) or self.store.running(chat_id) is not None
+        )
+
+    def _running_here(self, chat_id: int) -> Running | None:
+        state = self._states.get(chat_id)
+        return state.running if state is not None else None
 
     async def submit(self, bot: Bot, item: Incoming) -> None:
         """Store a message; drive its chat unless a process already does (it takes the message next)."""
+        hold: Hold | None = None
         if item.inbox_id is None:
             # In the database before any wait: a restart during the debounce or another turn loses nothing.
-            item.inbox_id = self.inbox.put(
-                item.user_id,
-                item.chat_id,
-                item.chat_type,
-                item.text,
-                first_name=item.first_name,
-                username=item.username,
-                tg_message_id=item.tg_message_id,
-                media=item.media(),
-                update_id=item.update_id,
-                rerun_of=item.rerun_of,
-                reply_to=item.reply_to,
+            # Its chat is claimed in the same transaction when nothing here holds it. On the event loop, as
+            # is the inbox's read below: from a message's arrival to its turn's task nothing else runs here
+            # (a /stop right after a message finds its turn).
+            claim = (
+                item.chat_id not in self._states and not self.chats.holds(item.chat_id) and self.free() > 0
             )
+            arrival = self.queue.put(item, claim_for=self.chats.me if claim else None)
+            if arrival.inbox_id is None:
+                log.info("update %s was already handled; dropped", item.update_id)
+                return
+            item.inbox_id = arrival.inbox_id
+            if arrival.claimed is not None:
+                hold = self.chats.adopt(arrival.claimed)
         if item.typing_at is not None:
             self._typing[item.inbox_id] = item.typing_at
-        await self.drive(bot, item.chat_id)
+        await self.drive(bot, item.chat_id, hold)
 
-    async def drive(self, bot: Bot, chat_id: int) -> None:
+    async def drive(self, bot: Bot, chat_id: int, hold: Hold | None = None) -> None:
         """Answer what waits in the chat, holding its lease, until nothing does (a no-op when a process
-        drives it already, or when this one has no free slot: another process, or a later look, takes it)."""
+        drives it already, or when this one has no free slot: another process, or a later look, takes it).
+        `hold`: the chat was claimed with the message that brought this here."""
         state = self._states.get(chat_id)
         if state is not None:
             state.arrived.set()
             return
-        if self.free() <= 0:
-            return
-        hold = self.chats.try_take(chat_id)
         if hold is None:
-            return
+            if self.free() <= 0:
+                self._refused = True
+                return
+            hold = self.chats.try_take(chat_id)
+            if hold is None:
+                return
         state = self._states[chat_id] = ChatState(hold)
         try:
-            if hold.new:  # nobody held it: a turn still pending in it was cut when its process died
-                await self._report_interrupted(bot, chat_id)
+            if hold.interrupted:  # a turn still pending in it was cut when its process died
+                await self._report_interrupted(bot, hold)
             while not state.lost:
                 await self._drive(bot, chat_id, state)
                 # No await from the empty inbox to here: a message stored in this process meanwhile is
@@ -241,7 +197,9 @@ class TurnRunner:
             raise
         finally:
             del self._states[chat_id]
-            self.on_free()
+            if self._refused:  # a slot came free: look for the chats left undriven
+                self._refused = False
+                self.on_free()
 
     def lost(self, chat_id: int) -> None:
         """Another process took the chat over (this one was silent past the lease): its turn here stops
@@ -264,9 +222,9 @@ class TurnRunner:
             self.lost(state.hold.chat_id)
         return not state.lost
 
-    async def _report_interrupted(self, bot: Bot, chat_id: int) -> None:
+    async def _report_interrupted(self, bot: Bot, hold: Hold) -> None:
         """Tell the chat about messages whose turn a stopped process could not finish."""
-        for pending in self.conversations.take_pending(chat_id):
+        for pending in hold.interrupted:
             snippet = pending.content if len(pending.content) <= 80 else pending.content[:77] + "..."
             place = self.place(pending.chat_id)
             try:
@@ -277,36 +235,47 @@ class TurnRunner:
                     message_thread_id=place.thread_id,
                 )
             except TelegramError as exc:
-                log.warning("could not tell chat %s about an interrupted message: %s", chat_id, exc)
+                log.warning("could not tell chat %s about an interrupted message: %s", hold.chat_id, exc)
 
     async def _drive(self, bot: Bot, chat_id: int, state: ChatState) -> None:
+        """Take the next batch, run it (the turn stores its outcome), until the chat's queue is empty."""
         first = True
-        while not state.lost and (rows := self.inbox.waiting_in(chat_id)):
+        while (batch := await self._next_batch(bot, chat_id, state, first)) is not None:
+            first = False
+            async with self.locks.hold(chat_id):
+                await self._run(bot, batch, state)
+
+    async def _next_batch(
+        self, bot: Bot, chat_id: int, state: ChatState, first: bool
+    ) -> list[Incoming] | None:
+        """The messages of the chat's next turn (None: nothing waits, or the chat is lost)."""
+        while not state.lost and (rows := self.queue.waiting(chat_id)):
             if first and self.debounce_s > 0 and rows[0].rerun_of is None:
+                first = False
                 place = self.place(chat_id)  # the user sees the bot is about to answer:
                 async with typing_indicator(bot, place.chat_id, thread_id=place.thread_id):
                     await self._settle(chat_id, state)
-                rows = self.inbox.waiting_in(chat_id)
-                if not rows or state.lost:
-                    return
-            first = False
+                continue
             again = [q.id for q in rows if (q.id, q.received_at) in state.tried]
             if again:  # a turn took them and could not even store them: do not loop on them
                 log.error("chat %s: dropping %d message(s) a turn could not store", chat_id, len(again))
-                self.inbox.discard(again)
+                self.queue.discard(again)
                 continue
-            batch = self._take([Incoming.waiting(q) for q in rows])
+            batch = self.queue.batch([Incoming.waiting(q) for q in rows])
             taken = {b.inbox_id for b in batch}
             state.tried.update((q.id, q.received_at) for q in rows if q.id in taken)
-            async with self.locks.hold(chat_id):
-                await self._run(bot, batch, state)
+            for item in batch:
+                if item.inbox_id is not None:
+                    item.typing_at = self._typing.pop(item.inbox_id, None)
+            return batch
+        return None
 
     async def _settle(self, chat_id: int, state: ChatState) -> None:
         """Wait until no message arrived for `debounce_s` (at most four debounces in all), here or in
         another process (its messages are seen in the inbox)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 4 * self.debounce_s
-        latest = self.inbox.latest_in(chat_id)
+        latest = self.queue.latest(chat_id)
         quiet_until = loop.time() + self.debounce_s
         while True:
             now = loop.time()
@@ -315,24 +284,10 @@ class TurnRunner:
                 return
             state.arrived.clear()
             await wait_event(state.arrived, min(remaining, SETTLE_POLL_S))
-            newest = self.inbox.latest_in(chat_id)
+            newest = self.queue.latest(chat_id)
             if newest != latest or state.arrived.is_set():
                 latest = newest
                 quiet_until = loop.time() + self.debounce_s
-
-    def _take(self, waiting: list[Incoming]) -> list[Incoming]:
-        """The next turn's messages: the head, and with merging the same speaker's plain messages after it."""
-        head = waiting[0]
-        batch = [head]
-        if self.merge_bursts and head.rerun_of is None:
-            for item in waiting[1:]:
-                if item.user_id != head.user_id or item.rerun_of is not None:
-                    break
-                batch.append(item)
-        for item in batch:
-            if item.inbox_id is not None:
-                item.typing_at = self._typing.pop(item.inbox_id, None)
-        return batch
 
     # ------------------------------------------------------------------ one turn
 
@@ -372,10 +327,12 @@ class TurnRunner:
             thread_id=place.thread_id,
             guard=still_mine,
         )
-        control = TurnControl(checkpoint=checkpoint)
+        # The turn is published on the chat's lease (for a /stop another process gets) in the transaction
+        # that stores its messages, and cleared in the one that stores its outcome.
+        mark = TurnMark(head.chat_id, self.chats.me, number, head.user_id)
+        control = TurnControl(checkpoint=checkpoint, mark=mark)
         task = asyncio.create_task(self.agent.run_turn(turn, reply, control))
         running = state.running = Running(number, head.user_id, control, task)
-        self.cluster.start_turn(head.chat_id, self.chats.me, number, head.user_id)
         try:
             async with typing_indicator(
                 bot, place.chat_id, last_sent=head.typing_at, thread_id=place.thread_id
@@ -390,11 +347,12 @@ class TurnRunner:
         finally:
             state.running = None
             running.released.set()
-            self.cluster.end_turn(head.chat_id, self.chats.me)
+            if control.published:  # its outcome was not stored (or it was handed over): cleared here
+                await self._db(lambda: self.store.end_turn(head.chat_id, self.chats.me, number))
         if state.lost or not await self._still_mine(state):
             return  # taken over: the other process told the user, and answers what waits
         if task.cancelled() and turn.inbox_ids and not control.message_ids:
-            self._keep_unstarted(turn, head.chat_type)
+            await self._db(lambda: self._keep_unstarted(turn, head.chat_type))
         heard = [b.heard for b in batch if b.heard is not None]
         answer = await deliver(reply, task, any(b.media_ids for b in batch), heard)
         if answer is not None and self.speak is not None and any(b.speak for b in batch):
@@ -405,7 +363,7 @@ class TurnRunner:
         (else they would wait in the inbox and be answered again)."""
         conv = self.conversations
         if turn.rerun_of is not None:
-            self.inbox.discard(turn.inbox_ids)
+            self.queue.discard(turn.inbox_ids)
             return
         session = conv.current_session(turn.user_id, turn.chat_id, chat_type=chat_type)
         texts = ((turn.text, turn.tg_message_id), *turn.more)
@@ -421,54 +379,15 @@ class TurnRunner:
 
     def stop_here(self, chat_id: int, number: int) -> bool:
         """Stop turn `number` of a chat if it runs in this process (a /stop another process received)."""
-        state = self._states.get(chat_id)
-        running = state.running if state is not None else None
-        if running is None or running.number != number:
-            return False
-        running.control.stop_requested = True
-        running.task.cancel()
-        return True
+        return self.stops.stop_here(chat_id, number)
 
     async def stop(self, chat_id: int, user_id: int, is_owner: bool, number: int | None = None) -> str | None:
-        """Stop the chat's running turn (`number`: only that one, for a Stop button), wherever it runs;
-        returns what to tell the user, or None when the stopped answer itself says it. Returns once the
-        turn is released: its LLM stream closed, its tool calls (and sandbox runs) and background jobs
-        cancelled (in another process: once it reports the turn ended)."""
-        state = self._states.get(chat_id)
-        running = state.running if state is not None else None
-        if running is None:
-            return await self._stop_elsewhere(chat_id, user_id, is_owner, number)
-        if number is not None and running.number != number:
-            return "That answer is already finished."
-        if running.owner_id != user_id and not is_owner:
-            return NOT_YOURS.format(action="stop")
-        running.control.stop_requested = True
-        running.task.cancel()
-        await running.released.wait()
-        return None
-
-    async def _stop_elsewhere(
-        self, chat_id: int, user_id: int, is_owner: bool, number: int | None
-    ) -> str | None:
-        remote = self.cluster.running(chat_id)
-        if remote is None or (number is not None and remote.turn != number):
-            return NOTHING_RUNS if number is None else "That answer is already finished."
-        if remote.owner != user_id and not is_owner:
-            return NOT_YOURS.format(action="stop")
-        if not self.cluster.request_stop(chat_id, remote.turn):
-            return None  # it ended meanwhile
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + STOP_WAIT_S
-        while loop.time() < deadline:
-            now = self.cluster.running(chat_id)
-            if now is None or now.turn != remote.turn:
-                return None
-            await asyncio.sleep(0.05)
-        return "I asked the turn to stop; it has not ended yet."
+        """Stop the chat's running turn wherever it runs (bot/runtime/stops.py); what to tell the user."""
+        return await self.stops.stop(chat_id, user_id, is_owner, number)
 
     async def retry(self, bot: Bot, item: Incoming, is_owner: bool) -> str | None:
         """Answer the last user message of the chat's session again; returns a refusal, or None."""
-        if self.busy(item.chat_id):
+        if await self.busy(item.chat_id):
             return "I am still answering. Use /stop first, or wait until I am done, then /retry."
         session = self.conversations.current_session(item.user_id, item.chat_id, chat_type=item.chat_type)
         last = self.conversations.last_user_message(session.id)
@@ -484,7 +403,7 @@ class TurnRunner:
     async def edited(self, bot: Bot, item: Incoming) -> str | None:
         """The user edited a message: re-run it when it is the latest and answered, else store it."""
         assert item.tg_message_id is not None
-        if self.inbox.edit_waiting(item.chat_id, item.user_id, item.tg_message_id, item.text):
+        if self.queue.inbox.edit_waiting(item.chat_id, item.user_id, item.tg_message_id, item.text):
             return None  # not started yet: its turn simply uses the new text
         found = self.conversations.find_by_telegram_id(item.chat_id, item.tg_message_id)
         if found is None:  # never seen (sent while the bot was down, or not addressed to it): a new message
@@ -501,7 +420,7 @@ class TurnRunner:
         session = self.conversations.current_session(item.user_id, item.chat_id, chat_type=item.chat_type)
         if not found.latest or found.session_id != session.id:
             return "Your edit is saved. It is an older message, so I did not answer it again."
-        if self.busy(item.chat_id):
+        if await self.busy(item.chat_id):
             return "Your edit is saved. I am answering something else now; send /retry afterwards for it."
         await self.submit(bot, replace(item, rerun_of=found.id, reply_to=item.tg_message_id))
         return None

@@ -12,19 +12,27 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, Table, bindparam, delete, func, insert, select, update
+from sqlalchemy import Connection, Engine, Table, bindparam, delete, func, insert, select, update
 
 from db.models import ChatSession, InboxMessage, Message, utcnow
 
 _INBOX: Table = InboxMessage.__table__  # type: ignore[assignment]
 _MESSAGES: Table = Message.__table__  # type: ignore[assignment]
 _SESSIONS: Table = ChatSession.__table__  # type: ignore[assignment]
+# Built once with bind parameters: building a statement per call is most of a small query's cost.
 _INSERT = insert(_INBOX)
 _INSERT_MESSAGE = insert(_MESSAGES)
 _DELETE = delete(_INBOX).where(_INBOX.c.id == bindparam("iid"))
 _TOUCH_SESSION = (
     update(_SESSIONS).where(_SESSIONS.c.id == bindparam("sid")).values(last_activity_at=bindparam("at"))
 )
+_WAITING_IN = (
+    select(_INBOX)
+    .where(_INBOX.c.chat_id == bindparam("cid"))
+    .order_by(_INBOX.c.update_id.asc().nulls_first(), _INBOX.c.id)
+)
+_LATEST_IN = select(func.max(_INBOX.c.id)).where(_INBOX.c.chat_id == bindparam("cid"))
+_ANY_IN = select(_INBOX.c.id).where(_INBOX.c.chat_id == bindparam("cid")).limit(1)
 
 
 @dataclass(frozen=True)
@@ -44,6 +52,69 @@ class Queued:
     update_id: int | None = None  # the Telegram update it came in
     rerun_of: int | None = None  # a /retry or an edit: the stored user message to answer again
     reply_to: int | None = None  # the Telegram message the answer refers to (an edit)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A message to queue, as it arrived (`media`: what a voice note, photo or file brought; `rerun_of`: a
+    /retry or an edit of a stored message)."""
+
+    user_id: int
+    chat_id: int
+    chat_type: str
+    content: str
+    first_name: str | None = None
+    username: str | None = None
+    tg_message_id: int | None = None
+    media: dict[str, Any] | None = None
+    update_id: int | None = None
+    rerun_of: int | None = None
+    reply_to: int | None = None
+
+
+def insert_entry(conn: Connection, entry: Entry) -> int:
+    """Queue a message in the caller's transaction; returns its inbox id."""
+    key = conn.execute(_INSERT, {**vars(entry), "received_at": utcnow()}).inserted_primary_key
+    assert key is not None
+    return int(key[0])
+
+
+def move_into_history(
+    conn: Connection,
+    session_id: str,
+    user_id: int,
+    chat_id: int,
+    messages: Sequence[tuple[str, int | None]],
+    inbox_ids: Sequence[int],
+    status: str,
+) -> list[int]:
+    """Store a turn's user messages ((text, Telegram id), in order) in the session's history and take them
+    out of the inbox, in the caller's transaction; returns their message ids."""
+    now = utcnow()
+    ids = []
+    for text, tg_message_id in messages:
+        row = {
+            "session_id": session_id,
+            "user_id": user_id,
+            "chat_id": chat_id,
+            "role": "user",
+            "content": text,
+            "status": status,
+            "created_at": now,
+            "tg_message_id": tg_message_id,
+        }
+        key = conn.execute(_INSERT_MESSAGE, row).inserted_primary_key
+        assert key is not None
+        ids.append(int(key[0]))
+    discard_in(conn, inbox_ids)
+    conn.execute(_TOUCH_SESSION, {"sid": session_id, "at": now})
+    return ids
+
+
+def discard_in(conn: Connection, inbox_ids: Sequence[int]) -> None:
+    """Take messages out of the inbox in the caller's transaction."""
+    if inbox_ids:
+        conn.execute(_DELETE, [{"iid": i} for i in inbox_ids])
 
 
 class Inbox:
@@ -69,24 +140,21 @@ class Inbox:
     ) -> int:
         """Store a message that just arrived (`media`: what a voice note, photo or file brought; `rerun_of`:
         a /retry or an edit of a stored one); returns its inbox id."""
-        row = {
-            "user_id": user_id,
-            "chat_id": chat_id,
-            "chat_type": chat_type,
-            "first_name": first_name,
-            "username": username,
-            "content": content,
-            "tg_message_id": tg_message_id,
-            "received_at": utcnow(),
-            "media": media,
-            "update_id": update_id,
-            "rerun_of": rerun_of,
-            "reply_to": reply_to,
-        }
+        entry = Entry(
+            user_id,
+            chat_id,
+            chat_type,
+            content,
+            first_name=first_name,
+            username=username,
+            tg_message_id=tg_message_id,
+            media=media,
+            update_id=update_id,
+            rerun_of=rerun_of,
+            reply_to=reply_to,
+        )
         with self._engine.begin() as conn:
-            key = conn.execute(_INSERT, row).inserted_primary_key
-            assert key is not None
-            return int(key[0])
+            return insert_entry(conn, entry)
 
     def edit(self, inbox_id: int, content: str) -> None:
         """The user edited a message still waiting: its turn will use the new text."""
@@ -113,7 +181,7 @@ class Inbox:
         """Forget waiting messages that will not be answered."""
         if inbox_ids:
             with self._engine.begin() as conn:
-                conn.execute(_DELETE, [{"iid": i} for i in inbox_ids])
+                discard_in(conn, inbox_ids)
 
     def waiting(self) -> list[Queued]:
         """Every waiting message, in arrival order (at start-up: what a stopped process left)."""
@@ -124,26 +192,19 @@ class Inbox:
     def waiting_in(self, chat_id: int) -> list[Queued]:
         """A chat's waiting messages in the order Telegram gave them (update id, then arrival)."""
         with self._engine.connect() as conn:
-            rows = conn.execute(
-                select(_INBOX)
-                .where(_INBOX.c.chat_id == chat_id)
-                .order_by(_INBOX.c.update_id.asc().nulls_first(), _INBOX.c.id)
-            ).all()
+            rows = conn.execute(_WAITING_IN, {"cid": chat_id}).all()
         return [Queued(*row) for row in rows]
 
     def latest_in(self, chat_id: int) -> int:
         """The newest inbox id of a chat (0 when none waits): the debounce watches it grow."""
         with self._engine.connect() as conn:
-            found = conn.execute(select(func.max(_INBOX.c.id)).where(_INBOX.c.chat_id == chat_id)).scalar()
+            found = conn.execute(_LATEST_IN, {"cid": chat_id}).scalar()
         return int(found or 0)
 
     def has_waiting(self, chat_id: int) -> bool:
         """Whether any message of the chat waits."""
         with self._engine.connect() as conn:
-            return (
-                conn.execute(select(_INBOX.c.id).where(_INBOX.c.chat_id == chat_id).limit(1)).first()
-                is not None
-            )
+            return conn.execute(_ANY_IN, {"cid": chat_id}).first() is not None
 
     def store_turn(
         self,
@@ -156,24 +217,5 @@ class Inbox:
     ) -> list[int]:
         """Store a turn's user messages ((text, Telegram id), in order) in the session's history and take
         them out of the inbox, in one transaction; returns their message ids."""
-        now = utcnow()
-        ids = []
         with self._engine.begin() as conn:
-            for text, tg_message_id in messages:
-                row = {
-                    "session_id": session_id,
-                    "user_id": user_id,
-                    "chat_id": chat_id,
-                    "role": "user",
-                    "content": text,
-                    "status": status,
-                    "created_at": now,
-                    "tg_message_id": tg_message_id,
-                }
-                key = conn.execute(_INSERT_MESSAGE, row).inserted_primary_key
-                assert key is not None
-                ids.append(int(key[0]))
-            if inbox_ids:
-                conn.execute(_DELETE, [{"iid": i} for i in inbox_ids])
-            conn.execute(_TOUCH_SESSION, {"sid": session_id, "at": now})
-        return ids
+            return move_into_history(conn, session_id, user_id, chat_id, messages, inbox_ids, status)
