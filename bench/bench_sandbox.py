@@ -4,7 +4,7 @@ Prints the round trip of `print(1)` through LocalExecutor next to a bare interpr
 in the same run, and checks that concurrent executions do not see each other's output or files.
 Then the memory a run that forks six 200 MB children holds on the host, under each memory bound (the run's
 own cgroup and the watchdog): the executor runs in a child process inside a measuring cgroup whose peak
-the kernel records (tests/measuring_cgroup.py; needs a writable cgroup v1 memory hierarchy; target:
+the kernel records (tests/support/measuring_cgroup.py; needs a writable cgroup v1 memory hierarchy; target:
 CODE_MEMORY_MB + a few MB).
 """
 
@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core_tools.sandbox import LocalExecutor, SandboxLimits, describe
 from core_tools.sandbox.isolation import find_interpreters
-from tests.measuring_cgroup import FORKS, measured_run, own_memory_cgroup
+from tests.support.measuring_cgroup import FORKS, measured_run, own_memory_cgroup
 
 
 def _stats(samples: list[float]) -> tuple[float, float]:

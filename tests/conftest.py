@@ -21,12 +21,12 @@ from core_tools.llm import LLMClient
 from core_tools.sandbox.toolkit import ToolkitError, install_blocking
 from db.engine import make_engine, make_sessionmaker
 from db.migrate import upgrade
-from tests import harness
-from tests.core_tools.fake_search import FakeServer, reply_json, searxng_payload, searxng_result
-from tests.fakes.openai_api import FakeLLM
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import TOKEN
-from tests.postgres import TestPostgres
+from tests.support import harness
+from tests.support.fakes.openai_api import FakeLLM
+from tests.support.fakes.search import FakeServer, reply_json, searxng_payload, searxng_result
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import TOKEN
+from tests.support.postgres import TestPostgres
 
 DATABASES = ("sqlite", "postgresql")
 
@@ -71,7 +71,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _runs_the_bot(metafunc: pytest.Metafunc) -> bool:
-    # An end-to-end test: it takes the fake Bot API and runs the bot through tests/harness.py itself.
+    # An end-to-end test: it takes the fake Bot API and runs the bot through tests/support/harness.py itself.
     return "tg" in metafunc.fixturenames and "running_bot" in metafunc.function.__code__.co_names
 
 

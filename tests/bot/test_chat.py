@@ -14,9 +14,9 @@ from sqlalchemy import select
 from core_tools.registry import MAX_DESCRIPTION_CHARS
 from core_tools.types import ToolContext
 from db.models import LLMCall, Message, ToolCallLog
-from tests.fakes.openai_api import FakeLLM, call, error, hang, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import FRIEND, OWNER, STRANGER, running_bot
+from tests.support.fakes.openai_api import FakeLLM, call, error, hang, text, tool_calls
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import FRIEND, OWNER, STRANGER, running_bot
 
 
 def register_math(services: object) -> None:

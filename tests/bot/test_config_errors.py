@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.processes import bot_env, run_bot
+from tests.support.processes import bot_env, run_bot
 
 PYDANTIC_WORDING = ("Input should", "String should", "Value error", "validation error", "pydantic")
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.openai_api import FakeLLM
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER, running_bot
+from tests.support.fakes.openai_api import FakeLLM
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import OWNER, running_bot
 
 REAL_TOKEN = "7000000001:REAL-bot-token-after-the-test-one"
 DROPPED = "was already handled; dropped"

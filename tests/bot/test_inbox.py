@@ -13,11 +13,11 @@ from bot.control import Incoming, TurnRunner
 from core_tools.types import ToolContext
 from db.engine import make_engine
 from db.models import InboxMessage, Message, Replica
-from tests import harness
-from tests.fakes.openai_api import FakeLLM, call, hang, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import FRIEND, OWNER, STRANGER, running_bot
-from tests.processes import bot_process, fake_env
+from tests.support import harness
+from tests.support.fakes.openai_api import FakeLLM, call, hang, text, tool_calls
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import FRIEND, OWNER, STRANGER, running_bot
+from tests.support.processes import bot_process, fake_env
 
 
 def waiting(engine: Engine) -> list[str]:

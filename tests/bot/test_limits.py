@@ -14,9 +14,9 @@ from sqlalchemy import select
 
 from core_tools.usage.amounts import tokens_str
 from db.models import CodeExecution, LLMCall, Message
-from tests.fakes.openai_api import FakeLLM, Step, call, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import FRIEND, OWNER, Harness, running_bot
+from tests.support.fakes.openai_api import FakeLLM, Step, call, text, tool_calls
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import FRIEND, OWNER, Harness, running_bot
 
 # Prints when it started and ended, read from inside the sandbox (the wall clock is the host's).
 TIMED = "import time\nstart = time.time()\ntime.sleep(0.4)\nprint(start, time.time())"

@@ -11,10 +11,10 @@ from sqlalchemy import select
 from db.models import ToolCallLog
 from tests.bot.test_ops import full_env
 from tests.bot.test_process import run_bot
-from tests.fakes.openai_api import FakeLLM, Step, call, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import FRIEND, OWNER, running_bot
-from tests.mcp.helpers import heavy_entry, stdio_entry
+from tests.support.fakes.openai_api import FakeLLM, Step, call, text, tool_calls
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import FRIEND, OWNER, running_bot
+from tests.support.mcp_servers.helpers import heavy_entry, stdio_entry
 
 
 def servers_file(tmp_path: Path, servers: dict[str, object]) -> str:

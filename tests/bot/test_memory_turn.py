@@ -15,10 +15,10 @@ from bot.wiring import Services
 from core_tools.memory.extract import EXTRACT_PROMPT
 from core_tools.memory.judge import JUDGE_PROMPT
 from db.models import utcnow
-from tests.core_tools.fake_search import FakeServer, reply_text
-from tests.fakes.openai_api import FakeLLM, Step, call, hang, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER, Harness, running_bot
+from tests.support.fakes.openai_api import FakeLLM, Step, call, hang, text, tool_calls
+from tests.support.fakes.search import FakeServer, reply_text
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import OWNER, Harness, running_bot
 
 
 async def test_relevant_memories_reach_the_system_prompt(

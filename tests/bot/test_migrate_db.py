@@ -16,10 +16,10 @@ from db.engine import make_engine, make_sessionmaker
 from db.models import CodeJob, Memory, Message, Schedule, ScheduleFiring
 from tests.bot.test_process import bot_env, run_bot
 from tests.db.test_memories import TinyEmbedder
-from tests.fakes.openai_api import FakeLLM, text
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER, running_bot
-from tests.postgres import TestPostgres
+from tests.support.fakes.openai_api import FakeLLM, text
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import OWNER, running_bot
+from tests.support.postgres import TestPostgres
 
 
 @pytest.fixture

@@ -15,9 +15,9 @@ import httpx
 import pytest
 
 from tests.bot.test_process import bot_env, run_bot, start_bot
-from tests.fakes.openai_api import FakeLLM, text
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER, TOKEN, running_bot
+from tests.support.fakes.openai_api import FakeLLM, text
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import OWNER, TOKEN, running_bot
 
 
 def full_env(tmp_path: Path, tg: FakeTelegram, llm: FakeLLM, **extra: str) -> dict[str, str]:

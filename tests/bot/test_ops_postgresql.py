@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from tests.bot.test_process import bot_env, run_bot
-from tests.postgres import TestPostgres
+from tests.support.postgres import TestPostgres
 
 
 @pytest.fixture

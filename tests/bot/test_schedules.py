@@ -12,9 +12,9 @@ from sqlalchemy import text as sql
 
 from bot.wiring import Services
 from core_tools.schedule.service import ScheduleService
-from tests.fakes.openai_api import FakeLLM, call, error, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import FRIEND, OWNER, STRANGER, Harness, running_bot
+from tests.support.fakes.openai_api import FakeLLM, call, error, text, tool_calls
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import FRIEND, OWNER, STRANGER, Harness, running_bot
 
 
 def local_at(seconds: float, now: datetime | None = None) -> str:

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from tests.fakes.openai_api import FakeLLM, call, hang, text, tool_calls
-from tests.harness import OWNER
-from tests.processes import bot_env
+from tests.support.fakes.openai_api import FakeLLM, call, hang, text, tool_calls
+from tests.support.harness import OWNER
+from tests.support.processes import bot_env
 
 PROMPT = "you> "
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 32

@@ -18,11 +18,11 @@ import pytest
 from core_tools.sandbox.executor import LocalExecutor
 from core_tools.sandbox.toolkit import DEFAULT_ENV, REQUIREMENTS, STAMP, ToolkitError, run_installer
 from tests.conftest import sandbox_visible_dir
-from tests.fakes.openai_api import FakeLLM, call, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER, Harness, running_bot
-from tests.media.files import PNG_SIGNATURE
-from tests.processes import fake_env, run_bot
+from tests.support.fakes.openai_api import FakeLLM, call, text, tool_calls
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import OWNER, Harness, running_bot
+from tests.support.media_files import PNG_SIGNATURE
+from tests.support.processes import fake_env, run_bot
 
 CHART = """
 import pandas as pd

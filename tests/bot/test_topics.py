@@ -12,10 +12,10 @@ from typing import Any
 
 from tests.bot.test_schedules import local_at, wait_sent
 from tests.bot.test_stop import slow_text
-from tests.fakes.openai_api import FakeLLM, call, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import FRIEND, OWNER, running_bot
-from tests.media.files import make_wav
+from tests.support.fakes.openai_api import FakeLLM, call, text, tool_calls
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import FRIEND, OWNER, running_bot
+from tests.support.media_files import make_wav
 
 FORUM = -100555
 GROUP = -100777

@@ -15,7 +15,7 @@ from core_tools.sandbox import LocalExecutor, SandboxLimits
 from core_tools.tools.code import CodeLimits, CodeTool
 from core_tools.types import ToolContext
 from db.executions import Executions
-from tests.fakes.openai_api import FakeLLM, text
+from tests.support.fakes.openai_api import FakeLLM, text
 
 CTX = ToolContext(user_id=7, chat_id=7, session_id="s1", trigger_message="please compute")
 

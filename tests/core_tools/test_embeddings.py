@@ -25,7 +25,7 @@ from core_tools.memory.store import MemoryStore
 from core_tools.usage.reservations import Hold
 from db.models import LLMCall
 from db.usage import UsageLog
-from tests.fakes.openai_api import FakeLLM, estimate_tokens, fake_embedding
+from tests.support.fakes.openai_api import FakeLLM, estimate_tokens, fake_embedding
 
 
 @pytest.fixture

@@ -26,8 +26,8 @@ from core_tools.usage.service import UsageService
 from db.engine import make_sessionmaker
 from db.models import LLMCall
 from db.usage import UsageLog, UsageQueries
-from tests.fakes.openai_api import FakeLLM, TextStep
-from tests.fakes.openai_api import text as reply
+from tests.support.fakes.openai_api import FakeLLM, TextStep
+from tests.support.fakes.openai_api import text as reply
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "memory_judge_pairs.json"
 PAIRS = json.loads(FIXTURE.read_text())["pairs"]

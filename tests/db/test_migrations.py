@@ -21,7 +21,7 @@ from db.migrate import (
     head_revision,
     upgrade,
 )
-from tests.postgres import TestPostgres
+from tests.support.postgres import TestPostgres
 
 
 @pytest.fixture

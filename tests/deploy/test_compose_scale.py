@@ -35,8 +35,8 @@ from tests.deploy.test_compose_up import (
     _free_port,
     write_test_env,
 )
-from tests.fakes.openai_api import FakeLLM, call, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram
+from tests.support.fakes.openai_api import FakeLLM, call, text, tool_calls
+from tests.support.fakes.telegram_api import FakeTelegram
 
 IMAGE = "telegram-assistant:scaletest"
 TOKEN = "123456:SCALE-TEST-token"

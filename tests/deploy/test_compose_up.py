@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from tests.fakes.openai_api import FakeLLM, call, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram
+from tests.support.fakes.openai_api import FakeLLM, call, text, tool_calls
+from tests.support.fakes.telegram_api import FakeTelegram
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent

@@ -26,9 +26,9 @@ from core_tools.sandbox.pool import SandboxPool
 from core_tools.sandbox.service import ServiceExecutor
 from tests.bot.test_stop import processes_with
 from tests.deploy.test_service import REPO
-from tests.fakes.openai_api import FakeLLM, call, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER, running_bot
+from tests.support.fakes.openai_api import FakeLLM, call, text, tool_calls
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import OWNER, running_bot
 
 ISOLATION, REASON = detect_isolation()
 pytestmark = pytest.mark.skipif(ISOLATION is not Isolation.BWRAP, reason=f"no working bwrap: {REASON}")

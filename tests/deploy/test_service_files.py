@@ -13,9 +13,9 @@ import pytest
 
 from core_tools.sandbox import Isolation, detect_isolation
 from tests.deploy.test_service import Service
-from tests.fakes.openai_api import FakeLLM, call, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER, running_bot
+from tests.support.fakes.openai_api import FakeLLM, call, text, tool_calls
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import OWNER, running_bot
 
 ISOLATION, REASON = detect_isolation()
 pytestmark = [

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from db.models import MediaFile, Message
-from tests.fakes.openai_api import FakeLLM, text
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER, running_bot
-from tests.media.files import make_encrypted_pdf, make_pdf, rows
+from tests.support.fakes.openai_api import FakeLLM, text
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import OWNER, running_bot
+from tests.support.media_files import make_encrypted_pdf, make_pdf, rows
 
 BIG = 25 * 1024 * 1024
 

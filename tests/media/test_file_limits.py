@@ -10,10 +10,10 @@ from pathlib import Path
 from bot.wiring import Services
 from core_tools.media.reader import FileReader, ReadLimits
 from db.models import MediaFile, Message
-from tests.fakes.openai_api import FakeLLM, text
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import FRIEND, OWNER, running_bot
-from tests.media.files import (
+from tests.support.fakes.openai_api import FakeLLM, text
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import FRIEND, OWNER, running_bot
+from tests.support.media_files import (
     make_paragraphs_docx,
     make_shared_stream_pdf,
     make_zip_bomb_docx,

@@ -10,10 +10,10 @@ from typing import Any
 from sqlalchemy import select
 
 from db.models import InboxMessage, MediaFile, Message
-from tests.fakes.openai_api import FakeLLM, TextStep, text
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import FRIEND, OWNER, Harness, running_bot
-from tests.media.files import make_png, make_wav, rows, user_content
+from tests.support.fakes.openai_api import FakeLLM, TextStep, text
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import FRIEND, OWNER, Harness, running_bot
+from tests.support.media_files import make_png, make_wav, rows, user_content
 
 GROUP = -100777
 OTHER_GROUP = -100888

@@ -8,10 +8,10 @@ from pathlib import Path
 from core_tools.sandbox import LocalExecutor
 from core_tools.sandbox.model import FileLimits
 from db.models import CodeExecution
-from tests.fakes.openai_api import FakeLLM, call, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER, running_bot
-from tests.media.files import PNG_SIGNATURE, rows
+from tests.support.fakes.openai_api import FakeLLM, call, text, tool_calls
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import OWNER, running_bot
+from tests.support.media_files import PNG_SIGNATURE, rows
 
 CHART = """
 import pandas as pd

@@ -7,7 +7,7 @@ from pathlib import Path
 from core_tools.sandbox.model import FileLimits
 from core_tools.sandbox.service import ServiceExecutor
 from tests.deploy.test_service import Service
-from tests.media.files import PNG_SIGNATURE
+from tests.support.media_files import PNG_SIGNATURE
 
 
 async def test_files_in_and_out_through_the_service(tmp_path: Path, sandbox_toolkit: str) -> None:

@@ -11,8 +11,8 @@ from typing import Any
 from bot.app import build_application, on_startup
 from bot.settings import Settings
 from bot.wiring import Services, build_services
-from tests.fakes.openai_api import FakeLLM
-from tests.fakes.telegram_api import FakeTelegram
+from tests.support.fakes.openai_api import FakeLLM
+from tests.support.fakes.telegram_api import FakeTelegram
 
 TOKEN = "123456:TEST-TOKEN-abcdef"
 OWNER = 111
