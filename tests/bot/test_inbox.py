@@ -7,6 +7,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import Engine, select
 
 from bot.control import Incoming, TurnRunner
@@ -14,10 +15,14 @@ from core_tools.types import ToolContext
 from db.engine import make_engine
 from db.models import InboxMessage, Message, Replica
 from tests.support import harness
+from tests.support.databases import both_databases
 from tests.support.fakes.openai_api import FakeLLM, call, hang, text, tool_calls
 from tests.support.fakes.telegram_api import FakeTelegram
 from tests.support.harness import FRIEND, OWNER, STRANGER, running_bot
 from tests.support.processes import bot_process, fake_env
+
+db_kind = both_databases()  # SQLite and PostgreSQL: the inbox's SQL (db/inbox.py, db/replicas.py)
+pytestmark = pytest.mark.usefixtures("bot_database")  # its bots run on the test's database
 
 
 def waiting(engine: Engine) -> list[str]:

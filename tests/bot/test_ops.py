@@ -12,7 +12,6 @@ import threading
 from pathlib import Path
 
 import httpx
-import pytest
 
 from tests.bot.test_process import bot_env, run_bot, start_bot
 from tests.support.fakes.openai_api import FakeLLM, text
@@ -60,7 +59,6 @@ async def test_doctor_healthy_and_broken(
     assert code == 0 and "telegram" not in out and "ok   database:" in out
 
 
-@pytest.mark.sqlite_only  # a SQLite file by path
 async def test_backup_during_writes_restores(tmp_path: Path, tg: FakeTelegram, llm: FakeLLM) -> None:
     env = full_env(tmp_path, tg, llm)
     llm.script(text("hello"))

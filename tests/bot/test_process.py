@@ -6,8 +6,6 @@ import asyncio
 import signal
 from pathlib import Path
 
-import pytest
-
 from tests.support.fakes.openai_api import FakeLLM, hang, text
 from tests.support.fakes.telegram_api import FakeTelegram
 from tests.support.harness import OWNER, TOKEN, running_bot
@@ -33,7 +31,6 @@ async def test_missing_settings_stop_start_up_with_one_line_each(tmp_path: Path)
     assert "nonsense" not in err  # a value that may be a secret is never echoed
 
 
-@pytest.mark.sqlite_only  # a SQLite file by path
 async def test_kill_9_mid_turn_then_restart_tells_the_user(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
 ) -> None:

@@ -8,13 +8,18 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import text as sql
 
 from bot.wiring import Services
 from core_tools.schedule.service import ScheduleService
+from tests.support.databases import both_databases
 from tests.support.fakes.openai_api import FakeLLM, call, error, text, tool_calls
 from tests.support.fakes.telegram_api import FakeTelegram
 from tests.support.harness import FRIEND, OWNER, STRANGER, Harness, running_bot
+
+db_kind = both_databases()  # SQLite and PostgreSQL: claiming firings across restarts (db/schedules.py)
+pytestmark = pytest.mark.usefixtures("bot_database")  # its bots run on the test's database
 
 
 def local_at(seconds: float, now: datetime | None = None) -> str:

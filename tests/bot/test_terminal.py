@@ -13,8 +13,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.support.fakes.openai_api import FakeLLM, call, hang, text, tool_calls
 from tests.support.harness import OWNER
 from tests.support.processes import bot_env
@@ -253,7 +251,6 @@ async def test_reminders_and_tasks_are_printed_while_the_chat_waits(
         assert await term.quit() == 0
 
 
-@pytest.mark.sqlite_only
 async def test_files_of_a_code_run_are_saved_to_the_named_folder(tmp_path: Path, llm: FakeLLM) -> None:
     folder = tmp_path / "charts"
     code = f"open('out/plot.png', 'wb').write({PNG!r})\nprint('drawn')"

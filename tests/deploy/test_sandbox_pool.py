@@ -191,7 +191,6 @@ async def test_a_started_run_is_never_sent_again(services: Callable[..., TcpServ
     assert again.stdout == "next run\n" and b.hello()["started"] == 1
 
 
-@pytest.mark.sqlite_only  # the database is not what this checks
 async def test_bot_code_turn_through_the_pool(
     tmp_path: Path,
     tg: FakeTelegram,

@@ -20,7 +20,6 @@ from tests.support.harness import OWNER, running_bot
 ISOLATION, REASON = detect_isolation()
 pytestmark = [
     pytest.mark.skipif(ISOLATION is not Isolation.BWRAP, reason=f"no working bwrap: {REASON}"),
-    pytest.mark.sqlite_only,  # the database is not what these check
 ]
 
 

@@ -28,10 +28,11 @@ from tests.replicas.harness import (
     said,
     text_update,
 )
+from tests.support.databases import postgresql_only
 from tests.support.fakes.openai_api import FakeLLM, Step, call, hang, text, tool_calls
 from tests.support.fakes.telegram_api import FakeTelegram
 
-pytestmark = pytest.mark.postgresql_only  # several processes on one database: PostgreSQL only
+pytestmark = postgresql_only  # several processes on one database: PostgreSQL only
 
 
 def answer_of(message: str) -> str:

@@ -21,7 +21,7 @@ STRANGER = 999
 
 
 # The database of a harness bot when the test names none: None is a SQLite file under tmp_path;
-# tests/conftest.py sets a PostgreSQL database here for the PostgreSQL run of each end-to-end test.
+# the `bot_database` fixture (tests/conftest.py) sets a PostgreSQL database here for a test on PostgreSQL.
 DATABASE_URL: str | None = None
 
 
