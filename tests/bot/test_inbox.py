@@ -39,6 +39,7 @@ def said(request: dict[str, Any]) -> list[tuple[str, str | None]]:
     return [(m["role"], m.get("content")) for m in request["messages"] if m["role"] != "system"]
 
 
+@pytest.mark.slow  # a `python -m bot` process killed and restarted
 async def test_kill_9_while_a_message_waits_then_restart_answers_it(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
 ) -> None:

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import select
 
 from core_tools.usage.amounts import tokens_str
@@ -65,6 +66,7 @@ def fan_out(n: int, program: str, answer: str = "All done.") -> Any:
     return respond
 
 
+@pytest.mark.slow
 async def test_parallel_code_calls_run_within_the_global_and_per_user_bounds(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
 ) -> None:

@@ -317,6 +317,7 @@ async def test_extraction_never_holds_up_an_answer(tmp_path: Path, tg: FakeTeleg
         assert conn.execute(sa_text("SELECT count(*) FROM memory_extractions")).scalar() == 0
 
 
+@pytest.mark.slow
 async def test_extraction_catches_up_after_a_restart(tmp_path: Path, tg: FakeTelegram, llm: FakeLLM) -> None:
     def unread(services: Services) -> None:
         s = services.conversations.start_session(OWNER, OWNER, "before the restart")

@@ -14,12 +14,14 @@ from sqlalchemy import func, select
 from core_tools.memory.store import MemoryStore
 from db.engine import make_engine, make_sessionmaker
 from db.models import CodeJob, Memory, Message, Schedule, ScheduleFiring
-from tests.bot.test_process import bot_env, run_bot
 from tests.support.embedders import TinyEmbedder
 from tests.support.fakes.openai_api import FakeLLM, text
 from tests.support.fakes.telegram_api import FakeTelegram
 from tests.support.harness import OWNER, running_bot
 from tests.support.postgres import TestPostgres
+from tests.support.processes import bot_env, run_bot
+
+pytestmark = pytest.mark.slow  # `python -m bot migrate-db` processes into PostgreSQL
 
 
 @pytest.fixture

@@ -6,10 +6,14 @@ import asyncio
 import signal
 from pathlib import Path
 
+import pytest
+
 from tests.support.fakes.openai_api import FakeLLM, hang, text
 from tests.support.fakes.telegram_api import FakeTelegram
 from tests.support.harness import OWNER, TOKEN, running_bot
 from tests.support.processes import bot_env, bot_process, fake_env, free_port, run_bot, start_bot
+
+pytestmark = pytest.mark.slow  # real `python -m bot` processes
 
 
 async def test_missing_settings_stop_start_up_with_one_line_each(tmp_path: Path) -> None:

@@ -9,21 +9,20 @@ import signal
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.support.fakes.openai_api import FakeLLM, call, hang, text, tool_calls
 from tests.support.harness import OWNER
 from tests.support.processes import bot_env
+from tests.support.schedules import local_at
+
+pytestmark = pytest.mark.slow  # real `python -m bot chat` processes
 
 PROMPT = "you> "
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 32
-
-
-def local_at(seconds: float) -> str:
-    """An `at` this many seconds from now, as local wall time (the user's zone is UTC)."""
-    return (datetime.now(UTC) + timedelta(seconds=seconds)).replace(tzinfo=None).isoformat(timespec="seconds")
 
 
 class Terminal:

@@ -156,6 +156,7 @@ async def test_a_failed_install_is_logged_with_a_fix_and_the_model_is_told(
     assert "could not be installed" in result["note"]
 
 
+@pytest.mark.slow  # a `python -m bot` process
 async def test_code_python_env_the_sandbox_cannot_see_is_refused_in_one_line(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
 ) -> None:

@@ -123,6 +123,7 @@ def distinct_facts(n: int, seed: int) -> list[str]:
     return sorted(out.values())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("wrong", ["SUPERSEDE", "UPDATE", "NONE"])
 async def test_distinct_facts_stay_recallable_even_when_the_judge_is_wrong(
     store: MemoryStore, llm: FakeLLM, wrong: str

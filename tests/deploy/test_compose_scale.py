@@ -46,9 +46,12 @@ USERS = (111, 112, 113, 114)
 FILES = (REPO / "deploy" / "docker-compose.scale.yml", HERE / "compose.scale.test.yml")
 SERVICES = ("db", "sandbox1", "sandbox2", "bot", "bot2", "proxy")
 
-pytestmark = pytest.mark.skipif(
-    os.environ.get("DEPLOY_TEST") != "1", reason="the Docker deploy test runs with scripts/test-deploy.sh"
-)
+pytestmark = [
+    pytest.mark.slow,  # Docker
+    pytest.mark.skipif(
+        os.environ.get("DEPLOY_TEST") != "1", reason="the Docker deploy test runs with scripts/test-deploy.sh"
+    ),
+]
 
 
 def _stack(project: str, env_file: Path, upstream_conf: Path) -> Stack:

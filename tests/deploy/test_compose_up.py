@@ -48,9 +48,12 @@ MEMORY_HOG = (
     "print('all done')"
 )
 
-pytestmark = pytest.mark.skipif(
-    os.environ.get("DEPLOY_TEST") != "1", reason="the Docker deploy test runs with scripts/test-deploy.sh"
-)
+pytestmark = [
+    pytest.mark.slow,  # Docker
+    pytest.mark.skipif(
+        os.environ.get("DEPLOY_TEST") != "1", reason="the Docker deploy test runs with scripts/test-deploy.sh"
+    ),
+]
 
 
 def _free_port() -> int:

@@ -31,7 +31,10 @@ from tests.support.fakes.telegram_api import FakeTelegram
 from tests.support.harness import OWNER, running_bot
 
 ISOLATION, REASON = detect_isolation()
-pytestmark = pytest.mark.skipif(ISOLATION is not Isolation.BWRAP, reason=f"no working bwrap: {REASON}")
+pytestmark = [
+    pytest.mark.slow,  # sandbox service processes
+    pytest.mark.skipif(ISOLATION is not Isolation.BWRAP, reason=f"no working bwrap: {REASON}"),
+]
 TOKEN = "pool-test-token-0123456789"
 
 

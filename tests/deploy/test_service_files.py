@@ -19,6 +19,7 @@ from tests.support.harness import OWNER, running_bot
 
 ISOLATION, REASON = detect_isolation()
 pytestmark = [
+    pytest.mark.slow,  # sandbox service processes
     pytest.mark.skipif(ISOLATION is not Isolation.BWRAP, reason=f"no working bwrap: {REASON}"),
 ]
 

@@ -8,8 +8,8 @@ from pathlib import Path
 from db.models import MediaFile, Message
 from tests.support.fakes.openai_api import FakeLLM, call, text, tool_calls
 from tests.support.fakes.telegram_api import FakeTelegram
-from tests.support.harness import OWNER, running_bot
-from tests.support.media_files import make_docx, make_pdf, rows, user_content
+from tests.support.harness import OWNER, rows, running_bot
+from tests.support.media_files import make_docx, make_pdf, user_content
 
 
 async def test_pdf_docx_csv_and_text_files_are_read(tmp_path: Path, tg: FakeTelegram, llm: FakeLLM) -> None:

@@ -32,7 +32,10 @@ from tests.support.databases import postgresql_only
 from tests.support.fakes.openai_api import FakeLLM, Step, call, hang, text, tool_calls
 from tests.support.fakes.telegram_api import FakeTelegram
 
-pytestmark = postgresql_only  # several processes on one database: PostgreSQL only
+pytestmark = [
+    pytest.mark.slow,  # several `python -m bot` processes on PostgreSQL
+    postgresql_only,  # several processes on one database: PostgreSQL only
+]
 
 
 def answer_of(message: str) -> str:

@@ -14,7 +14,8 @@ bots should run on the test's database take `bot_database` (e.g. `pytestmark = p
 "bot_database")`).
 
 TEST_DATABASES=sqlite (or =postgresql) leaves the other database's copies out: TEST_DATABASES=sqlite never
-starts PostgreSQL.
+starts PostgreSQL. The PostgreSQL copies are marked `slow` (they need the server started): the fast tier,
+`uv run pytest -m "not slow"`, runs on SQLite alone.
 """
 
 from __future__ import annotations
@@ -38,10 +39,16 @@ def chosen(*kinds: str) -> list[str]:
     return [d for d in selected_databases() if d in kinds]
 
 
+def params(*kinds: str) -> list[Any]:
+    """Those of `kinds` that TEST_DATABASES lets run, as params; PostgreSQL's marked `slow`: the fast tier
+    (`-m "not slow"`) never starts the server."""
+    return [pytest.param(d, marks=pytest.mark.slow) if d == "postgresql" else d for d in chosen(*kinds)]
+
+
 def both_databases() -> Any:
     """A `db_kind` fixture over SQLite and PostgreSQL: assign it to `db_kind` in a test module."""
 
-    @pytest.fixture(params=chosen(*DATABASES))
+    @pytest.fixture(params=params(*DATABASES))
     def db_kind(request: pytest.FixtureRequest) -> str:
         """This module's database tests run on each database in turn."""
         return str(request.param)
@@ -51,5 +58,5 @@ def both_databases() -> Any:
 
 # One test on one database (in a module that runs on both, or for PostgreSQL's own parts anywhere). When
 # TEST_DATABASES leaves that database out, the test is skipped ("got empty parameter set").
-sqlite_only = pytest.mark.parametrize("db_kind", chosen("sqlite"), indirect=True)
-postgresql_only = pytest.mark.parametrize("db_kind", chosen("postgresql"), indirect=True)
+sqlite_only = pytest.mark.parametrize("db_kind", params("sqlite"), indirect=True)
+postgresql_only = pytest.mark.parametrize("db_kind", params("postgresql"), indirect=True)
