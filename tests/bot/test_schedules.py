@@ -241,8 +241,11 @@ async def test_limits_reach_the_model_as_errors(tmp_path: Path, tg: FakeTelegram
         tg.push_text(OWNER, "two reminders please")
         await h.final_text(OWNER, "One of two.")
         results = [m["content"] for m in llm.requests[1]["messages"] if m["role"] == "tool"]
-        assert json.loads(results[0])["ok"] and "already has 1 active schedules" in results[1]
-        svc(h).cancel(OWNER, json.loads(results[0])["id"])
+        # The two calls of one round run side by side: either may be the one that is refused.
+        refused = [r for r in results if "already has 1 active schedules" in r]
+        [made] = [json.loads(r) for r in results if r not in refused]
+        assert len(refused) == 1 and made["ok"]
+        svc(h).cancel(OWNER, made["id"])
         llm.script(tool_calls(call("schedule", often)), text("Too often."))
         tg.push_text(OWNER, "every 5 minutes summarise the news")
         await h.final_text(OWNER, "Too often.")
