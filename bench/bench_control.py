@@ -3,11 +3,11 @@
     uv run python bench/bench_control.py               # 20 stops each way (about half a minute)
     uv run python bench/bench_control.py --runs 50
 
-Runs the real bot (PTB, openai client, SQLite migrated by Alembic, the bwrap sandbox) against the loopback
-fakes of tests/fakes in this one process. Two cases: a slow LLM stream (a long answer streamed in small
-chunks), and a slow sandbox run (code that starts a long `sleep`). In each run the bench waits until the
-turn is visibly busy (the preview with its Stop button, or the sandboxed process on the host), then pushes
-`/stop` and, right behind it, the next message; it times
+Runs the real bot (PTB, openai client, SQLite migrated by Alembic, the bwrap sandbox) against the
+loopback fakes of tests/support/fakes in this one process. Two cases: a slow LLM stream (a long answer
+streamed in small chunks), and a slow sandbox run (code that starts a long `sleep`). In each run the bench
+waits until the turn is visibly busy (the preview with its Stop button, or the sandboxed process on the
+host), then pushes `/stop` and, right behind it, the next message; it times
   released: /stop -> the stopped answer ("... (stopped)") delivered, the turn's processes gone;
   next:     /stop -> the answer to the next message delivered.
 The debounce (MESSAGE_DEBOUNCE_MS) is 0 here: the next message arrives while the stopped turn is still
@@ -29,9 +29,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.fakes.openai_api import FakeLLM, call, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER, TOKEN, Harness, running_bot
+from tests.support.fakes.openai_api import FakeLLM, call, text, tool_calls
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import OWNER, TOKEN, Harness, running_bot
 
 TARGET_MS = 300.0
 

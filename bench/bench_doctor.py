@@ -20,11 +20,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # so `tests` imports from a checkout
 
-from tests.core_tools.fake_search import FakeServer, hang, reply_json, searxng_payload, searxng_result
-from tests.fakes.openai_api import FakeLLM
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER, TOKEN
-from tests.processes import bot_env
+from tests.support.fakes.openai_api import FakeLLM
+from tests.support.fakes.search import FakeServer, hang, reply_json, searxng_payload, searxng_result
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import OWNER, TOKEN
+from tests.support.processes import bot_env
 
 
 def _children_cpu() -> float:

@@ -1,7 +1,7 @@
 """Benchmark of MCP tool calls and paged results: `uv run python bench/bench_mcp.py [--calls 300]`.
 
-1. One call of an instant tool on a stdio MCP server (tests/mcp/probe_server.py, written with the `mcp`
-   SDK): through our choke point (McpServers + ToolRegistry.call: schema validation, timeout, the
+1. One call of an instant tool on a stdio MCP server (tests/support/mcp_servers/probe_server.py, written with
+   the `mcp` SDK): through our choke point (McpServers + ToolRegistry.call: schema validation, timeout, the
    tool-call log row in SQLite, untrusted marking) next to the bare SDK client calling the same server.
    Target: at most 1.3x.
 2. Reading a 1 MB result in pages: the registry stores it, read_result reads it to the end (8,000
@@ -34,7 +34,7 @@ from db.migrate import upgrade
 from db.results import ToolResults
 from db.usage import UsageLog
 
-PROBE = str(Path(__file__).resolve().parents[1] / "tests" / "mcp" / "probe_server.py")
+PROBE = str(Path(__file__).resolve().parents[1] / "tests" / "support" / "mcp_servers" / "probe_server.py")
 
 
 def _ms(samples: list[float]) -> tuple[float, float]:

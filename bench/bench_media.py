@@ -35,10 +35,10 @@ from core_tools.sandbox.model import FileLimits
 from db.engine import make_engine, make_sessionmaker
 from db.media import MediaFiles
 from db.migrate import upgrade
-from tests.fakes.openai_api import FakeLLM, text
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER, TOKEN, running_bot
-from tests.media.files import make_wav
+from tests.support.fakes.openai_api import FakeLLM, text
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import OWNER, TOKEN, running_bot
+from tests.support.media_files import make_wav
 
 TOOLKIT = "/opt/assistant-sandbox"
 CHART = """

@@ -5,7 +5,7 @@
     uv run python bench/bench_replicas.py --replicas 1,3 --chats 120 --dup-share 0.5
 
 Real bot processes in webhook mode (tests/replicas/harness.py) share one embedded PostgreSQL
-(tests/postgres.py, a fresh database per run), one fake Bot API and one fake LLM that answers every
+(tests/support/postgres.py, a fresh database per run), one fake Bot API and one fake LLM that answers every
 request after `--llm-delay` seconds (the LLM is the bottleneck, as in production). MESSAGE_DEBOUNCE_MS=0;
 MAX_CONCURRENT_TURNS is `--turns-cap` (0: the setting's "no limit"), so one replica's
 capacity is the limit and more replicas should scale it. Each chat sends `--messages` messages; each
@@ -36,11 +36,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.fakes.openai_api import FakeLLM, Step, text
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import TOKEN
-from tests.postgres import TestPostgres
 from tests.replicas.harness import Cluster, last_user_text, text_update
+from tests.support.fakes.openai_api import FakeLLM, Step, text
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import TOKEN
+from tests.support.postgres import TestPostgres
 
 FIRST_USER = 5_000_001
 POST_CONCURRENCY = 40  # Telegram's default max_connections for a webhook

@@ -11,9 +11,9 @@ replacement sandbox starting, a run cgroup being removed) is waited for, untimed
 
 Then checks that concurrent executions do not see each other's output or files, and the memory a run that
 forks six 200 MB children holds on the host under each memory bound: the executor runs in a child process
-inside a measuring cgroup whose peak the kernel records (tests/measuring_cgroup.py; needs a writable cgroup
-v1 memory hierarchy; target: CODE_MEMORY_MB + a few MB). `--breakdown` adds where a run that starts its own
-sandbox spends its time (each layer timed alone, with plain subprocesses).
+inside a measuring cgroup whose peak the kernel records (tests/support/measuring_cgroup.py; needs a writable
+cgroup v1 memory hierarchy; target: CODE_MEMORY_MB + a few MB). `--breakdown` adds where a run that starts its
+own sandbox spends its time (each layer timed alone, with plain subprocesses).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from core_tools.sandbox.isolation import (
     limit_wrapper,
     probe_bwrap,
 )
-from tests.measuring_cgroup import FORKS, measured_run, own_memory_cgroup
+from tests.support.measuring_cgroup import FORKS, measured_run, own_memory_cgroup
 
 TARGET = 1.5  # sandboxed print(1) against a bare interpreter, medians
 ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}  # as the sandbox's (NODE_EXTRA_CA_CERTS alone: +60 ms)

@@ -5,7 +5,8 @@
     uv run python bench/bench_schedule.py --schedules 2000 --due 100 --spread 10
 
 Everything runs in this one process: the real bot (PTB Application, job queue, SQLite migrated by Alembic in
-a temporary directory) against the loopback fake Bot API of tests/fakes. It prints figures; it is not a test.
+a temporary directory) against the loopback fake Bot API of tests/support/fakes. It prints figures; it is
+not a test.
 
 - create: the schedules are made through ScheduleService.create (validation, RRULE/cron, next times), as the
   tool makes them; 9,500 are one-shots, daily/weekly RRULEs and weekday crons over the next weeks, in four
@@ -42,9 +43,9 @@ from zoneinfo import ZoneInfo
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bot.wiring import build_services
-from tests.fakes.openai_api import FakeLLM
-from tests.fakes.telegram_api import Call, FakeTelegram
-from tests.harness import TOKEN, make_settings, running_bot
+from tests.support.fakes.openai_api import FakeLLM
+from tests.support.fakes.telegram_api import Call, FakeTelegram
+from tests.support.harness import TOKEN, make_settings, running_bot
 
 ZONES = ("Europe/Berlin", "America/New_York", "Asia/Tokyo", "UTC")
 TARGET_STARTUP_S = 2.0

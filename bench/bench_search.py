@@ -24,7 +24,7 @@ from core_tools.tools.search import SearchTool
 from core_tools.tools.search_providers.brave import BraveProvider
 from core_tools.tools.search_providers.searxng import SearxngProvider
 from core_tools.types import ToolContext
-from tests.core_tools.fake_search import (
+from tests.support.fakes.search import (
     FakeServer,
     brave_result,
     brave_web_payload,

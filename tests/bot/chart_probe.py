@@ -1,8 +1,8 @@
 """Run in a fresh interpreter by tests/bot/test_charts.py: does a plain turn load the plotting code?
 
-`python -m tests.bot.chart_probe DIR` starts the real bot (tests/harness.py) against the loopback fakes with
-a database under DIR, answers a plain message, notes which of the plotting modules are loaded, then asks
-/usage (which draws a chart) and notes them again. It prints one JSON line: {"after_turn": {...},
+`python -m tests.bot.chart_probe DIR` starts the real bot (tests/support/harness.py) against the loopback
+fakes with a database under DIR, answers a plain message, notes which of the plotting modules are loaded, then
+asks /usage (which draws a chart) and notes them again. It prints one JSON line: {"after_turn": {...},
 "after_usage": {...}} mapping each module name to whether it was in sys.modules.
 """
 
@@ -13,9 +13,9 @@ import json
 import sys
 from pathlib import Path
 
-from tests.fakes.openai_api import FakeLLM, text
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER, TOKEN, running_bot
+from tests.support.fakes.openai_api import FakeLLM, text
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import OWNER, TOKEN, running_bot
 
 PLOTTING = ("PIL", "PIL.Image", "bot.charts")
 

@@ -19,10 +19,10 @@ from bot.chart_replies import CAPTION_LIMIT, send_with_chart
 from bot.render import utf16_len
 from core_tools.usage.series import UsageSeries, day_buckets
 from db.models import CodeExecution, utcnow
-from tests.fakes.openai_api import FakeLLM, text
-from tests.fakes.telegram_api import Call, FakeTelegram, UploadedFile
-from tests.harness import FRIEND, OWNER, TOKEN, Harness, running_bot
-from tests.processes import REPO
+from tests.support.fakes.openai_api import FakeLLM, text
+from tests.support.fakes.telegram_api import Call, FakeTelegram, UploadedFile
+from tests.support.harness import FRIEND, OWNER, TOKEN, Harness, running_bot
+from tests.support.processes import REPO
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 PRICES = '{"fake-model": [1.0, 2.0]}'

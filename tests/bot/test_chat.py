@@ -6,35 +6,13 @@ import asyncio
 import itertools
 import json
 from pathlib import Path
-from typing import Annotated
-
-from pydantic import Field
-from sqlalchemy import select
 
 from core_tools.registry import MAX_DESCRIPTION_CHARS
 from core_tools.types import ToolContext
 from db.models import LLMCall, Message, ToolCallLog
-from tests.fakes.openai_api import FakeLLM, call, error, hang, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import FRIEND, OWNER, STRANGER, running_bot
-
-
-def register_math(services: object) -> None:
-    """A test-only tool."""
-
-    async def add(
-        ctx: ToolContext, a: Annotated[int, Field(description="first")], b: int = 0
-    ) -> dict[str, int]:
-        """Add two integers."""
-        return {"sum": a + b}
-
-    services.registry.register(add)  # type: ignore[attr-defined]
-
-
-def rows(h: object, model: type) -> list:  # type: ignore[type-arg]
-    with h.services.engine.connect() as conn:  # type: ignore[attr-defined]
-        # In id order: PostgreSQL returns rows in no particular order without one.
-        return list(conn.execute(select(model).order_by(*model.__table__.primary_key.columns)).mappings())
+from tests.support.fakes.openai_api import FakeLLM, call, error, hang, text, tool_calls
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import FRIEND, OWNER, STRANGER, register_math, rows, running_bot
 
 
 async def test_stranger_is_refused_with_their_id_and_no_llm_call(

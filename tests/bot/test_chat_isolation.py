@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from bot.wiring import Services
-from tests.fakes.openai_api import FakeLLM, Step, call, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER, running_bot
+from tests.support.fakes.openai_api import FakeLLM, Step, call, text, tool_calls
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import OWNER, running_bot
 
 GROUP = -100555  # a supergroup id, as Telegram gives them
 PIN = "4921"

@@ -9,9 +9,9 @@ from sqlalchemy import select
 
 from core_tools.types import ToolContext
 from db.models import CodeExecution
-from tests.fakes.openai_api import FakeLLM, call, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import FRIEND, OWNER, Harness, running_bot
+from tests.support.fakes.openai_api import FakeLLM, call, text, tool_calls
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import FRIEND, OWNER, Harness, running_bot
 
 
 def runs(h: Harness) -> list[dict[str, object]]:

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.processes import bot_env, run_bot
+import pytest
+
+from tests.support.processes import bot_env, run_bot
+
+pytestmark = pytest.mark.slow  # real `python -m bot` processes
 
 PYDANTIC_WORDING = ("Input should", "String should", "Value error", "validation error", "pydantic")
 

@@ -10,9 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.openai_api import FakeLLM
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER, running_bot
+from tests.support.databases import both_databases
+from tests.support.fakes.openai_api import FakeLLM
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import OWNER, running_bot
+
+db_kind = both_databases()  # SQLite and PostgreSQL: the seen-updates upsert (db/replicas.py)
+pytestmark = pytest.mark.usefixtures("bot_database")  # its bots run on the test's database
 
 REAL_TOKEN = "7000000001:REAL-bot-token-after-the-test-one"
 DROPPED = "was already handled; dropped"

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.bot.test_ops import full_env
-from tests.core_tools.fake_search import FakeServer, hang
-from tests.fakes.openai_api import FakeLLM
-from tests.fakes.telegram_api import FakeTelegram
-from tests.processes import run_bot
+from tests.support.fakes.openai_api import FakeLLM
+from tests.support.fakes.search import FakeServer, hang
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.processes import full_env, run_bot
+
+pytestmark = pytest.mark.slow  # real `python -m bot doctor` processes
 
 
 @pytest.fixture

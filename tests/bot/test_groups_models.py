@@ -9,9 +9,9 @@ from typing import Any
 
 from core_tools.sessions import SessionManager
 from tests.bot.test_stop import slow_text, streaming_preview
-from tests.fakes.openai_api import FakeLLM, text
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import FRIEND, OWNER, STRANGER, running_bot
+from tests.support.fakes.openai_api import FakeLLM, text
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import FRIEND, OWNER, STRANGER, running_bot
 
 GROUP = -100777
 OTHER_GROUP = -100888

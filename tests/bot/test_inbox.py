@@ -7,6 +7,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import Engine, select
 
 from bot.runtime.queue import Incoming
@@ -14,11 +15,15 @@ from bot.runtime.runner import TurnRunner
 from core_tools.types import ToolContext
 from db.engine import make_engine
 from db.models import InboxMessage, Message, Replica
-from tests import harness
-from tests.fakes.openai_api import FakeLLM, call, hang, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import FRIEND, OWNER, STRANGER, running_bot
-from tests.processes import bot_process, fake_env
+from tests.support import harness
+from tests.support.databases import both_databases
+from tests.support.fakes.openai_api import FakeLLM, call, hang, text, tool_calls
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import FRIEND, OWNER, STRANGER, running_bot
+from tests.support.processes import bot_process, fake_env
+
+db_kind = both_databases()  # SQLite and PostgreSQL: the inbox's SQL (db/inbox.py, db/replicas.py)
+pytestmark = pytest.mark.usefixtures("bot_database")  # its bots run on the test's database
 
 
 def waiting(engine: Engine) -> list[str]:
@@ -35,6 +40,7 @@ def said(request: dict[str, Any]) -> list[tuple[str, str | None]]:
     return [(m["role"], m.get("content")) for m in request["messages"] if m["role"] != "system"]
 
 
+@pytest.mark.slow  # a `python -m bot` process killed and restarted
 async def test_kill_9_while_a_message_waits_then_restart_answers_it(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
 ) -> None:

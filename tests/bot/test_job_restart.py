@@ -10,9 +10,9 @@ from sqlalchemy import select
 
 from core_tools.types import ToolCallRequest, ToolContext
 from db.models import CodeJob
-from tests.fakes.openai_api import FakeLLM, Step, call, hang, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import FRIEND, OWNER, running_bot
+from tests.support.fakes.openai_api import FakeLLM, Step, call, hang, text, tool_calls
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import FRIEND, OWNER, running_bot
 
 
 def generation_hangs(body: dict[str, Any]) -> Step:

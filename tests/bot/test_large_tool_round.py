@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.core_tools.fake_search import FakeServer, reply_text
-from tests.fakes.openai_api import FakeLLM, call, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER, running_bot
+from tests.support.fakes.openai_api import FakeLLM, call, text, tool_calls
+from tests.support.fakes.search import FakeServer, reply_text
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import OWNER, running_bot
 
 BUDGET = 3000  # tokens; three fetches of 20,000 characters are about 15,000
 

@@ -10,13 +10,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import select
 
 from core_tools.usage.amounts import tokens_str
 from db.models import CodeExecution, LLMCall, Message
-from tests.fakes.openai_api import FakeLLM, Step, call, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import FRIEND, OWNER, Harness, running_bot
+from tests.support.fakes.openai_api import FakeLLM, Step, call, text, tool_calls
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import FRIEND, OWNER, Harness, running_bot
 
 # Prints when it started and ended, read from inside the sandbox (the wall clock is the host's).
 TIMED = "import time\nstart = time.time()\ntime.sleep(0.4)\nprint(start, time.time())"
@@ -65,6 +66,7 @@ def fan_out(n: int, program: str, answer: str = "All done.") -> Any:
     return respond
 
 
+@pytest.mark.slow
 async def test_parallel_code_calls_run_within_the_global_and_per_user_bounds(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
 ) -> None:

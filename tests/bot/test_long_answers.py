@@ -11,11 +11,10 @@ from telegram.error import BadRequest
 
 from bot.render import render
 from db.models import Message
-from tests.bot.test_chat import register_math, rows
-from tests.fakes.openai_api import FakeLLM, TextStep, call, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram, utf16_len
-from tests.fakes.telegram_api import TelegramError as ApiError
-from tests.harness import OWNER, TOKEN, running_bot
+from tests.support.fakes.openai_api import FakeLLM, TextStep, call, text, tool_calls
+from tests.support.fakes.telegram_api import FakeTelegram, utf16_len
+from tests.support.fakes.telegram_api import TelegramError as ApiError
+from tests.support.harness import OWNER, TOKEN, register_math, rows, running_bot
 
 APOLOGY = "something went wrong"
 TOO_LONG = "Bad Request: message is too long"

@@ -10,17 +10,20 @@ from pathlib import Path
 
 import httpx
 import httpx2
+import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from sqlalchemy import create_engine, insert, select
 
 from db.migrate import upgrade
 from db.models import CodeExecution, LLMCall, ToolCallLog
-from tests.bot.test_ops import full_env
-from tests.fakes.openai_api import FakeLLM
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER, STRANGER
-from tests.mcp.helpers import free_port, process
+from tests.support.fakes.openai_api import FakeLLM
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import OWNER, STRANGER
+from tests.support.mcp_servers.helpers import free_port, process
+from tests.support.processes import full_env
+
+pytestmark = pytest.mark.slow  # real `python -m bot mcp` processes
 
 SERVED = {"search", "fetch", "code", "memory", "read_result"}
 TOKEN = "mcp-test-token-0123456789abcdef"

@@ -6,15 +6,15 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 from sqlalchemy import select
 
 from db.models import ToolCallLog
-from tests.bot.test_ops import full_env
-from tests.bot.test_process import run_bot
-from tests.fakes.openai_api import FakeLLM, Step, call, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import FRIEND, OWNER, running_bot
-from tests.mcp.helpers import heavy_entry, stdio_entry
+from tests.support.fakes.openai_api import FakeLLM, Step, call, text, tool_calls
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import FRIEND, OWNER, running_bot
+from tests.support.mcp_servers.helpers import heavy_entry, stdio_entry
+from tests.support.processes import full_env, run_bot
 
 
 def servers_file(tmp_path: Path, servers: dict[str, object]) -> str:
@@ -58,6 +58,7 @@ async def test_the_bot_serves_while_a_server_is_down(tmp_path: Path, tg: FakeTel
         assert h.services.mcp is not None and h.services.mcp.servers["broken"].state == "down"
 
 
+@pytest.mark.slow  # a `python -m bot doctor` process
 async def test_doctor_reports_each_mcp_server(tmp_path: Path, tg: FakeTelegram, llm: FakeLLM) -> None:
     path = servers_file(
         tmp_path,

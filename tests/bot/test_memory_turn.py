@@ -9,16 +9,21 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import text as sa_text
 
 from bot.wiring import Services
 from core_tools.memory.extract import EXTRACT_PROMPT
 from core_tools.memory.judge import JUDGE_PROMPT
 from db.models import utcnow
-from tests.core_tools.fake_search import FakeServer, reply_text
-from tests.fakes.openai_api import FakeLLM, Step, call, hang, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER, Harness, running_bot
+from tests.support.databases import both_databases
+from tests.support.fakes.openai_api import FakeLLM, Step, call, hang, text, tool_calls
+from tests.support.fakes.search import FakeServer, reply_text
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import OWNER, Harness, running_bot
+
+db_kind = both_databases()  # SQLite and PostgreSQL: recall differs by dialect (db/recall_*.py)
+pytestmark = pytest.mark.usefixtures("bot_database")  # its bots run on the test's database
 
 
 async def test_relevant_memories_reach_the_system_prompt(
@@ -312,6 +317,7 @@ async def test_extraction_never_holds_up_an_answer(tmp_path: Path, tg: FakeTeleg
         assert conn.execute(sa_text("SELECT count(*) FROM memory_extractions")).scalar() == 0
 
 
+@pytest.mark.slow
 async def test_extraction_catches_up_after_a_restart(tmp_path: Path, tg: FakeTelegram, llm: FakeLLM) -> None:
     def unread(services: Services) -> None:
         s = services.conversations.start_session(OWNER, OWNER, "before the restart")

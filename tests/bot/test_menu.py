@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from bot.commands import DESCRIPTION, SHORT_DESCRIPTION
-from tests.fakes.openai_api import FakeLLM
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import FRIEND, OWNER, running_bot
+from tests.support.fakes.openai_api import FakeLLM
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import FRIEND, OWNER, running_bot
 
 GROUP = -100777
 

@@ -14,12 +14,14 @@ from sqlalchemy import func, select
 from core_tools.memory.store import MemoryStore
 from db.engine import make_engine, make_sessionmaker
 from db.models import CodeJob, Memory, Message, Schedule, ScheduleFiring
-from tests.bot.test_process import bot_env, run_bot
-from tests.db.test_memories import TinyEmbedder
-from tests.fakes.openai_api import FakeLLM, text
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER, running_bot
-from tests.postgres import TestPostgres
+from tests.support.embedders import TinyEmbedder
+from tests.support.fakes.openai_api import FakeLLM, text
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import OWNER, running_bot
+from tests.support.postgres import TestPostgres
+from tests.support.processes import bot_env, run_bot
+
+pytestmark = pytest.mark.slow  # `python -m bot migrate-db` processes into PostgreSQL
 
 
 @pytest.fixture
@@ -30,7 +32,6 @@ def target(postgres: TestPostgres) -> Iterator[str]:
     postgres.drop_database(url)
 
 
-@pytest.mark.sqlite_only  # the source is SQLite; the target is PostgreSQL in both runs
 async def test_migrate_db_copies_everything_and_is_safe_to_rerun(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM, target: str
 ) -> None:

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from bot.args import parse_decimal, parse_int, parse_user_id
-from tests.fakes.openai_api import FakeLLM, text
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER, running_bot
+from tests.support.fakes.openai_api import FakeLLM, text
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import OWNER, running_bot
 
 APOLOGY = "something went wrong"
 STATS = "Usage: /codestats [days]"

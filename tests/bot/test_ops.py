@@ -14,25 +14,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.bot.test_process import bot_env, run_bot, start_bot
-from tests.fakes.openai_api import FakeLLM, text
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER, TOKEN, running_bot
+from tests.support.fakes.openai_api import FakeLLM, text
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import OWNER, TOKEN, running_bot
+from tests.support.processes import full_env, run_bot, start_bot
 
-
-def full_env(tmp_path: Path, tg: FakeTelegram, llm: FakeLLM, **extra: str) -> dict[str, str]:
-    values = {
-        "TELEGRAM_BOT_TOKEN": TOKEN,
-        "TELEGRAM_API_BASE_URL": tg.base_url,
-        "ALLOWED_USER_IDS": str(OWNER),
-        "OPENAI_API_KEY": "sk-test",
-        "OPENAI_BASE_URL": llm.base_url,
-        "LLM_MODEL": "fake-model",
-        "LLM_MAX_RETRIES": "0",
-        "DATABASE_URL": f"sqlite:///{tmp_path / 'data' / 'assistant.db'}",
-    }
-    values.update(extra)
-    return bot_env(tmp_path, **values)
+pytestmark = pytest.mark.slow  # real `python -m bot` processes (doctor, backup, SIGTERM, webhook)
 
 
 async def test_doctor_healthy_and_broken(
@@ -60,7 +47,6 @@ async def test_doctor_healthy_and_broken(
     assert code == 0 and "telegram" not in out and "ok   database:" in out
 
 
-@pytest.mark.sqlite_only  # a SQLite file by path
 async def test_backup_during_writes_restores(tmp_path: Path, tg: FakeTelegram, llm: FakeLLM) -> None:
     env = full_env(tmp_path, tg, llm)
     llm.script(text("hello"))

@@ -10,8 +10,10 @@ import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
-from tests.bot.test_process import bot_env, run_bot
-from tests.postgres import TestPostgres
+from tests.support.postgres import TestPostgres
+from tests.support.processes import bot_env, run_bot
+
+pytestmark = pytest.mark.slow  # `python -m bot` processes against PostgreSQL
 
 
 @pytest.fixture

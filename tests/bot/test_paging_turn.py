@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.core_tools.fake_search import FakeServer, reply_text
-from tests.fakes.openai_api import FakeLLM, Step, call, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER, running_bot
+from tests.support.fakes.openai_api import FakeLLM, Step, call, text, tool_calls
+from tests.support.fakes.search import FakeServer, reply_text
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import OWNER, running_bot
 
 PROGRAM = "for i in range(5000):\n    print(f'row {i:05d} ' + 'x' * 29)\n"
 OUTPUT = "".join(f"row {i:05d} " + "x" * 29 + "\n" for i in range(5000))  # 200,000 characters

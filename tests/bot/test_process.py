@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.openai_api import FakeLLM, hang, text
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER, TOKEN, running_bot
-from tests.processes import bot_env, bot_process, fake_env, free_port, run_bot, start_bot
+from tests.support.fakes.openai_api import FakeLLM, hang, text
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import OWNER, TOKEN, running_bot
+from tests.support.processes import bot_env, bot_process, fake_env, free_port, run_bot, start_bot
+
+pytestmark = pytest.mark.slow  # real `python -m bot` processes
 
 
 async def test_missing_settings_stop_start_up_with_one_line_each(tmp_path: Path) -> None:
@@ -33,7 +35,6 @@ async def test_missing_settings_stop_start_up_with_one_line_each(tmp_path: Path)
     assert "nonsense" not in err  # a value that may be a secret is never echoed
 
 
-@pytest.mark.sqlite_only  # a SQLite file by path
 async def test_kill_9_mid_turn_then_restart_tells_the_user(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
 ) -> None:

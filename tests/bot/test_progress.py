@@ -6,10 +6,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.fakes.openai_api import FakeLLM, call, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER, running_bot
-from tests.media.files import make_wav
+import pytest
+
+from tests.support.fakes.openai_api import FakeLLM, call, text, tool_calls
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import OWNER, running_bot
+from tests.support.media_files import make_wav
 
 STEPS = """import time
 print("step 1")
@@ -29,6 +31,7 @@ def shown(tg: FakeTelegram, chat: int) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 async def test_a_long_code_run_shows_its_elapsed_time_and_last_line_of_output(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
 ) -> None:
@@ -46,6 +49,7 @@ async def test_a_long_code_run_shows_its_elapsed_time_and_last_line_of_output(
         assert "running code" not in tg.sent_texts(OWNER)[-1]
 
 
+@pytest.mark.slow
 async def test_a_slow_transcription_says_what_it_is_doing_and_then_goes_away(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
 ) -> None:
@@ -62,6 +66,7 @@ async def test_a_slow_transcription_says_what_it_is_doing_and_then_goes_away(
         assert tg.calls_to("deleteMessage")
 
 
+@pytest.mark.slow
 async def test_a_slow_file_download_and_reading_says_so(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
 ) -> None:

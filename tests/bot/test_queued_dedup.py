@@ -12,9 +12,13 @@ import pytest
 from sqlalchemy import func, select
 
 from db.models import InboxMessage, Message
-from tests.fakes.openai_api import FakeLLM, text
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER, STRANGER, running_bot
+from tests.support.databases import both_databases
+from tests.support.fakes.openai_api import FakeLLM, text
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import OWNER, STRANGER, running_bot
+
+db_kind = both_databases()  # SQLite and PostgreSQL: dedup in the queue's transaction is dialect SQL
+pytestmark = pytest.mark.usefixtures("bot_database")  # its bots run on the test's database
 
 DROPPED = "was already handled; dropped"
 

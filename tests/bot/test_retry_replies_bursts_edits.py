@@ -8,9 +8,9 @@ from typing import Any
 from sqlalchemy import select
 
 from db.models import Message
-from tests.fakes.openai_api import FakeLLM, text
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import FRIEND, OWNER, Harness, running_bot
+from tests.support.fakes.openai_api import FakeLLM, text
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import FRIEND, OWNER, Harness, running_bot
 
 
 def rows(h: Harness) -> list[tuple[str, str | None, str]]:

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.core_tools.fake_search import FakeServer, reply_json, searxng_payload, searxng_result
-from tests.fakes.openai_api import FakeLLM, Step, call, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER, running_bot
+from tests.support.fakes.openai_api import FakeLLM, Step, call, text, tool_calls
+from tests.support.fakes.search import FakeServer, reply_json, searxng_payload, searxng_result
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import OWNER, running_bot
 
 
 async def test_search_turn_answers_with_a_url(tmp_path: Path, tg: FakeTelegram, llm: FakeLLM) -> None:

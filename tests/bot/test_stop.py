@@ -8,9 +8,9 @@ from pathlib import Path
 from sqlalchemy import select
 
 from db.models import Message
-from tests.fakes.openai_api import FakeLLM, TextStep, call, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER, Harness, running_bot
+from tests.support.fakes.openai_api import FakeLLM, TextStep, call, text, tool_calls
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import OWNER, Harness, running_bot
 
 LONG = "word " * 400  # streamed slowly: the turn is still running when it is stopped
 

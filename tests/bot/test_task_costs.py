@@ -15,9 +15,9 @@ from typing import Any
 
 from core_tools.usage.prices import PriceTable, parse_prices
 from tests.bot.test_schedules import add, db_rows, local_at, messages_with, svc, wait_sent
-from tests.fakes.openai_api import FakeLLM, call, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER, Harness, running_bot
+from tests.support.fakes.openai_api import FakeLLM, call, text, tool_calls
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import OWNER, Harness, running_bot
 
 PRICES = '{"fake-model": [1.0, 2.0]}'  # USD per million input, output tokens
 EVERY_15_MIN = "FREQ=MINUTELY;INTERVAL=15"

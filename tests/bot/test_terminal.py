@@ -9,23 +9,20 @@ import signal
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.fakes.openai_api import FakeLLM, call, hang, text, tool_calls
-from tests.harness import OWNER
-from tests.processes import bot_env
+from tests.support.fakes.openai_api import FakeLLM, call, hang, text, tool_calls
+from tests.support.harness import OWNER
+from tests.support.processes import bot_env
+from tests.support.schedules import local_at
+
+pytestmark = pytest.mark.slow  # real `python -m bot chat` processes
 
 PROMPT = "you> "
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 32
-
-
-def local_at(seconds: float) -> str:
-    """An `at` this many seconds from now, as local wall time (the user's zone is UTC)."""
-    return (datetime.now(UTC) + timedelta(seconds=seconds)).replace(tzinfo=None).isoformat(timespec="seconds")
 
 
 class Terminal:
@@ -253,7 +250,6 @@ async def test_reminders_and_tasks_are_printed_while_the_chat_waits(
         assert await term.quit() == 0
 
 
-@pytest.mark.sqlite_only
 async def test_files_of_a_code_run_are_saved_to_the_named_folder(tmp_path: Path, llm: FakeLLM) -> None:
     folder = tmp_path / "charts"
     code = f"open('out/plot.png', 'wb').write({PNG!r})\nprint('drawn')"

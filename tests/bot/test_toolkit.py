@@ -17,12 +17,12 @@ import pytest
 
 from core_tools.sandbox.executor import LocalExecutor
 from core_tools.sandbox.toolkit import DEFAULT_ENV, REQUIREMENTS, STAMP, ToolkitError, run_installer
-from tests.conftest import sandbox_visible_dir
-from tests.fakes.openai_api import FakeLLM, call, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER, Harness, running_bot
-from tests.media.files import PNG_SIGNATURE
-from tests.processes import fake_env, run_bot
+from tests.support.fakes.openai_api import FakeLLM, call, text, tool_calls
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import OWNER, Harness, running_bot
+from tests.support.media_files import PNG_SIGNATURE
+from tests.support.processes import fake_env, run_bot
+from tests.support.toolkit import sandbox_visible_dir
 
 CHART = """
 import pandas as pd
@@ -67,7 +67,6 @@ async def until_settled(h: Harness) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.sqlite_only  # one install is enough: the database plays no part
 async def test_first_start_installs_the_toolkit_and_a_code_turn_plots(
     fresh_dir: Path,
     tg: FakeTelegram,
@@ -157,6 +156,7 @@ async def test_a_failed_install_is_logged_with_a_fix_and_the_model_is_told(
     assert "could not be installed" in result["note"]
 
 
+@pytest.mark.slow  # a `python -m bot` process
 async def test_code_python_env_the_sandbox_cannot_see_is_refused_in_one_line(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
 ) -> None:

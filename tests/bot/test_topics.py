@@ -10,12 +10,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.bot.test_schedules import local_at, wait_sent
+import pytest
+
 from tests.bot.test_stop import slow_text
-from tests.fakes.openai_api import FakeLLM, call, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import FRIEND, OWNER, running_bot
-from tests.media.files import make_wav
+from tests.support.fakes.openai_api import FakeLLM, call, text, tool_calls
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import FRIEND, OWNER, running_bot
+from tests.support.media_files import make_wav
+from tests.support.schedules import local_at, wait_sent
 
 FORUM = -100555
 GROUP = -100777
@@ -130,6 +132,7 @@ async def test_stop_retry_and_the_queue_stay_in_their_topic(
         assert all(c.ok for c in sends(tg, FORUM)), tg.describe_calls()
 
 
+@pytest.mark.slow
 async def test_files_reminders_and_voice_answers_of_a_topic_go_to_that_topic(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
 ) -> None:

@@ -16,9 +16,9 @@ from core_tools.usage.prices import ModelPrice
 from core_tools.usage.service import UsageService
 from db.engine import make_sessionmaker
 from db.usage import UsageQueries
-from tests.fakes.openai_api import FakeLLM, call, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import FRIEND, OWNER, Harness, running_bot
+from tests.support.fakes.openai_api import FakeLLM, call, text, tool_calls
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import FRIEND, OWNER, Harness, running_bot
 
 APOLOGY = "something went wrong"
 

@@ -46,6 +46,7 @@ def service_socket(tmp_path: Path) -> Iterator[Path]:
         proc.wait(timeout=30)
 
 
+@pytest.mark.slow  # a sandbox service process
 async def test_the_bound_holds_over_the_sandbox_service(
     service_socket: Path, db_sessions: sessionmaker[Session]
 ) -> None:

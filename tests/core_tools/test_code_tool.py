@@ -15,7 +15,7 @@ from core_tools.sandbox import LocalExecutor, SandboxLimits
 from core_tools.tools.code import CodeLimits, CodeTool
 from core_tools.types import ToolContext
 from db.executions import Executions
-from tests.fakes.openai_api import FakeLLM, text
+from tests.support.fakes.openai_api import FakeLLM, text
 
 CTX = ToolContext(user_id=7, chat_id=7, session_id="s1", trigger_message="please compute")
 
@@ -102,6 +102,7 @@ async def test_finished_jobs_stay_readable_for_a_while_then_are_dropped(
     assert tool.jobs == {}
 
 
+@pytest.mark.slow
 async def test_a_run_waits_for_a_slot_and_gets_a_clear_error_past_the_wait(executions: Executions) -> None:
     limits = CodeLimits(max_runs=2, max_runs_per_user=1, queue_wait_s=0.5)
     tool = CodeTool(LocalExecutor(SandboxLimits(timeout_s=10)), executions, limits=limits)

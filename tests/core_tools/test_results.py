@@ -14,6 +14,9 @@ from core_tools.types import ToolCallRequest, ToolContext
 from db.conversations import Conversations
 from db.engine import make_sessionmaker
 from db.results import ToolResults
+from tests.support.databases import both_databases
+
+db_kind = both_databases()  # SQLite and PostgreSQL: pages are cut in SQL (substr, length)
 
 LONG = "".join(f"line {i:06d}: the quick brown fox\n" for i in range(3000))  # ~99 KB
 

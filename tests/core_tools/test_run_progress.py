@@ -53,6 +53,7 @@ async def test_the_latest_complete_line_arrives_while_the_program_still_runs(exe
     assert "half a line" not in seen  # an unfinished line is not shown
 
 
+@pytest.mark.slow  # a sandbox service process
 async def test_the_sandbox_service_sends_the_latest_line_while_the_program_runs(
     executor: LocalExecutor, tmp_path: Path
 ) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from core_tools.sandbox import Isolation, LocalExecutor, SandboxLimits, describe, detect_isolation
-from tests.measuring_cgroup import FORKS, measured_run, own_memory_cgroup
+from tests.support.measuring_cgroup import FORKS, measured_run, own_memory_cgroup
 
 ISOLATION, REASON = detect_isolation()
 MIB = 1024 * 1024

@@ -21,6 +21,9 @@ from core_tools.types import ToolCallRequest, ToolContext
 from db.conversations import Conversations
 from db.engine import make_sessionmaker
 from db.schedules import Schedules
+from tests.support.databases import both_databases
+
+db_kind = both_databases()  # SQLite and PostgreSQL: claiming firings differs by dialect (db/schedules.py)
 
 BERLIN = ZoneInfo("Europe/Berlin")
 ANN, BOB = 111, 222

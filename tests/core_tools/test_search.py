@@ -20,7 +20,7 @@ from core_tools.tools.search_providers.tavily import TavilyProvider
 from core_tools.tools.search_results import clean_url, parse_date, url_key
 from core_tools.tools.web import PageFetcher, is_public_address
 from core_tools.types import ToolContext
-from tests.core_tools.fake_search import (
+from tests.support.fakes.search import (
     ARTICLE_HTML,
     FakeServer,
     brave_news_payload,

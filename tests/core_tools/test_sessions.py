@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from core_tools.llm import LLMClient
 from core_tools.sessions import SessionManager, last_boundary
 from db.conversations import Conversations
-from tests.fakes.openai_api import FakeLLM, text
+from tests.support.fakes.openai_api import FakeLLM, text
 
 BERLIN = ZoneInfo("Europe/Berlin")
 

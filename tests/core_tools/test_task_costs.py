@@ -23,7 +23,10 @@ from db.attribution import TaskRun, current_task_run, running_task
 from db.models import LLMCall
 from db.task_costs import TaskCosts
 from db.usage import LLMCallRecord, UsageLog, UsageQueries
-from tests.fakes.openai_api import FakeLLM, text
+from tests.support.databases import both_databases
+from tests.support.fakes.openai_api import FakeLLM, text
+
+db_kind = both_databases()  # SQLite and PostgreSQL: a task's spend this month sums by dialect SQL
 
 USER = 7
 PRICES = {"fake-model": ModelPrice(1.0, 2.0), "free-model": ModelPrice(0.0, 0.0)}

@@ -28,7 +28,7 @@ from db.engine import make_engine, make_sessionmaker
 from db.migrate import upgrade
 from db.models import LLMCall, Message, TurnEvent
 from db.usage import UsageLog, UsageQueries
-from tests.fakes.openai_api import FakeLLM, call, text, tool_calls
+from tests.support.fakes.openai_api import FakeLLM, call, text, tool_calls
 
 USER, OTHER, OWNER = 7, 8, 1
 PRICES = {"fake-model": ModelPrice(1.0, 2.0, 0.5)}  # $1 in, $2 out per million tokens

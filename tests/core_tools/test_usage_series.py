@@ -13,6 +13,9 @@ from core_tools.usage.service import UsageService
 from db.models import LLMCall, User
 from db.series import Series
 from db.usage import UsageQueries
+from tests.support.databases import both_databases
+
+db_kind = both_databases()  # SQLite and PostgreSQL: the series group by local day and hour in dialect SQL
 
 USER = 7
 

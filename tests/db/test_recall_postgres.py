@@ -20,8 +20,9 @@ from db import memory_search, recall_cache, recall_postgres
 from db.engine import make_engine, make_sessionmaker
 from db.migrate import downgrade, upgrade
 from db.models import Memory
+from tests.support.databases import postgresql_only
 
-pytestmark = pytest.mark.postgresql_only
+pytestmark = postgresql_only
 
 PARALLEL_FREE = (
     "parallel_setup_cost",

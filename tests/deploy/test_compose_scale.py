@@ -35,8 +35,8 @@ from tests.deploy.test_compose_up import (
     _free_port,
     write_test_env,
 )
-from tests.fakes.openai_api import FakeLLM, call, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram
+from tests.support.fakes.openai_api import FakeLLM, call, text, tool_calls
+from tests.support.fakes.telegram_api import FakeTelegram
 
 IMAGE = "telegram-assistant:scaletest"
 TOKEN = "123456:SCALE-TEST-token"
@@ -46,9 +46,12 @@ USERS = (111, 112, 113, 114)
 FILES = (REPO / "deploy" / "docker-compose.scale.yml", HERE / "compose.scale.test.yml")
 SERVICES = ("db", "sandbox1", "sandbox2", "bot", "bot2", "proxy")
 
-pytestmark = pytest.mark.skipif(
-    os.environ.get("DEPLOY_TEST") != "1", reason="the Docker deploy test runs with scripts/test-deploy.sh"
-)
+pytestmark = [
+    pytest.mark.slow,  # Docker
+    pytest.mark.skipif(
+        os.environ.get("DEPLOY_TEST") != "1", reason="the Docker deploy test runs with scripts/test-deploy.sh"
+    ),
+]
 
 
 def _stack(project: str, env_file: Path, upstream_conf: Path) -> Stack:

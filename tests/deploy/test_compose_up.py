@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from tests.fakes.openai_api import FakeLLM, call, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram
+from tests.support.fakes.openai_api import FakeLLM, call, text, tool_calls
+from tests.support.fakes.telegram_api import FakeTelegram
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -48,9 +48,12 @@ MEMORY_HOG = (
     "print('all done')"
 )
 
-pytestmark = pytest.mark.skipif(
-    os.environ.get("DEPLOY_TEST") != "1", reason="the Docker deploy test runs with scripts/test-deploy.sh"
-)
+pytestmark = [
+    pytest.mark.slow,  # Docker
+    pytest.mark.skipif(
+        os.environ.get("DEPLOY_TEST") != "1", reason="the Docker deploy test runs with scripts/test-deploy.sh"
+    ),
+]
 
 
 def _free_port() -> int:

@@ -192,6 +192,7 @@ def _uv_sync_args() -> list[str]:
     raise AssertionError("no `uv sync` in the Dockerfile")
 
 
+@pytest.mark.slow  # installs the package into a fresh venv
 def test_dockerfile_install_step_replayed_in_a_fresh_venv(tmp_path: Path) -> None:
     """`uv sync --frozen --no-dev` from uv.lock alone, then the app imports and migrates with that venv.
 

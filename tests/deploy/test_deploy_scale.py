@@ -34,6 +34,7 @@ def test_scale_compose_is_valid_against_the_compose_specification() -> None:
     assert not errors, [f"{list(e.path)}: {e.message}" for e in errors]
 
 
+@pytest.mark.slow  # a sandbox service process
 @pytest.mark.skipif(detect_isolation()[0] is not Isolation.BWRAP, reason="no working bwrap")
 def test_sandbox_health_check_pings_over_tcp_with_the_token(tmp_path: Path) -> None:
     test = _compose()["services"]["sandbox1"]["healthcheck"]["test"]

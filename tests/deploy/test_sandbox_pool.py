@@ -26,12 +26,15 @@ from core_tools.sandbox.model import FileLimits
 from core_tools.sandbox.pool import SandboxPool
 from tests.bot.test_stop import processes_with
 from tests.deploy.test_service import REPO
-from tests.fakes.openai_api import FakeLLM, call, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER, running_bot
+from tests.support.fakes.openai_api import FakeLLM, call, text, tool_calls
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import OWNER, running_bot
 
 ISOLATION, REASON = detect_isolation()
-pytestmark = pytest.mark.skipif(ISOLATION is not Isolation.BWRAP, reason=f"no working bwrap: {REASON}")
+pytestmark = [
+    pytest.mark.slow,  # sandbox service processes
+    pytest.mark.skipif(ISOLATION is not Isolation.BWRAP, reason=f"no working bwrap: {REASON}"),
+]
 TOKEN = "pool-test-token-0123456789"
 
 
@@ -191,7 +194,6 @@ async def test_a_started_run_is_never_sent_again(services: Callable[..., TcpServ
     assert again.stdout == "next run\n" and b.hello()["started"] == 1
 
 
-@pytest.mark.sqlite_only  # the database is not what this checks
 async def test_bot_code_turn_through_the_pool(
     tmp_path: Path,
     tg: FakeTelegram,

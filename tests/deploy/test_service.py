@@ -38,7 +38,10 @@ from db.migrate import upgrade
 REPO = Path(__file__).resolve().parents[2]
 CTX = ToolContext(user_id=7, chat_id=7, session_id="s1", trigger_message="compute")
 ISOLATION, REASON = detect_isolation()
-pytestmark = pytest.mark.skipif(ISOLATION is not Isolation.BWRAP, reason=f"no working bwrap: {REASON}")
+pytestmark = [
+    pytest.mark.slow,  # sandbox service processes
+    pytest.mark.skipif(ISOLATION is not Isolation.BWRAP, reason=f"no working bwrap: {REASON}"),
+]
 
 
 class Service:

@@ -25,7 +25,10 @@ from tests.deploy.test_sandbox_pool import TOKEN, free_port, tcp_exchange
 from tests.deploy.test_service import REPO
 
 ISOLATION, REASON = detect_isolation()
-pytestmark = pytest.mark.skipif(ISOLATION is not Isolation.BWRAP, reason=f"no working bwrap: {REASON}")
+pytestmark = [
+    pytest.mark.slow,  # sandbox service processes
+    pytest.mark.skipif(ISOLATION is not Isolation.BWRAP, reason=f"no working bwrap: {REASON}"),
+]
 MIB = 1024 * 1024
 
 

@@ -14,14 +14,13 @@ import pytest
 from bot.ops import check_sandbox
 from core_tools.sandbox import Isolation, detect_isolation
 from tests.deploy.test_service import Service
-from tests.fakes.openai_api import FakeLLM, call, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER, running_bot
+from tests.support.fakes.openai_api import FakeLLM, call, text, tool_calls
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import OWNER, running_bot
 
 ISOLATION, REASON = detect_isolation()
 pytestmark = [
     pytest.mark.skipif(ISOLATION is not Isolation.BWRAP, reason=f"no working bwrap: {REASON}"),
-    pytest.mark.sqlite_only,  # the database is not what these check
 ]
 
 # The bot's own settings: what a run would get if the bot ran the code itself.

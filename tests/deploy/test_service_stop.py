@@ -13,7 +13,10 @@ from core_tools.sandbox.client import ServiceExecutor
 from tests.bot.test_stop import processes_with
 from tests.deploy.test_service import ISOLATION, REASON, Service, hello
 
-pytestmark = pytest.mark.skipif(ISOLATION is not Isolation.BWRAP, reason=f"no working bwrap: {REASON}")
+pytestmark = [
+    pytest.mark.slow,  # sandbox service processes
+    pytest.mark.skipif(ISOLATION is not Isolation.BWRAP, reason=f"no working bwrap: {REASON}"),
+]
 
 
 @pytest.fixture

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from db.models import MediaFile, Message
-from tests.fakes.openai_api import FakeLLM, text
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER, running_bot
-from tests.media.files import make_encrypted_pdf, make_pdf, rows
+from tests.support.fakes.openai_api import FakeLLM, text
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import OWNER, rows, running_bot
+from tests.support.media_files import make_encrypted_pdf, make_pdf
 
 BIG = 25 * 1024 * 1024
 
 
+@pytest.mark.slow
 async def test_every_bad_input_is_answered_and_kept(tmp_path: Path, tg: FakeTelegram, llm: FakeLLM) -> None:
     cases = [
         (lambda: tg.push_document(OWNER, b"x", "huge.zip", "application/zip", file_size=BIG), "20 MB"),

@@ -7,19 +7,20 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from bot.wiring import Services
 from core_tools.media.reader import FileReader, ReadLimits
 from db.models import MediaFile, Message
-from tests.fakes.openai_api import FakeLLM, text
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import FRIEND, OWNER, running_bot
-from tests.media.files import (
+from tests.support.fakes.openai_api import FakeLLM, text
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import FRIEND, OWNER, rows, running_bot
+from tests.support.media_files import (
     make_paragraphs_docx,
     make_shared_stream_pdf,
     make_zip_bomb_docx,
     peak_rss,
     peak_rss_reset,
-    rows,
     user_content,
 )
 
@@ -52,6 +53,7 @@ def reader(limits: ReadLimits) -> Callable[[Services], None]:
     return setup
 
 
+@pytest.mark.slow
 async def test_explosive_files_cost_the_worker_not_the_bot(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
 ) -> None:
@@ -99,6 +101,7 @@ async def test_explosive_files_cost_the_worker_not_the_bot(
         assert (stored / f"{media['shared.pdf']['sha256']}.txt").stat().st_size <= limit
 
 
+@pytest.mark.slow
 async def test_a_file_over_the_memory_limit_is_refused_and_the_bot_goes_on(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
 ) -> None:
@@ -116,6 +119,7 @@ async def test_a_file_over_the_memory_limit_is_refused_and_the_bot_goes_on(
         assert [m["content"] for m in rows(h, Message) if m["role"] == "user"][1] == "are you there?"
 
 
+@pytest.mark.slow
 async def test_another_chat_is_answered_while_a_file_is_being_read(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
 ) -> None:

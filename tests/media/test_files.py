@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 from db.models import MediaFile, Message
-from tests.fakes.openai_api import FakeLLM, call, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER, running_bot
-from tests.media.files import make_docx, make_pdf, rows, user_content
+from tests.support.fakes.openai_api import FakeLLM, call, text, tool_calls
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import OWNER, rows, running_bot
+from tests.support.media_files import make_docx, make_pdf, user_content
 
 
 async def test_pdf_docx_csv_and_text_files_are_read(tmp_path: Path, tg: FakeTelegram, llm: FakeLLM) -> None:
@@ -72,7 +72,7 @@ async def test_a_large_file_is_stored_and_read_by_pages(
 async def test_read_file_is_only_for_the_users_own_files(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
 ) -> None:
-    from tests.harness import FRIEND
+    from tests.support.harness import FRIEND
 
     llm.script(text("Stored."), tool_calls(call("read_file", {"file_id": 1})), text("No access."))
     async with running_bot(tmp_path, tg, llm, file_inline_chars=500, file_page_chars=500) as h:

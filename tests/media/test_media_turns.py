@@ -7,13 +7,14 @@ import base64
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import select
 
 from db.models import InboxMessage, MediaFile, Message
-from tests.fakes.openai_api import FakeLLM, TextStep, text
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import FRIEND, OWNER, Harness, running_bot
-from tests.media.files import make_png, make_wav, rows, user_content
+from tests.support.fakes.openai_api import FakeLLM, TextStep, text
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import FRIEND, OWNER, Harness, rows, running_bot
+from tests.support.media_files import make_png, make_wav, user_content
 
 GROUP = -100777
 OTHER_GROUP = -100888
@@ -123,6 +124,7 @@ async def test_an_unlisted_groups_photo_gets_the_refusal_and_no_llm_request(
         assert str(OTHER_GROUP) in refusal and llm.requests == [] and rows(h, MediaFile) == []
 
 
+@pytest.mark.slow
 async def test_a_voice_note_sent_during_a_text_turn_waits_and_joins_the_next_text(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
 ) -> None:

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from db.models import MediaFile, Message
-from tests.fakes.openai_api import FakeLLM, text
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER, running_bot
-from tests.media.files import make_png, rows, user_content
+from tests.support.fakes.openai_api import FakeLLM, text
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import OWNER, rows, running_bot
+from tests.support.media_files import make_png, user_content
 
 
 def images(content: Any) -> list[str]:

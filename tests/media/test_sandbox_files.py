@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from core_tools.sandbox import LocalExecutor
 from core_tools.sandbox.model import FileLimits
 from db.models import CodeExecution
-from tests.fakes.openai_api import FakeLLM, call, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER, running_bot
-from tests.media.files import PNG_SIGNATURE, rows
+from tests.support.fakes.openai_api import FakeLLM, call, text, tool_calls
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import OWNER, rows, running_bot
+from tests.support.media_files import PNG_SIGNATURE
 
 CHART = """
 import pandas as pd
@@ -24,6 +26,7 @@ df.describe().to_csv("out/summary.csv")
 """
 
 
+@pytest.mark.slow  # needs the data toolkit (installed on first use)
 async def test_csv_analysed_by_the_code_tool_comes_back_as_a_chart(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM, sandbox_toolkit: str
 ) -> None:
@@ -78,6 +81,7 @@ for i in range(5):
     )
 
 
+@pytest.mark.slow  # needs the data toolkit (installed on first use)
 async def test_a_run_cut_by_the_clock_hands_nothing_back(tmp_path: Path) -> None:
     executor = LocalExecutor()
     code = "open('out/partial.txt', 'w').write('x')\nimport time\ntime.sleep(30)"

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from core_tools.sandbox.client import ServiceExecutor
 from core_tools.sandbox.model import FileLimits
 from tests.deploy.test_service import Service
-from tests.media.files import PNG_SIGNATURE
+from tests.support.media_files import PNG_SIGNATURE
+
+pytestmark = pytest.mark.slow  # a sandbox service process with the data toolkit
 
 
 async def test_files_in_and_out_through_the_service(tmp_path: Path, sandbox_toolkit: str) -> None:

@@ -6,10 +6,10 @@ from pathlib import Path
 
 from core_tools.usage.prices import PriceTable, spend_of
 from db.models import LLMCall, MediaFile, Message
-from tests.fakes.openai_api import FakeLLM, text
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER, running_bot
-from tests.media.files import make_ogg_opus, make_wav, rows, user_content
+from tests.support.fakes.openai_api import FakeLLM, text
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import OWNER, rows, running_bot
+from tests.support.media_files import make_ogg_opus, make_wav, user_content
 
 
 async def test_voice_note_is_transcribed_answered_shown_and_accounted(

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.openai_api import FakeLLM
-from tests.fakes.telegram_api import FakeTelegram
 from tests.replicas.harness import USERS, Cluster
+from tests.support.fakes.openai_api import FakeLLM
+from tests.support.fakes.telegram_api import FakeTelegram
 
 
 @pytest.fixture

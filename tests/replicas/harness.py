@@ -1,7 +1,7 @@
 """Several real `python -m bot` replicas in webhook mode on one PostgreSQL, and a load balancer in front.
 
-Each replica is a process of its own (tests/processes.py) listening on 127.0.0.1:<port>; they share the
-database, the fake Bot API and the fake LLM. The load balancer POSTs Telegram update JSON to the replicas'
+Each replica is a process of its own (tests/support/processes.py) listening on 127.0.0.1:<port>; they share
+the database, the fake Bot API and the fake LLM. The load balancer POSTs Telegram update JSON to the replicas'
 webhook path with the secret header, exactly as Telegram (or a reverse proxy in front of the replicas) does;
 the same update may go to several replicas, or twice to one, as a retrying Telegram does.
 
@@ -22,10 +22,10 @@ import aiohttp
 from sqlalchemy import Engine, create_engine
 from sqlalchemy import text as sql
 
-from tests.fakes.openai_api import FakeLLM
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER
-from tests.processes import BotProcess, fake_env, free_port
+from tests.support.fakes.openai_api import FakeLLM
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import OWNER
+from tests.support.processes import BotProcess, fake_env, free_port
 
 JsonDict = dict[str, Any]
 

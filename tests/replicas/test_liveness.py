@@ -23,11 +23,15 @@ import pytest
 from sqlalchemy import create_engine
 from sqlalchemy import text as sql
 
-from tests.fakes.openai_api import FakeLLM, Step, text
-from tests.fakes.telegram_api import FakeTelegram
 from tests.replicas.harness import LEASE_S, USERS, Cluster, Replica, last_user_text, text_update
+from tests.support.databases import postgresql_only
+from tests.support.fakes.openai_api import FakeLLM, Step, text
+from tests.support.fakes.telegram_api import FakeTelegram
 
-pytestmark = pytest.mark.postgresql_only  # several processes on one database: PostgreSQL only
+pytestmark = [
+    pytest.mark.slow,  # several `python -m bot` processes on PostgreSQL
+    postgresql_only,  # several processes on one database: PostgreSQL only
+]
 
 NOTICE = "I was restarted while answering your message"
 # A pid namespace of its own, with its own /proc (the bot is its first process; --kill-child: it dies with

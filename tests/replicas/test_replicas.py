@@ -18,8 +18,6 @@ from typing import Any
 
 import pytest
 
-from tests.fakes.openai_api import FakeLLM, Step, call, hang, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram
 from tests.replicas.harness import (
     LEASE_S,
     USERS,
@@ -30,8 +28,14 @@ from tests.replicas.harness import (
     said,
     text_update,
 )
+from tests.support.databases import postgresql_only
+from tests.support.fakes.openai_api import FakeLLM, Step, call, hang, text, tool_calls
+from tests.support.fakes.telegram_api import FakeTelegram
 
-pytestmark = pytest.mark.postgresql_only  # several processes on one database: PostgreSQL only
+pytestmark = [
+    pytest.mark.slow,  # several `python -m bot` processes on PostgreSQL
+    postgresql_only,  # several processes on one database: PostgreSQL only
+]
 
 
 def answer_of(message: str) -> str:

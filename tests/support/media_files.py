@@ -8,8 +8,6 @@ import struct
 import wave
 from typing import Any
 
-from sqlalchemy import select
-
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
@@ -71,12 +69,6 @@ def make_png(color: tuple[int, int, int] = (200, 30, 30), size: tuple[int, int] 
     buffer = io.BytesIO()
     Image.new("RGB", size, color).save(buffer, format="PNG")
     return buffer.getvalue()
-
-
-def rows(h: Any, model: type) -> list[Any]:
-    """Every row of a table of the running bot's database."""
-    with h.services.engine.connect() as conn:
-        return list(conn.execute(select(model)).mappings())
 
 
 def user_content(request: dict[str, Any]) -> Any:

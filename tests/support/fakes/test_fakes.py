@@ -15,8 +15,8 @@ from telegram import MessageEntity, Update
 from telegram.error import BadRequest, NetworkError, RetryAfter, TimedOut
 from telegram.ext import Application, ContextTypes, MessageHandler, filters
 
-from tests.fakes.openai_api import FakeLLM, call, error, hang, stream_error, text, tool_calls
-from tests.fakes.telegram_api import FakeTelegram
+from tests.support.fakes.openai_api import FakeLLM, call, error, hang, stream_error, text, tool_calls
+from tests.support.fakes.telegram_api import FakeTelegram
 
 TOKEN = "123:ABC"
 

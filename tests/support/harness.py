@@ -6,13 +6,17 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
+from sqlalchemy import select
 
 from bot.app import build_application, on_startup
 from bot.settings import Settings
 from bot.wiring import Services, build_services
-from tests.fakes.openai_api import FakeLLM
-from tests.fakes.telegram_api import FakeTelegram
+from core_tools.types import ToolContext
+from tests.support.fakes.openai_api import FakeLLM
+from tests.support.fakes.telegram_api import FakeTelegram
 
 TOKEN = "123456:TEST-TOKEN-abcdef"
 OWNER = 111
@@ -21,7 +25,7 @@ STRANGER = 999
 
 
 # The database of a harness bot when the test names none: None is a SQLite file under tmp_path;
-# tests/conftest.py sets a PostgreSQL database here for the PostgreSQL run of each end-to-end test.
+# the `bot_database` fixture (tests/conftest.py) sets a PostgreSQL database here for a test on PostgreSQL.
 DATABASE_URL: str | None = None
 
 
@@ -108,3 +112,23 @@ async def running_bot(
         await app.stop()
         await app.shutdown()
         await services.aclose()
+
+
+def rows(h: Harness, model: type) -> list[Any]:
+    """Every row of a table of the running bot's database, in primary-key order."""
+    table = model.__table__  # type: ignore[attr-defined]
+    with h.services.engine.connect() as conn:
+        # In key order: PostgreSQL returns rows in no particular order without one.
+        return list(conn.execute(select(model).order_by(*table.primary_key.columns)).mappings())
+
+
+def register_math(services: Services) -> None:
+    """A test-only tool: `add` two integers (pass as `setup=` to `running_bot`)."""
+
+    async def add(
+        ctx: ToolContext, a: Annotated[int, Field(description="first")], b: int = 0
+    ) -> dict[str, int]:
+        """Add two integers."""
+        return {"sum": a + b}
+
+    services.registry.register(add)

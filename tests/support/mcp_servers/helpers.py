@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 PROBE = str(Path(__file__).with_name("probe_server.py"))
-ROOT = str(Path(__file__).resolve().parents[2])
+ROOT = str(Path(__file__).resolve().parents[3])
 
 
 def free_port() -> int:
@@ -67,5 +67,5 @@ HEAVY = str(Path(__file__).with_name("heavy_server.py"))
 
 
 def heavy_entry(**extra: object) -> dict[str, object]:
-    """The server of tests/mcp/heavy_server.py: a 4 MB schema and a backtracking pattern."""
+    """The server of tests/support/mcp_servers/heavy_server.py: a 4 MB schema and a backtracking pattern."""
     return {"command": sys.executable, "args": [HEAVY], **extra}

@@ -17,11 +17,11 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import IO, Self
 
-from tests.fakes.openai_api import FakeLLM
-from tests.fakes.telegram_api import FakeTelegram
-from tests.harness import OWNER, TOKEN
+from tests.support.fakes.openai_api import FakeLLM
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import OWNER, TOKEN
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:
@@ -55,6 +55,23 @@ def fake_env(home: Path, tg: FakeTelegram, llm: FakeLLM, database_url: str, **va
     )
     env.update(values)
     return env
+
+
+def full_env(tmp_path: Path, tg: FakeTelegram, llm: FakeLLM, **extra: str) -> dict[str, str]:
+    """A clean environment for a bot on a SQLite file under tmp_path, against the fakes (as `fake_env`, with
+    the model named)."""
+    values = {
+        "TELEGRAM_BOT_TOKEN": TOKEN,
+        "TELEGRAM_API_BASE_URL": tg.base_url,
+        "ALLOWED_USER_IDS": str(OWNER),
+        "OPENAI_API_KEY": "sk-test",
+        "OPENAI_BASE_URL": llm.base_url,
+        "LLM_MODEL": "fake-model",
+        "LLM_MAX_RETRIES": "0",
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'data' / 'assistant.db'}",
+    }
+    values.update(extra)
+    return bot_env(tmp_path, **values)
 
 
 async def start_bot(

@@ -19,7 +19,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # Six children touching 200 MB each: 1.2 GB if nothing bounds the run as a whole.
 FORKS = """
