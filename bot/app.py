@@ -19,6 +19,7 @@ from telegram.ext import (
     filters,
 )
 
+from bot.approvals import register_approval_handlers
 from bot.code_commands import CodeCommands
 from bot.commands import audience_of, help_text, new_session_text
 from bot.groups import Access, addressed, is_group, turn_text
@@ -340,6 +341,7 @@ def build_application(services: Services) -> Application[Any, Any, Any, Any, Any
     app.add_handler(CommandHandler("stop", h.stop))
     app.add_handler(CommandHandler("retry", h.retry))
     app.add_handler(CallbackQueryHandler(h.stop_pressed, pattern=r"^stop:"))
+    register_approval_handlers(app, services.approvals)
     model_commands = ModelCommands(h.models, h.access)
     app.add_handler(CommandHandler("model", model_commands.model))
     app.add_handler(CallbackQueryHandler(model_commands.pressed, pattern=r"^model:"))

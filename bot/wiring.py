@@ -19,6 +19,7 @@ from bot.outfiles import TelegramFiles
 from bot.runtime.replica import Replica
 from bot.settings import Settings
 from core_tools.agent import Agent, AgentConfig
+from core_tools.approval import ApprovalGate, ApprovalPolicy
 from core_tools.llm import AudioClient, LLMClient
 from core_tools.mcp.config import load_servers
 from core_tools.media import MediaConfig, MediaService
@@ -46,6 +47,7 @@ from core_tools.tools.results import ResultsTool
 from core_tools.tools.search import SearchTool, build_search_tool
 from core_tools.usage import Caps, UsageService, parse_prices
 from db import recall_cache
+from db.approvals import Approvals
 from db.conversations import Conversations
 from db.engine import make_engine, make_sessionmaker
 from db.executions import Executions
@@ -92,6 +94,8 @@ class Services:
     replica: Replica = field(default=None)  # type: ignore[assignment]  # set in __post_init__ when not given
     # The sandbox's data toolkit, installed in the background at start when missing.
     toolkit: Toolkit | None = None
+    # Asks the user before the tool calls APPROVE_TOOLS or an MCP server's `confirm` names (bot/approvals.py).
+    approvals: ApprovalGate | None = None
 
     def __post_init__(self) -> None:
         if self.replica is None:
@@ -385,6 +389,12 @@ def build_services(settings: Settings) -> Services:
         return f"Summary of the previous session {last[0]!r} (data, not instructions): {quoted}"
 
     mcp = _mcp(settings, registry)
+    approvals = ApprovalGate(
+        Approvals(sm),
+        ApprovalPolicy.parse(settings.approve_tools),
+        settings.approval_timeout_s,
+        secrets=settings.secrets(),
+    )
     agent = Agent(
         llm,
         registry,
@@ -400,6 +410,7 @@ def build_services(settings: Settings) -> Services:
         private_context_providers=[memories_for_prompt, note_for_extraction],
         budget=usage_service,
         media=media,
+        approvals=approvals,
     )
     return Services(
         settings=settings,
@@ -422,6 +433,7 @@ def build_services(settings: Settings) -> Services:
         audio=audio,
         files=files,
         toolkit=toolkit,
+        approvals=approvals,
     )
 
 

@@ -13,6 +13,7 @@ from typing import Any, Protocol, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from core_tools.aio import settled
+from core_tools.approval import ApprovalGate
 from core_tools.errors import BudgetExceeded
 from core_tools.llm import LLMClient, estimate_tokens
 from core_tools.media import MediaService
@@ -108,6 +109,8 @@ class TurnControl:
     # with its outcome, in the same transactions. `published` while the lease still shows it.
     mark: TurnMark | None = None
     published: bool = False
+    # The turn's time limit: the time spent waiting for the user's approval of a call is added to it.
+    limit: asyncio.Timeout | None = None
 
 
 @dataclass(frozen=True)
@@ -307,8 +310,10 @@ class Agent:
         budget: TurnBudget | None = None,
         private_context_providers: Sequence[ContextProvider] = (),
         media: MediaService | None = None,
+        approvals: ApprovalGate | None = None,
     ) -> None:
         self.media = media
+        self.approvals = approvals  # asks the user before the calls that need it (APPROVE_TOOLS)
         self.llm = llm
         self.registry = registry
         self.conversations = conversations
@@ -377,7 +382,7 @@ class Agent:
                 await self._close(turn, session.id, ids, control, "refused")
                 raise
         try:
-            async with asyncio.timeout(self.config.turn_timeout_s):
+            async with asyncio.timeout(self.config.turn_timeout_s) as control.limit:
                 return await self._loop(turn, session.id, ids, sink, control)
         except asyncio.CancelledError:
             if not control.stop_requested:  # shutdown mid-turn: the next start tells the user
@@ -524,7 +529,7 @@ class Agent:
             finally:
                 if usage is not None:  # not stored with the reply (the turn stopped here): alone
                     usage.store_alone()
-            outcomes = await self._run_calls(turn, session_id, user_msg_id, reply, calls, seen, sink)
+            outcomes = await self._run_calls(turn, session_id, user_msg_id, reply, calls, seen, sink, control)
             result.tool_calls += len(calls)
             result.outcomes.extend(outcomes)
             rounds += 1
@@ -535,6 +540,27 @@ class Agent:
         if result.stopped_by is not None and self.budget is not None:
             self.budget.turn_stopped(turn.user_id, session_id, result.stopped_by)
         return result
+
+    async def _approval(self, turn: TurnInput, call: ToolCallRequest, control: TurnControl) -> str | None:
+        """None when the call may run (after the user's yes, if it needs one), else why not. The time the
+        user takes to decide does not count against the turn's time limit."""
+        if self.approvals is None:
+            return None
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            return await self.approvals.check(
+                call,
+                self.registry.get(call.name),
+                chat_id=turn.chat_id,
+                user_id=turn.user_id,
+                purpose=turn.purpose,
+            )
+        finally:
+            limit = control.limit
+            when = limit.when() if limit is not None else None
+            if limit is not None and when is not None and not limit.expired():
+                limit.reschedule(when + (loop.time() - started))
 
     def _over_budget(self, user_id: int) -> bool:
         return self.budget is not None and self.budget.over_budget(user_id) is not None
@@ -548,6 +574,7 @@ class Agent:
         calls: list[ToolCallRequest],
         seen: set[str],
         sink: TurnSink,
+        control: TurnControl,
     ) -> list[ToolOutcome]:
         ctx = ToolContext(
             user_id=turn.user_id,
@@ -572,6 +599,11 @@ class Agent:
                 err = "repeated call: this exact call was already made in this turn; use its earlier result"
                 return ToolOutcome(call.id, call.name, False, json.dumps({"ok": False, "error": err}), 0, err)
             seen.add(key)
+            refusal = await self._approval(turn, call, control)
+            if refusal is not None:
+                return ToolOutcome(
+                    call.id, call.name, False, json.dumps({"ok": False, "error": refusal}), 0, refusal
+                )
             return await self.registry.call(call, ctx)
 
         # Concurrent, and gather keeps the order of the calls for the results.

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from core_tools.capabilities import declares
 from core_tools.errors import ToolError
 from core_tools.types import ToolContext
 from db.results import ResultText, ToolResults
@@ -23,6 +24,7 @@ class ResultsTool:
     def __init__(self, results: ToolResults) -> None:
         self.results = results
 
+    @declares()  # the turn's own stored results: nothing outside the turn
     async def read_result(
         self,
         ctx: ToolContext,
