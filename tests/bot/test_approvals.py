@@ -12,6 +12,7 @@ from db.models import Approval, ApprovalAlways
 from tests.support.fakes.openai_api import FakeLLM, call, text, tool_calls
 from tests.support.fakes.telegram_api import FakeTelegram
 from tests.support.harness import FRIEND, OWNER, Harness, register_math, rows, running_bot
+from tests.support.mcp_servers.helpers import stdio_entry
 from tests.support.schedules import local_at, wait_sent
 
 GROUP = -100777
@@ -32,10 +33,12 @@ async def prompt(tg: FakeTelegram, chat: int, n: int = 1) -> tuple[dict[str, Any
     """Wait for the `n`th approval prompt in the chat; it and its buttons' callback data by label."""
     await tg.wait_for(lambda: len(prompts(tg, chat)) >= n, what=f"approval prompt {n} in chat {chat}")
     message = prompts(tg, chat)[n - 1]
-    buttons = {
-        b["text"]: b["callback_data"] for row in message["reply_markup"]["inline_keyboard"] for b in row
-    }
-    return message, buttons
+    return message, buttons_of(message)
+
+
+def buttons_of(message: dict[str, Any]) -> dict[str, str]:
+    """A message's buttons: their callback data by label."""
+    return {b["text"]: b["callback_data"] for row in message["reply_markup"]["inline_keyboard"] for b in row}
 
 
 def tool_result(llm: FakeLLM, request: int = 1) -> str:
@@ -198,3 +201,47 @@ async def test_a_scheduled_tasks_call_that_needs_approval_is_not_run_and_the_use
         result = json.loads(tool_result(llm))
         assert result["ok"] is False and "scheduled task has nobody to ask" in result["error"]
         assert prompts(tg, OWNER) == [] and approvals(h) == []
+
+
+async def test_mcp_servers_confirm_true_and_regex(tmp_path: Path, tg: FakeTelegram, llm: FakeLLM) -> None:
+    path = tmp_path / "mcp.json"
+    servers = {"a": stdio_entry(confirm=True), "b": stdio_entry(confirm="^add$"), "c": stdio_entry()}
+    path.write_text(json.dumps({"mcpServers": servers}))
+    llm.script(
+        tool_calls(
+            call("a__echo", {"text": "from a"}),
+            call("b__echo", {"text": "from b"}),
+            call("b__add", {"a": 1, "b": 2}),
+            call("c__add", {"a": 3, "b": 4}),
+        ),
+        text("Done with the servers."),
+    )
+    async with running_bot(tmp_path, tg, llm, mcp_servers_file=str(path)) as h:
+        tg.push_text(OWNER, "use the servers")
+        await prompt(tg, OWNER, 2)
+        asked = {str(m["text"]).split("may I run ")[1].split("?")[0]: m for m in prompts(tg, OWNER)}
+        assert set(asked) == {"a__echo", "b__add"}  # b__echo and c__add ran without asking
+        for tool, label in (("a__echo", "Approve"), ("b__add", "Deny")):
+            message = asked[tool]
+            tg.push_callback(OWNER, buttons_of(message)[label], message_id=message["message_id"])
+        await h.final_text(OWNER, "Done with the servers.")
+        results = [m["content"] for m in llm.requests[1]["messages"] if m["role"] == "tool"]
+        a_echo, b_echo, b_add, c_add = results
+        assert "echo: from a" in a_echo and "echo: from b" in b_echo and "7" in c_add
+        assert "denied by the user" in b_add and "3" not in b_add
+
+
+async def test_capability_patterns_in_approve_tools(tmp_path: Path, tg: FakeTelegram, llm: FakeLLM) -> None:
+    llm.script(
+        tool_calls(call("schedule", {"action": "list"}), call("read_result", {"handle": "nothing-here"})),
+        text("Listed."),
+    )
+    async with running_bot(tmp_path, tg, llm, approve_tools="writes:sched*,reads:internet") as h:
+        tg.push_text(OWNER, "what is planned?")
+        message, buttons = await prompt(tg, OWNER)
+        assert str(message["text"]).startswith("Ann, may I run schedule?")  # read_result: not asked
+        tg.push_callback(OWNER, buttons["Approve"], message_id=message["message_id"])
+        await h.final_text(OWNER, "Listed.")
+        schedule_result = next(m for m in llm.requests[1]["messages"] if m["role"] == "tool")["content"]
+        assert "denied" not in schedule_result and json.loads(schedule_result)["ok"] is True
+        assert len(prompts(tg, OWNER)) == 1
