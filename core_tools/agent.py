@@ -109,8 +109,30 @@ class TurnControl:
     # with its outcome, in the same transactions. `published` while the lease still shows it.
     mark: TurnMark | None = None
     published: bool = False
-    # The turn's time limit: the time spent waiting for the user's approval of a call is added to it.
+    # The turn's time limit, suspended while calls wait for the user's approval (`suspend_limit`).
     limit: asyncio.Timeout | None = None
+    _waiting: int = 0  # calls waiting for approval now
+    _left_s: float | None = None  # what was left of the time limit when the first of them began
+
+    def suspend_limit(self) -> None:
+        """A call begins waiting for the user: the turn's time limit stops running until none waits."""
+        self._waiting += 1
+        limit = self.limit
+        if self._waiting != 1 or limit is None or limit.expired():
+            return
+        when = limit.when()
+        if when is not None:
+            self._left_s = when - asyncio.get_running_loop().time()
+            limit.reschedule(None)
+
+    def resume_limit(self) -> None:
+        """A call ended its wait: the time limit runs again (with what was left) once none waits."""
+        self._waiting -= 1
+        limit, left = self.limit, self._left_s
+        if self._waiting == 0 and limit is not None and left is not None:
+            self._left_s = None
+            if not limit.expired():
+                limit.reschedule(asyncio.get_running_loop().time() + left)
 
 
 @dataclass(frozen=True)
@@ -542,25 +564,19 @@ class Agent:
         return result
 
     async def _approval(self, turn: TurnInput, call: ToolCallRequest, control: TurnControl) -> str | None:
-        """None when the call may run (after the user's yes, if it needs one), else why not. The time the
-        user takes to decide does not count against the turn's time limit."""
-        if self.approvals is None:
+        """None when the call may run (after the user's yes, if it needs one), else why not. The turn's time
+        limit is suspended while its calls wait for the user: deciding may take longer than answering."""
+        gate = self.approvals
+        tool = self.registry.get(call.name)
+        if gate is None or not gate.policy.needs(call.name, tool):
             return None
-        loop = asyncio.get_running_loop()
-        started = loop.time()
+        control.suspend_limit()
         try:
-            return await self.approvals.check(
-                call,
-                self.registry.get(call.name),
-                chat_id=turn.chat_id,
-                user_id=turn.user_id,
-                purpose=turn.purpose,
+            return await gate.check(
+                call, tool, chat_id=turn.chat_id, user_id=turn.user_id, purpose=turn.purpose
             )
         finally:
-            limit = control.limit
-            when = limit.when() if limit is not None else None
-            if limit is not None and when is not None and not limit.expired():
-                limit.reschedule(when + (loop.time() - started))
+            control.resume_limit()
 
     def _over_budget(self, user_id: int) -> bool:
         return self.budget is not None and self.budget.over_budget(user_id) is not None

@@ -8,10 +8,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bot.ops import check_tools
+from bot.wiring import build_services
 from db.models import Approval, ApprovalAlways
 from tests.support.fakes.openai_api import FakeLLM, call, text, tool_calls
 from tests.support.fakes.telegram_api import FakeTelegram
-from tests.support.harness import FRIEND, OWNER, Harness, register_math, rows, running_bot
+from tests.support.harness import FRIEND, OWNER, Harness, make_settings, register_math, rows, running_bot
 from tests.support.mcp_servers.helpers import stdio_entry
 from tests.support.schedules import local_at, wait_sent
 
@@ -245,3 +247,29 @@ async def test_capability_patterns_in_approve_tools(tmp_path: Path, tg: FakeTele
         schedule_result = next(m for m in llm.requests[1]["messages"] if m["role"] == "tool")["content"]
         assert "denied" not in schedule_result and json.loads(schedule_result)["ok"] is True
         assert len(prompts(tg, OWNER)) == 1
+
+
+async def test_the_wait_for_a_decision_does_not_count_against_the_turns_time_limit(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    llm.script(tool_calls(call("add", {"a": 1})), text("No answer, so nothing added."))
+    async with running_bot(
+        tmp_path, tg, llm, setup=register_math, approve_tools="add", turn_timeout_s=1, approval_timeout_s=3
+    ) as h:
+        tg.push_text(OWNER, "add one")
+        await h.final_text(OWNER, "No answer, so nothing added.")  # not cut by the 1 s turn limit
+        assert "no answer within 3 s" in tool_result(llm)
+
+
+async def test_doctor_lists_each_tools_capabilities_and_approval(tmp_path: Path, llm: FakeLLM) -> None:
+    services = build_services(make_settings(tmp_path, None, llm, approve_tools="code,reads:memory"))
+    try:
+        check = check_tools(services)
+    finally:
+        await services.aclose()
+    assert check.ok and not check.warning, check.line()
+    line = check.line()
+    assert "search (reads internet)" in line and "read_result (touches nothing outside the turn)" in line
+    assert "code (reads files; writes files, execution; asks approval)" in line
+    assert "memory (reads memory; writes memory; asks approval)" in line
+    assert "schedule (reads schedules; writes schedules)" in line
