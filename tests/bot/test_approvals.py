@@ -8,9 +8,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bot.ops import check_tools
 from bot.wiring import build_services
 from db.models import Approval, ApprovalAlways
+from tests.support.databases import both_databases
 from tests.support.fakes.openai_api import FakeLLM, call, text, tool_calls
 from tests.support.fakes.telegram_api import FakeTelegram
 from tests.support.harness import FRIEND, OWNER, Harness, make_settings, register_math, rows, running_bot
@@ -18,6 +21,9 @@ from tests.support.mcp_servers.helpers import stdio_entry
 from tests.support.schedules import local_at, wait_sent
 
 GROUP = -100777
+
+db_kind = both_databases()  # the decision crosses processes through the database: SQLite and PostgreSQL
+pytestmark = pytest.mark.usefixtures("bot_database")  # its bots run on the test's database
 
 
 def prompts(tg: FakeTelegram, chat: int) -> list[dict[str, Any]]:
