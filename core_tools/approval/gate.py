@@ -89,14 +89,20 @@ class ApprovalGate:
             return None
         summary = summarize(call.arguments, self.secrets)
         asker = self.asker
-        if purpose == "scheduled" or asker is None:
+        if purpose == "scheduled":
             return await self._unasked(asker, chat_id, name, summary)
+        if asker is None:  # a front end without buttons (the terminal chat)
+            return f"not run: {name} needs the user's approval, which cannot be asked for here"
         approval_id = await self._db(lambda: self.store.ask(chat_id, user_id, name, summary))
         request = ApprovalRequest(approval_id, chat_id, user_id, name, summary)
         message_id: int | None = None
         status = PENDING
         try:
-            message_id = await asker.ask(request)
+            try:
+                message_id = await asker.ask(request)
+            except Exception as exc:  # the user could not be asked (Telegram down): the call does not run
+                log.warning("approval %d: could not ask chat %s: %s", approval_id, chat_id, exc)
+                return f"{DENIED}: the approval prompt could not be shown ({type(exc).__name__}); not run"
             status = await self._wait(approval_id)
         finally:
             if status == PENDING:  # stopped (cancelled) or the prompt could not be shown

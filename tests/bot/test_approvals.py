@@ -279,3 +279,15 @@ async def test_doctor_lists_each_tools_capabilities_and_approval(tmp_path: Path,
     assert "code (reads files; writes files, execution; asks approval)" in line
     assert "memory (reads memory; writes memory; asks approval)" in line
     assert "schedule (reads schedules; writes schedules)" in line
+
+
+async def test_a_prompt_that_cannot_be_shown_denies_the_call_and_the_turn_goes_on(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    llm.script(tool_calls(call("add", {"a": 9})), text("I could not ask you, so nothing ran."))
+    async with running_bot(tmp_path, tg, llm, setup=register_math, approve_tools="add") as h:
+        tg.fail_when("sendMessage", lambda p: "apr:1:y" in json.dumps(p.get("reply_markup")), "forbidden")
+        tg.push_text(OWNER, "add nine")
+        await h.final_text(OWNER, "I could not ask you, so nothing ran.")
+        assert "denied by the user: the approval prompt could not be shown" in tool_result(llm)
+        assert [r.status for r in approvals(h)] == ["cancelled"]
