@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 Ctx = ContextTypes.DEFAULT_TYPE
 SNOOZE_MINUTES = {"s10": 10, "s60": 60}
 LIST_LIMIT = 30
+PAUSE_REASONS = {"blocked": "you had blocked me", "user": "you paused it"}
 EMPTY = (
     "You have no reminders or scheduled tasks. Ask me, for example: \u201cremind me tomorrow at 9 to call "
     "the dentist\u201d or \u201cevery weekday at 8 send me the weather\u201d."
@@ -53,7 +54,7 @@ def listing_text(service: ScheduleService, user_id: int, chat_scope: int | None)
         if item.get("repeat"):
             line += f"\n   {item['description']}"
         if item["status"] == "paused":
-            why = "you had blocked me" if item.get("paused") == "blocked" else "it failed 3 times in a row"
+            why = PAUSE_REASONS.get(item.get("paused") or "", "it failed 3 times in a row")
             line += f"\n   paused ({why})"
         lines.append(line)
     if len(items) > LIST_LIMIT:
