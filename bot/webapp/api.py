@@ -94,10 +94,6 @@ class Api:
     async def _thread(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.to_thread(fn, *args)
 
-    def _private_session(self, user_id: int) -> str:
-        # The session layer is that of the user's private chat, as /memory there shows it.
-        return self.services.conversations.current_session(user_id, user_id).id
-
     def routes(self, prefix: str = "") -> list[web.RouteDef]:
         """The API's routes under `prefix` ("" or the path the app is served at, e.g. "/app")."""
         api = f"{prefix}/api"
@@ -143,17 +139,18 @@ class Api:
             raise problem(400, f"layer must be one of {', '.join(LAYER_TITLES)}")
         query = (request.query.get("q") or "").strip()[:500] or None
         offset = _int_query(request, "offset", 0, 0, 1_000_000)
-        session = await self._thread(self._private_session, user)
+        # The session layer is that of the user's private chat, as /memory there shows it (a small indexed
+        # read, made on the event loop like the chat's own session look-up).
+        session = self.services.conversations.current_session(user, user).id
         if query is not None:
             found = await store.recall(user, query, layer=layer, limit=MEMORY_PAGE)
+            counts = (await store.page(user, session_id=session, limit=1))[1]  # the layers' counts only
             more = False
         else:
-            sid = session if layer in (None, "session") else None
-            found = await store.list_memories(
-                user, layer=layer, limit=MEMORY_PAGE, session_id=sid, offset=offset
+            found, counts = await store.page(
+                user, layer=layer, session_id=session, offset=offset, limit=MEMORY_PAGE
             )
             more = len(found) == MEMORY_PAGE
-        counts = await store.layer_counts(user, session)
         return ok(
             {
                 "memories": [views.memory(m) for m in found],

@@ -336,32 +336,41 @@ class MemoryStore:
         return await self._db(search)
 
     async def list_memories(
-        self,
-        user_id: int,
-        *,
-        layer: str | None = None,
-        limit: int = 20,
-        session_id: str | None = None,
-        offset: int = 0,
+        self, user_id: int, *, layer: str | None = None, limit: int = 20, session_id: str | None = None
     ) -> list[dict[str, Any]]:
-        """The user's current memories, most recent first (bounded to 50; `offset`: a later page)."""
+        """The user's current memories, most recent first (bounded to 50)."""
         limit = max(1, min(LIST_MAX, limit))
-        offset = max(0, offset)
         now = self.now()
         return await self._db(
             lambda s: [
                 memory_view(m)
-                for m in q.list_memories(
-                    s, user_id, now, layer=layer, session_id=session_id, limit=limit, offset=offset
-                )
+                for m in q.list_memories(s, user_id, now, layer=layer, session_id=session_id, limit=limit)
             ]
         )
 
-    async def layer_counts(self, user_id: int, session_id: str | None = None) -> dict[str, int]:
-        """How many current memories the user has per layer (the session layer: of `session_id`)."""
+    async def page(
+        self,
+        user_id: int,
+        *,
+        layer: str | None = None,
+        session_id: str | None = None,
+        offset: int = 0,
+        limit: int = LIST_MAX,
+    ) -> tuple[list[dict[str, Any]], dict[str, int]]:
+        """One page of the user's current memories, most recent first, as `list_memories` orders them, and
+        how many current memories each layer has (the session layer: of `session_id`); one transaction."""
+        limit = max(1, min(LIST_MAX, limit))
+        offset = max(0, offset)
         now = self.now()
-        counts = await self._db(lambda s: q.count_by_layer(s, user_id, now, session_id))
-        return {layer: counts.get(layer, 0) for layer in LAYER_CATEGORIES}
+
+        def work(s: Session) -> tuple[list[dict[str, Any]], dict[str, int]]:
+            rows = q.list_memories(
+                s, user_id, now, layer=layer, session_id=session_id, limit=limit, offset=offset
+            )
+            counts = q.count_by_layer(s, user_id, now, session_id)
+            return [memory_view(m) for m in rows], {name: counts.get(name, 0) for name in LAYER_CATEGORIES}
+
+        return await self._db(work)
 
     async def edit(
         self, user_id: int, memory_id: str, content: str, actor: str = "user"

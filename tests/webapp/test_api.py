@@ -62,7 +62,9 @@ async def test_an_edit_in_the_app_is_what_memory_shows_and_undo_brings_the_old_t
     async with running_bot(tmp_path, tg, llm, **APP) as h:
         memory_id = await _memory(h, OWNER, "User's favourite colour is blue")
         async with AppClient(h.app_url, init_data(OWNER)) as client:
-            edited = await client.ok("PATCH", f"/api/memories/{memory_id}", {"content": "Favourite colour: green"})
+            edited = await client.ok(
+                "PATCH", f"/api/memories/{memory_id}", {"content": "Favourite colour: green"}
+            )
             assert edited["memory"]["content"] == "Favourite colour: green"
             listing = await h.command(OWNER, "/memory", "Long-term:")
             assert "Favourite colour: green" in listing and "blue" not in listing
@@ -108,7 +110,11 @@ async def test_another_users_ids_answer_404_and_change_nothing(
         mine = await _memory(h, OWNER, "Owner's note")
         service = h.services.schedules.service
         their_schedule = service.create(
-            user_id=FRIEND, chat_id=FRIEND, chat_type="private", text="Friend's reminder", at="2031-01-01T09:00"
+            user_id=FRIEND,
+            chat_id=FRIEND,
+            chat_type="private",
+            text="Friend's reminder",
+            at="2031-01-01T09:00",
         )["id"]
         run_id = h.services.code.executions.record(
             CodeExecution(code="print('friend')", success=True, user_id=FRIEND, isolation="bwrap")
@@ -123,7 +129,7 @@ async def test_another_users_ids_answer_404_and_change_nothing(
                 ("POST", f"/api/schedules/{their_schedule}/cancel", None),
                 ("GET", f"/api/code_runs/{run_id}", None),
             ]:
-                status, answer = await client.call(method, path, body)
+                status, _ = await client.call(method, path, body)
                 assert status == 404, (method, path, status)
             # An id that does not exist at all answers exactly the same.
             status, unknown = await client.call("PATCH", f"/api/memories/{mine[:-4]}beef", {"content": "x"})
@@ -143,7 +149,9 @@ async def test_another_users_ids_answer_404_and_change_nothing(
         assert [s["status"] for s in service.list_for(FRIEND)] == ["active"]
 
 
-async def test_a_large_body_is_refused_before_it_is_read(tmp_path: Path, tg: FakeTelegram, llm: FakeLLM) -> None:
+async def test_a_large_body_is_refused_before_it_is_read(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
     async with running_bot(tmp_path, tg, llm, **APP) as h:
         memory_id = await _memory(h, OWNER, "Unchanged")
         webapp = h.services.webapp
@@ -154,10 +162,12 @@ async def test_a_large_body_is_refused_before_it_is_read(tmp_path: Path, tg: Fak
         size = 10 * 1024 * 1024
         writer.write(
             (
-                f"PATCH /api/memories/{memory_id} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: tma {auth}\r\n"
+                f"PATCH /api/memories/{memory_id} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                f"Authorization: tma {auth}\r\n"
                 f"Content-Type: application/json\r\nContent-Length: {size}\r\n\r\n"
             ).encode()
-            + b'{"content": "' + b"x" * 65536
+            + b'{"content": "'
+            + b"x" * 65536
         )
         await writer.drain()
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=30)
@@ -189,7 +199,10 @@ async def test_sixty_requests_a_minute_then_429(tmp_path: Path, tg: FakeTelegram
         assert webapp is not None
         now = [1000.0]
         webapp.limiter.clock = lambda: now[0]  # time stands still: only the count decides
-        async with AppClient(h.app_url, init_data(OWNER)) as owner, AppClient(h.app_url, init_data(FRIEND)) as friend:
+        async with (
+            AppClient(h.app_url, init_data(OWNER)) as owner,
+            AppClient(h.app_url, init_data(FRIEND)) as friend,
+        ):
             for _ in range(60):
                 assert (await owner.call("GET", "/api/me"))[0] == 200
             async with owner.session.get(h.app_url + "api/me") as resp:
@@ -210,13 +223,21 @@ async def test_pause_resume_and_cancel_a_schedule_as_reminders_sees_it(
     async with running_bot(tmp_path, tg, llm, **APP) as h:
         service = h.services.schedules.service
         sid = service.create(
-            user_id=OWNER, chat_id=OWNER, chat_type="private", text="Water the plants", at="2031-05-01T08:00",
+            user_id=OWNER,
+            chat_id=OWNER,
+            chat_type="private",
+            text="Water the plants",
+            at="2031-05-01T08:00",
             repeat="FREQ=WEEKLY",
         )["id"]
         async with AppClient(h.app_url, init_data(OWNER)) as client:
             listing = await client.ok("GET", "/api/schedules")
             item = listing["schedules"][0]
-            assert (item["text"], item["status"], item["actions"]) == ("Water the plants", "active", ["pause", "cancel"])
+            assert (item["text"], item["status"], item["actions"]) == (
+                "Water the plants",
+                "active",
+                ["pause", "cancel"],
+            )
             assert item["next"][0] == "Thu 01 May 2031 08:00" and listing["timezone"] == "UTC"
             assert item["spend_month_usd"] is None
 
@@ -247,8 +268,16 @@ async def test_usage_by_day_with_caps_and_the_owners_view_of_everyone(
     async with running_bot(tmp_path, tg, llm, llm_prices=prices, budget_daily_usd=1.0, **APP) as h:
         for user, tokens in ((OWNER, 1000), (FRIEND, 500_000)):
             h.services.usage.record_llm_call(
-                user_id=user, session_id=None, purpose="chat", model="fake-model", prompt_tokens=tokens,
-                completion_tokens=tokens, cached_tokens=0, tokens_estimated=False, duration_ms=5, error=None,
+                user_id=user,
+                session_id=None,
+                purpose="chat",
+                model="fake-model",
+                prompt_tokens=tokens,
+                completion_tokens=tokens,
+                cached_tokens=0,
+                tokens_estimated=False,
+                duration_ms=5,
+                error=None,
             )
         async with AppClient(h.app_url, init_data(FRIEND)) as friend:
             usage = await friend.ok("GET", "/api/usage?days=30")
@@ -264,7 +293,9 @@ async def test_usage_by_day_with_caps_and_the_owners_view_of_everyone(
             assert [line["tokens"] for line in usage["lines"]] == [2000]
             users = {u["user_id"]: u for u in usage["everyone"]["users"]}
             assert users[FRIEND]["tokens"] == 1_000_000 and users[FRIEND]["reached"]["kind"] == "cost"
-            assert users[OWNER]["caps"] == [{"period": "daily", "kind": "cost", "limit": 1.0, "source": "default"}]
+            assert users[OWNER]["caps"] == [
+                {"period": "daily", "kind": "cost", "limit": 1.0, "source": "default"}
+            ]
 
 
 async def test_code_runs_and_files_with_a_hostile_file_name(
@@ -274,21 +305,40 @@ async def test_code_runs_and_files_with_a_hostile_file_name(
         executions = h.services.code.executions
         ok_run = executions.record(
             CodeExecution(
-                code="print(6 * 7)", stdout="42\n", success=True, exit_code=0, duration_ms=120, user_id=OWNER,
-                isolation="bwrap", files_out=[{"name": "chart.png", "size": 2048}],
+                code="print(6 * 7)",
+                stdout="42\n",
+                success=True,
+                exit_code=0,
+                duration_ms=120,
+                user_id=OWNER,
+                isolation="bwrap",
+                files_out=[{"name": "chart.png", "size": 2048}],
             )
         )
         executions.record(
             CodeExecution(
-                code="1/0", stderr="ZeroDivisionError", success=False, exit_code=1, duration_ms=80,
-                error_category="runtime_error", user_id=OWNER, isolation="bwrap",
+                code="1/0",
+                stderr="ZeroDivisionError",
+                success=False,
+                exit_code=1,
+                duration_ms=80,
+                error_category="runtime_error",
+                user_id=OWNER,
+                isolation="bwrap",
             )
         )
         assert h.services.media is not None
         name = "../../etc/passwd <b>x</b>.txt"
         h.services.media.rows.add(
-            NewMediaFile(user_id=OWNER, chat_id=OWNER, kind="document", file_name=name, mime_type="text/plain",
-                         status="extracted", size=12)
+            NewMediaFile(
+                user_id=OWNER,
+                chat_id=OWNER,
+                kind="document",
+                file_name=name,
+                mime_type="text/plain",
+                status="extracted",
+                size=12,
+            )
         )
         async with AppClient(h.app_url, init_data(OWNER)) as client:
             runs = (await client.ok("GET", "/api/code_runs?limit=10"))["runs"]
@@ -300,36 +350,43 @@ async def test_code_runs_and_files_with_a_hostile_file_name(
             files = (await client.ok("GET", "/api/files"))["files"]
             assert [f["name"] for f in files] == [name]
             # The page's assets are only the files that exist: a path that climbs out finds nothing.
-            for path in ("/assets/../webapp/server.py", "/assets/%2e%2e/%2e%2e/settings.py", "/assets/nope.js"):
+            for path in (
+                "/assets/../webapp/server.py",
+                "/assets/%2e%2e/%2e%2e/settings.py",
+                "/assets/nope.js",
+            ):
                 status, _ = await client.call("GET", path)
                 assert status == 404, path
 
 
-async def test_the_page_headers_and_where_it_is_served(tmp_path: Path, tg: FakeTelegram, llm: FakeLLM) -> None:
-    async with running_bot(tmp_path, tg, llm, **APP) as h:
-        async with AppClient(h.app_url, init_data(OWNER)) as client:
-            for path in ("/", "/app/", "/assets/app.js", "/api/me", "/app/api/me"):
-                async with client.session.get(
-                    h.app_url.rstrip("/") + path, headers={"Origin": "https://evil.example"}
-                ) as resp:
-                    assert resp.status == 200, path
-                    csp = resp.headers["Content-Security-Policy"]
-                    assert "default-src 'self'" in csp and "script-src 'self'" in csp
-                    assert "unsafe-inline" not in csp and "https://web.telegram.org" in csp
-                    assert resp.headers["X-Content-Type-Options"] == "nosniff"
-                    assert not [k for k in resp.headers if k.lower().startswith("access-control-")]
-            async with client.session.get(h.app_url + "app", allow_redirects=False) as resp:
-                assert resp.status == 301 and resp.headers["Location"] == "/app/"
-            async with client.session.get(h.app_url + "assets/app.js") as resp:
-                assert resp.content_type == "text/javascript"
-                etag = resp.headers["ETag"]
-            async with client.session.get(h.app_url + "assets/app.js", headers={"If-None-Match": etag}) as resp:
-                assert resp.status == 304
-            page = await (await client.session.get(h.app_url)).text()
-            assert "<script>" not in page and not re.search(r"(src|href)=\"(https?:)?//", page)
+async def test_the_page_headers_and_where_it_is_served(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    async with running_bot(tmp_path, tg, llm, **APP) as h, AppClient(h.app_url, init_data(OWNER)) as client:
+        for path in ("/", "/app/", "/assets/app.js", "/api/me", "/app/api/me"):
+            async with client.session.get(
+                h.app_url.rstrip("/") + path, headers={"Origin": "https://evil.example"}
+            ) as resp:
+                assert resp.status == 200, path
+                csp = resp.headers["Content-Security-Policy"]
+                assert "default-src 'self'" in csp and "script-src 'self'" in csp
+                assert "unsafe-inline" not in csp and "https://web.telegram.org" in csp
+                assert resp.headers["X-Content-Type-Options"] == "nosniff"
+                assert not [k for k in resp.headers if k.lower().startswith("access-control-")]
+        async with client.session.get(h.app_url + "app", allow_redirects=False) as resp:
+            assert resp.status == 301 and resp.headers["Location"] == "/app/"
+        async with client.session.get(h.app_url + "assets/app.js") as resp:
+            assert resp.content_type == "text/javascript"
+            etag = resp.headers["ETag"]
+        async with client.session.get(h.app_url + "assets/app.js", headers={"If-None-Match": etag}) as resp:
+            assert resp.status == 304
+        page = await (await client.session.get(h.app_url)).text()
+        assert "<script>" not in page and not re.search(r"(src|href)=\"(https?:)?//", page)
 
 
-async def test_app_command_and_menu_button_open_the_app(tmp_path: Path, tg: FakeTelegram, llm: FakeLLM) -> None:
+async def test_app_command_and_menu_button_open_the_app(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
     url = "https://bot.example.org/app/"
     async with running_bot(tmp_path, tg, llm, webapp_url=url, **APP) as h:
         assert tg.menu_button_for(OWNER) == {"type": "web_app", "text": "App", "web_app": {"url": url}}

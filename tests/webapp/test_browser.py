@@ -29,13 +29,16 @@ class Page:
         self.page = page
         self.dialogs: list[str] = []
         self.errors: list[str] = []
+        self._tasks: set[asyncio.Future[None]] = set()
         page.on("dialog", self._dialog)
         page.on("pageerror", lambda exc: self.errors.append(str(exc)))
         page.on("console", lambda msg: msg.type == "error" and self.errors.append(msg.text))
 
     def _dialog(self, dialog: Any) -> None:
         self.dialogs.append(dialog.message)
-        asyncio.ensure_future(dialog.dismiss())
+        task = asyncio.ensure_future(dialog.dismiss())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def open(self, url: str) -> str:
         """Open the page and wait until it shows its first data (or its refusal); the body's text."""
@@ -48,7 +51,9 @@ class Page:
 def link(base: str, user: int, *, dark: bool = False, age_s: int = 0, token: str = TOKEN) -> str:
     import time
 
-    return signed_link(base, token, {"id": user, "first_name": f"User{user}"}, dark=dark, auth_date=int(time.time()) - age_s)
+    return signed_link(
+        base, token, {"id": user, "first_name": f"User{user}"}, dark=dark, auth_date=int(time.time()) - age_s
+    )
 
 
 async def test_the_page_shows_the_users_memories_saves_an_edit_and_runs_no_injected_script(
