@@ -209,7 +209,10 @@ class WebAppServer:
         headers = {"ETag": asset.etag, "Cache-Control": "no-cache"}
         if request.headers.get("If-None-Match") == asset.etag:
             return web.Response(status=304, headers=headers)
-        return web.Response(body=asset.body, content_type=asset.content_type, headers=headers)
+        charset = "utf-8" if asset.content_type.startswith("text/") else None
+        return web.Response(
+            body=asset.body, content_type=asset.content_type, charset=charset, headers=headers
+        )
 
     async def _to_app(self, request: web.Request) -> web.StreamResponse:
         # The fragment (Telegram's launch data) stays with the browser across the redirect.
