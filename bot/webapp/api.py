@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from bot.args import parse_int
 from bot.memory_commands import LAYER_TITLES
 from bot.webapp import views
 from bot.webapp.auth import InitData
@@ -36,28 +37,26 @@ def ok(data: dict[str, Any], status: int = 200) -> web.Response:
     return web.json_response(data, status=status, dumps=lambda d: json.dumps(d, ensure_ascii=False))
 
 
+_ERRORS: dict[int, type[web.HTTPException]] = {
+    400: web.HTTPBadRequest,
+    404: web.HTTPNotFound,
+    409: web.HTTPConflict,
+}
+
+
 def problem(status: int, message: str) -> web.HTTPException:
-    """A JSON error answer to raise: {"error": message}."""
-    cls = web.HTTPException  # the concrete class per status code: aiohttp's table
-    for sub in (
-        web.HTTPBadRequest,
-        web.HTTPNotFound,
-        web.HTTPConflict,
-        web.HTTPUnprocessableEntity,
-    ):
-        if sub.status_code == status:
-            cls = sub
-            break
-    return cls(text=json.dumps({"error": message}), content_type="application/json")
+    """A JSON error answer to raise: {"error": message} (400, 404 or 409)."""
+    return _ERRORS[status](text=json.dumps({"error": message}), content_type="application/json")
 
 
 def _int_query(request: web.Request, name: str, default: int, low: int, high: int) -> int:
     raw = request.query.get(name, "")
     if not raw:
         return default
-    if not raw.isdigit() or not low <= int(raw) <= high:
+    value = parse_int(raw, low, high)  # ASCII digits only: "³" is a digit to str.isdigit, not to int()
+    if value is None:
         raise problem(400, f"{name} must be a whole number from {low} to {high}")
-    return int(raw)
+    return value
 
 
 def _path_id(request: web.Request) -> str:
@@ -213,10 +212,11 @@ class Api:
     async def schedule_action(self, request: web.Request) -> web.Response:
         """POST /api/schedules/{id}/pause|resume|cancel."""
         user = self.user(request).user_id
-        raw, action = request.match_info["id"], request.match_info["action"]
-        if action not in SCHEDULE_ACTIONS or not raw.isdigit() or len(raw) > 18:
+        schedule_id = parse_int(request.match_info["id"], 1, 2**62)
+        action = request.match_info["action"]
+        if action not in SCHEDULE_ACTIONS or schedule_id is None:
             raise problem(404, "not found")
-        service, schedule_id = self.services.schedules.service, int(raw)
+        service = self.services.schedules.service
 
         def act() -> dict[str, Any] | None:
             if service.get_for(user, schedule_id) is None:

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
+from bot.args import parse_int
+
 MAX_INIT_DATA = 4096  # bytes: real init data is well under 1 KB; anything longer is refused unread
 FUTURE_SKEW_S = 300  # an auth_date this far ahead of our clock is refused too (a clock is off, or forged)
 
@@ -69,11 +71,11 @@ def verify(raw: str, key: bytes, *, max_age_s: float, now: float | None = None) 
     # Constant time: how much of a forged hash matched must not show in the answer's timing.
     if not hmac.compare_digest(_hash(fields, key).encode(), given.encode()):
         raise AuthError("the hash does not match: not signed by Telegram for this bot")
-    auth_date = fields.get("auth_date", "")
-    if not auth_date.isdigit():
-        raise AuthError("no auth_date")
+    signed_at = parse_int(fields.get("auth_date", ""), 0, 2**40)  # ASCII digits only ("³" is a digit too)
+    if signed_at is None:
+        raise AuthError("no auth_date, or not a Unix time")
     clock = time.time() if now is None else now
-    age = clock - int(auth_date)
+    age = clock - signed_at
     if age > max_age_s:
         raise AuthError(f"expired: signed {int(age)} s ago, at most {int(max_age_s)} s are allowed")
     if age < -FUTURE_SKEW_S:
@@ -94,7 +96,7 @@ def verify(raw: str, key: bytes, *, max_age_s: float, now: float | None = None) 
         first_name=text("first_name"),
         username=text("username"),
         language_code=text("language_code"),
-        auth_date=int(auth_date),
+        auth_date=signed_at,
         fields=fields,
     )
 

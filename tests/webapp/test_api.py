@@ -257,8 +257,16 @@ async def test_pause_resume_and_cancel_a_schedule_as_reminders_sees_it(
             assert cancelled["schedule"]["status"] == "cancelled"
             assert (await client.ok("GET", "/api/schedules"))["schedules"] == []
             await h.command(OWNER, "/reminders", "You have no reminders")
-            for path in (f"/api/schedules/{sid}/explode", "/api/schedules/x1/pause"):
+            for path in (
+                f"/api/schedules/{sid}/explode",
+                "/api/schedules/x1/pause",
+                "/api/schedules/²/pause",
+            ):
                 assert (await client.call("POST", path))[0] == 404
+            # Odd numbers in the query get a 400 that says what to give, never a server error.
+            for path in ("/api/code_runs?limit=³", "/api/usage?days=٣", "/api/memories?offset=-1"):
+                status, answer = await client.call("GET", path)
+                assert status == 400 and "whole number" in answer["error"], path
 
 
 async def test_usage_by_day_with_caps_and_the_owners_view_of_everyone(
