@@ -1,7 +1,7 @@
 """memories by (user_id, updated_at): the app's memory list, newest first, without sorting every row
 
-Revision ID: 0019
-Revises: 0018
+Revision ID: 0020
+Revises: 0019
 Create Date: 2026-11-26 13:00:00.000000
 
 The app (bot/webapp) lists a user's current memories most recently changed first, 50 at a time; /memory lists
@@ -16,9 +16,8 @@ from collections.abc import Sequence
 
 from alembic import op
 
-revision: str = "0019"
-# Another helper may add a migration at the same time; the lead re-chains this one after it at merge.
-down_revision: str | None = "0018"
+revision: str = "0020"
+down_revision: str | None = "0019"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
