@@ -219,6 +219,35 @@ def run_chat(settings: Settings, out_dir: str | None = None) -> int:
     return 0
 
 
+def run_webapp_link(settings: Settings, user_id: int, url: str | None, dark: bool) -> int:
+    """Print a link that opens the app as `user_id` (signed like Telegram's launch data) for a browser."""
+    from bot.webapp.link import signed_link
+
+    address = settings.webapp_address
+    if url is None and address is None:
+        print("webapp-link: set WEBAPP_LISTEN (e.g. 127.0.0.1:8090), or give --url.", file=sys.stderr)
+        return 2
+    if settings.telegram_bot_token is None:
+        print("webapp-link: TELEGRAM_BOT_TOKEN is missing: the link is signed with it.", file=sys.stderr)
+        return 2
+    if user_id not in (settings.allowed_user_ids or []):
+        print(
+            f"webapp-link: note: {user_id} is not in ALLOWED_USER_IDS; the app will refuse it.",
+            file=sys.stderr,
+        )
+    if url is None:
+        assert address is not None
+        host = "127.0.0.1" if address[0] in ("0.0.0.0", "::", "") else address[0]  # noqa: S104
+        url = f"http://{f'[{host}]' if ':' in host else host}:{address[1]}/"
+    token = settings.telegram_bot_token.get_secret_value()
+    print(signed_link(url, token, {"id": user_id, "first_name": f"User {user_id}"}, dark=dark))
+    print(
+        f"(valid for {settings.webapp_auth_max_age_s} s; whoever has it is this user until then)",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run."""
     parser = argparse.ArgumentParser(prog="python -m bot", description="A personal assistant in Telegram.")
@@ -244,6 +273,12 @@ def main(argv: list[str] | None = None) -> int:
         "migrate-db", help="copy every table of DATABASE_URL (SQLite) into a PostgreSQL database"
     )
     migrate.add_argument("--to", required=True, help="the target, e.g. postgresql+psycopg://user:pw@host/db")
+    link = sub.add_parser(
+        "webapp-link", help="print a signed link that opens the app as a user, for a browser (testing)"
+    )
+    link.add_argument("user_id", type=int, help="the Telegram user id to open it as")
+    link.add_argument("--url", help="the page's address (default: http://WEBAPP_LISTEN/)")
+    link.add_argument("--dark", action="store_true", help="with Telegram's dark theme")
     args = parser.parse_args(argv)
     telegram = args.command in (None, "run")
     # The doctor reports settings that are unusable together as its own failing line, with the rest.
@@ -251,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     if settings is None:
         return 2
     setup_logging(settings.log_level, settings.secrets())
-    if args.command in ("chat", "doctor", "backup", "migrate-db"):
+    if args.command in ("chat", "doctor", "backup", "migrate-db", "webapp-link"):
         logging.getLogger().setLevel(logging.WARNING)  # keep the terminal for the output
     if args.command == "chat":  # stdout is the conversation: warnings go to stderr
         for handler in logging.getLogger().handlers:
@@ -265,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_backup(settings, args.target)
     if args.command == "migrate-db":
         return run_migrate_db(settings, args.to)
+    if args.command == "webapp-link":
+        return run_webapp_link(settings, args.user_id, args.url, args.dark)
     return run_bot(settings)
 
 

@@ -34,7 +34,8 @@ from bot.schedule_commands import register_schedule_handlers
 from bot.telegram_http import AiohttpRequest
 from bot.topics import conversation_of, place_of
 from bot.usage_commands import register_usage_handlers
-from bot.wiring import Services
+from bot.webapp.telegram import AppCommand, set_menu_button
+from bot.wiring import Services, build_webapp
 
 log = logging.getLogger(__name__)
 
@@ -272,6 +273,8 @@ async def on_startup(app: Application[Any, Any, Any, Any, Any, Any]) -> None:
     replica.join()
     await services.start()
     await publish(app.bot, services.settings.owner_id)  # the command menus and missing descriptions
+    await start_webapp(services)
+    await set_menu_button(app.bot, services.settings.webapp_url)
     drop_unserved(app)
 
     def drive(chat_id: int) -> None:
@@ -291,6 +294,19 @@ async def on_startup(app: Application[Any, Any, Any, Any, Any, Any]) -> None:
 
     assert app.job_queue is not None
     app.job_queue.run_once(begin, 0, name="replica", job_kwargs={"misfire_grace_time": None})
+
+
+async def start_webapp(services: Services) -> None:
+    """Start the app's web server when WEBAPP_LISTEN is set; one that cannot listen is logged, and the chat
+    goes on without it."""
+    services.webapp = build_webapp(services)
+    if services.webapp is None:
+        return
+    try:
+        await services.webapp.start()
+    except OSError as exc:
+        log.error("the app's web server could not listen on %s: %s", services.settings.webapp_listen, exc)
+        services.webapp = None
 
 
 def drop_unserved(app: Application[Any, Any, Any, Any, Any, Any]) -> None:
@@ -349,6 +365,7 @@ def build_application(services: Services) -> Application[Any, Any, Any, Any, Any
     memory_commands = MemoryCommands(services)
     app.add_handler(CommandHandler("memory", memory_commands.memory))
     app.add_handler(CommandHandler("timezone", memory_commands.timezone))
+    app.add_handler(CommandHandler("app", AppCommand(settings.webapp_url).app))
     register_usage_handlers(app, services.usage_service)
     register_schedule_handlers(app, services, h.locks)
     register_jobs(app)

@@ -20,6 +20,7 @@ class Audience(StrEnum):
 _TELEGRAM = frozenset({Audience.PRIVATE, Audience.OWNER, Audience.GROUP})
 _EVERYWHERE = frozenset(Audience)
 _PRIVATE = frozenset({Audience.PRIVATE, Audience.OWNER, Audience.TERMINAL})  # never shown to a group
+_PRIVATE_TELEGRAM = frozenset({Audience.PRIVATE, Audience.OWNER})  # Telegram opens web apps in private chats
 _OWNER = frozenset({Audience.OWNER, Audience.TERMINAL})  # the terminal user is the owner
 _TERMINAL = frozenset({Audience.TERMINAL})
 
@@ -62,6 +63,7 @@ COMMANDS: list[Command] = [
     Command("budget", "USER_ID daily|monthly AMOUNT", "owner: set a user's usage cap", _OWNER),
     Command("codestats", "[days]", "statistics of your code runs (default: last 7 days)", _PRIVATE),
     Command("codefailures", "[n]", "your last failed code runs (default 5, at most 20)", _PRIVATE),
+    Command("app", "", "open the app: memories, reminders, usage, code runs and files", _PRIVATE_TELEGRAM),
     Command("quit", "", "leave the terminal chat (also Ctrl-D)", _TERMINAL),
 ]
 

@@ -27,6 +27,7 @@ ORIGIN_NOTES = {
     "extraction": "remembered from our chat",
     "summary": "summary",
 }
+UNTRUSTED_NOTE = "⚠ untrusted: saved while reading web/tool content"
 TIMEZONE_USAGE = "Usage: /timezone Area/City, for example /timezone Europe/Berlin"
 LAYER_TITLES = {"long": "Long-term", "mid": "Mid-term", "short": "Short-term", "session": "This session"}
 
@@ -36,7 +37,7 @@ def _line(m: dict[str, Any]) -> str:
     score = f" ({m['relevance']:.2f})" if m.get("relevance") is not None else ""
     tags = [m["category"]]
     if m.get("untrusted"):
-        tags.append("⚠ untrusted: saved while reading web/tool content")
+        tags.append(UNTRUSTED_NOTE)
     elif m.get("origin") in ORIGIN_NOTES:
         tags.append(ORIGIN_NOTES[m["origin"]])
     if m.get("event_at"):

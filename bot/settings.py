@@ -46,6 +46,8 @@ HINTS: dict[str, str] = {
     "CODE_PYTHON_ENV": "put a directory of its own, e.g. /opt/assistant-sandbox, or leave it empty for no "
     "data toolkit",
     "MESSAGE_DEBOUNCE_MS": "milliseconds to wait for more messages before answering, e.g. 1500 (0: none)",
+    "WEBAPP_LISTEN": "HOST:PORT the app's web server listens on, e.g. 127.0.0.1:8090 (empty: no app)",
+    "WEBAPP_URL": "the public https:// address your reverse proxy serves the app at, e.g. https://bot.example.com/app/",
 }
 
 
@@ -65,6 +67,12 @@ class Settings(BaseSettings):
     telegram_webhook_secret: SecretStr | None = None
     telegram_webhook_listen: str = "0.0.0.0"  # noqa: S104  # inside a container, behind the proxy
     telegram_webhook_port: int = Field(default=8080, ge=1, le=65535)
+    # The Mini App (bot/webapp): its web server in this process on HOST:PORT (empty: off), the public https://
+    # address the operator's reverse proxy serves it at (the chat menu button and /app open it), and how old
+    # Telegram's signed launch data may be.
+    webapp_listen: str | None = None
+    webapp_url: str | None = None
+    webapp_auth_max_age_s: int = Field(default=86400, ge=60, le=30 * 86400)
     # Groups and supergroups are served only when listed here (their ids are negative), or, with
     # GROUPS_ALLOWED_SPEAKERS, for the speakers who are in ALLOWED_USER_IDS. In a group the bot answers
     # only when mentioned (@name), replied to, or given a command.
@@ -233,6 +241,8 @@ class Settings(BaseSettings):
         "tavily_api_key",
         "telegram_bot_token",
         "telegram_webhook_url",
+        "webapp_listen",
+        "webapp_url",
         "code_sandbox_socket",
         "code_sandbox_urls",
         "code_sandbox_token",
@@ -263,6 +273,32 @@ class Settings(BaseSettings):
         if value is not None and not value.startswith("https://"):
             raise ValueError("Telegram only posts to https:// URLs")
         return value
+
+    @field_validator("webapp_listen")
+    @classmethod
+    def _check_webapp_listen(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        host, colon, port = value.strip().rpartition(":")
+        if not colon or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError("give HOST:PORT, e.g. 127.0.0.1:8090 (port 0: any free port)")
+        return value.strip()
+
+    @field_validator("webapp_url")
+    @classmethod
+    def _check_webapp_url(cls, value: str | None) -> str | None:
+        # Telegram opens a Mini App only from https://; plain http:// is for trying it in a browser locally.
+        if value is not None and not value.startswith(("https://", "http://127.0.0.1", "http://localhost")):
+            raise ValueError("Telegram opens Mini Apps only from https:// addresses")
+        return value
+
+    @property
+    def webapp_address(self) -> tuple[str, int] | None:
+        """WEBAPP_LISTEN as (host, port), or None when the app is off."""
+        if self.webapp_listen is None:
+            return None
+        host, _, port = self.webapp_listen.rpartition(":")
+        return host.strip("[]"), int(port)
 
     @field_validator("telegram_webhook_secret")
     @classmethod

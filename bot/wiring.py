@@ -61,6 +61,7 @@ from db.usage import UsageLog, UsageQueries
 
 # The MCP SDK is imported only where MCP_SERVERS_FILE is set: it was the largest share of a start's imports.
 if TYPE_CHECKING:
+    from bot.webapp.server import WebAppServer
     from core_tools.mcp.client import McpServers
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,8 @@ class Services:
     replica: Replica = field(default=None)  # type: ignore[assignment]  # set in __post_init__ when not given
     # The sandbox's data toolkit, installed in the background at start when missing.
     toolkit: Toolkit | None = None
+    # The app's web server (WEBAPP_LISTEN), started with the Telegram bot (bot/app.py).
+    webapp: WebAppServer | None = None
 
     def __post_init__(self) -> None:
         if self.replica is None:
@@ -115,6 +118,8 @@ class Services:
     async def aclose(self) -> None:
         """Sign off (other processes take this one's chats at once), deliver pending notices, then release
         connections."""
+        if self.webapp is not None:  # first: its requests use everything below
+            await self.webapp.stop()
         await self.replica.leave()
         await self.code.aclose()
         if self.toolkit is not None:
@@ -422,6 +427,23 @@ def build_services(settings: Settings) -> Services:
         audio=audio,
         files=files,
         toolkit=toolkit,
+    )
+
+
+def build_webapp(services: Services) -> WebAppServer | None:
+    """The app's web server when WEBAPP_LISTEN is set (aiohttp's server is imported only then)."""
+    settings = services.settings
+    address = settings.webapp_address
+    if address is None or settings.telegram_bot_token is None:
+        return None
+    from bot.webapp.server import WebAppServer
+
+    return WebAppServer(
+        services,
+        host=address[0],
+        port=address[1],
+        bot_token=settings.telegram_bot_token.get_secret_value(),
+        max_age_s=settings.webapp_auth_max_age_s,
     )
 
 

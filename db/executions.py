@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -22,6 +23,49 @@ class CodeStats:
     avg_ms: float | None
     p95_ms: int | None
     categories: list[tuple[str, int]]  # failures by error category, most frequent first
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One run as a list of runs shows it (no code or output)."""
+
+    id: str
+    language: str
+    success: bool
+    exit_code: int | None
+    duration_ms: int | None
+    error_category: str | None
+    created_at: datetime
+    truncated: bool
+    files: int  # files the run wrote under out/
+
+
+@dataclass(frozen=True)
+class RunDetail:
+    """One run whole: its code, output and the files it wrote ({"name", "size"} each)."""
+
+    run: RunRow
+    code: str
+    stdout: str
+    stderr: str
+    stdout_bytes: int
+    stderr_bytes: int
+    isolation: str
+    files_out: list[dict[str, Any]]
+
+
+def _run_row(r: CodeExecution) -> RunRow:
+    return RunRow(
+        r.id,
+        r.language,
+        bool(r.success),
+        r.exit_code,
+        r.duration_ms,
+        r.error_category,
+        r.created_at,
+        bool(r.truncated),
+        len(r.files_out or []),
+    )
 
 
 @dataclass(frozen=True)
@@ -82,6 +126,35 @@ class Executions:
                 FailedRun(r.id, r.language, r.error_category, r.created_at, r.code, r.stderr or "")
                 for r in rows
             ]
+
+    def recent(self, user_id: int, limit: int) -> list[RunRow]:
+        """The user's most recent runs, newest first."""
+        with self._sm() as s:
+            rows = s.scalars(
+                select(CodeExecution)
+                .where(CodeExecution.user_id == user_id)
+                .order_by(CodeExecution.created_at.desc(), CodeExecution.id)
+                .limit(limit)
+            ).all()
+            return [_run_row(r) for r in rows]
+
+    def detail(self, user_id: int, run_id: str) -> RunDetail | None:
+        """One run of the user whole; None for an unknown id or another user's."""
+        with self._sm() as s:
+            r = s.get(CodeExecution, run_id)
+            if r is None or r.user_id != user_id:
+                return None
+            files = [f for f in (r.files_out or []) if isinstance(f, dict)]
+            return RunDetail(
+                _run_row(r),
+                r.code,
+                r.stdout or "",
+                r.stderr or "",
+                r.stdout_bytes,
+                r.stderr_bytes,
+                r.isolation,
+                files,
+            )
 
     def count(self, user_id: int | None = None) -> int:
         """How many runs are logged (for one user, when given)."""

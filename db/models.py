@@ -375,6 +375,7 @@ class Memory(Base):
     __tablename__ = "memories"
     __table_args__ = (
         Index("ix_memories_user_layer_time", "user_id", "layer", "created_at"),
+        Index("ix_memories_user_updated", "user_id", "updated_at"),  # lists, newest first (the app, /memory)
         Index("ix_memories_user_session", "user_id", "session_id"),
         Index("ix_memories_expires", "expires_at"),
     )

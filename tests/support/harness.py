@@ -62,6 +62,13 @@ class Harness:
     services: Services
     settings: Settings
 
+    @property
+    def app_url(self) -> str:
+        """The address of the app's page (the bot started with webapp_listen="127.0.0.1:0")."""
+        webapp = self.services.webapp
+        assert webapp is not None, "start the bot with webapp_listen to use the app"
+        return webapp.local_url
+
     async def final_text(self, chat_id: int, contains: str, timeout: float = 60.0) -> str:
         """Wait until a visible message in the chat contains `contains`; return it."""
 
