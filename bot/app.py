@@ -19,10 +19,12 @@ from telegram.ext import (
     filters,
 )
 
+from bot.backup_jobs import register_backup_jobs
 from bot.cluster import ChatLocks
 from bot.code_commands import CodeCommands
 from bot.commands import audience_of, help_text, new_session_text
 from bot.control import Incoming, TurnRunner
+from bot.data_commands import register_data_commands
 from bot.groups import Access, addressed, is_group, turn_text
 from bot.media import register_media_handlers
 from bot.memory_commands import MemoryCommands, schedule_jobs
@@ -335,6 +337,8 @@ def build_application(services: Services) -> Application[Any, Any, Any, Any, Any
     register_usage_handlers(app, services.usage_service)
     schedule_jobs(app)
     register_schedule_handlers(app, services, h.locks)
+    register_data_commands(app, services)  # /export, /forget_me
+    register_backup_jobs(app, services)  # BACKUP_SCHEDULE
     new = filters.UpdateType.MESSAGE
     app.add_handler(
         MessageHandler(filters.UpdateType.EDITED_MESSAGE & filters.TEXT & ~filters.COMMAND, h.edited)

@@ -62,6 +62,18 @@ COMMANDS: list[Command] = [
     Command("budget", "USER_ID daily|monthly AMOUNT", "owner: set a user's usage cap", _OWNER),
     Command("codestats", "[days]", "statistics of your code runs (default: last 7 days)", _PRIVATE),
     Command("codefailures", "[n]", "your last failed code runs (default 5, at most 20)", _PRIVATE),
+    Command(
+        "export",
+        "",
+        "everything I store about you, as one archive",
+        frozenset({Audience.PRIVATE, Audience.OWNER}),
+    ),
+    Command(
+        "forget_me",
+        "",
+        "delete everything I store about you (asks first)",
+        frozenset({Audience.PRIVATE, Audience.OWNER}),
+    ),
     Command("quit", "", "leave the terminal chat (also Ctrl-D)", _TERMINAL),
 ]
 

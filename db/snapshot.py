@@ -42,7 +42,10 @@ def present_tables(conn: Connection) -> list[Table]:
 
 def table_counts(conn: Connection) -> dict[str, int]:
     """Rows per data table of this database."""
-    return {t.name: int(conn.execute(select(func.count()).select_from(t)).scalar_one()) for t in present_tables(conn)}
+    return {
+        t.name: int(conn.execute(select(func.count()).select_from(t)).scalar_one())
+        for t in present_tables(conn)
+    }
 
 
 def revision_of(conn: Connection) -> str | None:
@@ -137,14 +140,17 @@ def live_processes(conn: Connection, lease_s: float) -> int:
         return 0
     if conn.dialect.name == "postgresql":  # heartbeats are written by the server's clock there
         query = text(
-            "SELECT count(*) FROM replicas WHERE heartbeat_at > timezone('UTC', now()) - make_interval(secs => :s)"
+            "SELECT count(*) FROM replicas "
+            "WHERE heartbeat_at > timezone('UTC', now()) - make_interval(secs => :s)"
         )
         return int(conn.execute(query, {"s": lease_s}).scalar_one())
     cutoff = utcnow() - timedelta(seconds=lease_s)
     return int(conn.execute(select(func.count()).where(Replica.heartbeat_at > cutoff)).scalar_one())
 
 
-def load_snapshot(snapshot_path: Path, target: Engine, *, replace: bool, say: Say = lambda _: None) -> CopyReport:
+def load_snapshot(
+    snapshot_path: Path, target: Engine, *, replace: bool, say: Say = lambda _: None
+) -> CopyReport:
     """Copy a snapshot (at head) into the database `target`, migrated to head first, in one transaction;
     `replace` deletes what the target holds first (in the same transaction)."""
     upgrade(target.url.render_as_string(hide_password=False))
@@ -174,6 +180,8 @@ def managed_tables(conn: Connection) -> list[str]:
     names = inspect(conn).get_table_names()
     virtual: set[str] = set()
     if conn.dialect.name == "sqlite":
-        rows = conn.execute(text("SELECT name FROM sqlite_master WHERE type='table' AND sql LIKE 'CREATE VIRTUAL%'"))
+        rows = conn.execute(
+            text("SELECT name FROM sqlite_master WHERE type='table' AND sql LIKE 'CREATE VIRTUAL%'")
+        )
         virtual = {r[0] for r in rows}
     return [n for n in names if is_managed_table(n, virtual) and n != "alembic_version"]

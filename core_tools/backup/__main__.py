@@ -26,7 +26,12 @@ def main(argv: list[str]) -> int:
     try:
         if action == "take":
             path, manifest = take_backup(BackupConfig.from_dict(payload["config"]), say)
-            result = {"manifest": str(path), "name": manifest.name, "size": manifest.size, "parts": len(manifest.parts)}
+            result = {
+                "manifest": str(path),
+                "name": manifest.name,
+                "size": manifest.size,
+                "parts": len(manifest.parts),
+            }
         elif action == "drill":
             identities = [identity_from(s) for s in payload.get("identities", [])]
             outcome = drill(Path(payload["manifest"]), identities, Path(payload["work"]))

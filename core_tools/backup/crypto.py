@@ -94,7 +94,9 @@ def identity_from(secret: str) -> Identity:
     return x25519.Identity.from_str(secret)
 
 
-def encrypt_stream(produce: Callable[[IO[bytes]], None], sink: io.RawIOBase, recipients: Sequence[str]) -> None:
+def encrypt_stream(
+    produce: Callable[[IO[bytes]], None], sink: io.RawIOBase, recipients: Sequence[str]
+) -> None:
     """Run `produce` on a stream whose bytes go, encrypted for `recipients`, into `sink`."""
     keys = [parse_recipient(k) for k in recipients]
     read_fd, write_fd = os.pipe()
@@ -119,7 +121,9 @@ def encrypt_stream(produce: Callable[[IO[bytes]], None], sink: io.RawIOBase, rec
         raise failure[0]
 
 
-def decrypt_stream(source: io.RawIOBase, consume: Callable[[IO[bytes]], None], identities: Sequence[Identity]) -> None:
+def decrypt_stream(
+    source: io.RawIOBase, consume: Callable[[IO[bytes]], None], identities: Sequence[Identity]
+) -> None:
     """Decrypt `source` with `identities` into a stream that `consume` reads (in this thread)."""
     read_fd, write_fd = os.pipe()
     failure: list[BaseException] = []
@@ -143,7 +147,9 @@ def decrypt_stream(source: io.RawIOBase, consume: Callable[[IO[bytes]], None], i
     if failure and not isinstance(failure[0], BrokenPipeError):
         err = failure[0]
         if isinstance(err, pyrage.DecryptError) and "no matching keys" in str(err).lower():
-            raise BackupError("the identity given cannot decrypt this backup: it was encrypted for other keys")
+            raise BackupError(
+                "the identity given cannot decrypt this backup: it was encrypted for other keys"
+            )
         raise BackupError(f"the backup cannot be decrypted ({err})")
     if consumed is not None:
         raise consumed

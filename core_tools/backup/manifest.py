@@ -97,7 +97,7 @@ class Manifest:
 
 def _need(body: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
     value = body.get(key)
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
         raise BackupError(f"{where}: the field {key!r} is missing or not valid")
     return value
 

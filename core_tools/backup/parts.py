@@ -120,7 +120,10 @@ def verify_parts(folder: Path, parts: Sequence[Part]) -> list[Path]:
         except FileNotFoundError:
             raise BackupError(f"{where} is missing from {folder}") from None
         if size != part.size:
-            raise BackupError(f"{where} is {size} bytes, the manifest says {part.size}: it is incomplete or not this backup's")
+            raise BackupError(
+                f"{where} is {size} bytes, the manifest says {part.size}: it is incomplete or not "
+                "this backup's"
+            )
         digest = hashlib.sha256()
         with path.open("rb") as handle:
             while chunk := handle.read(CHUNK):

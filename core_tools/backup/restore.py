@@ -61,7 +61,9 @@ def find_manifest(path: Path) -> Path:
     if path.is_file():
         if path.name.endswith(MANIFEST_SUFFIX):
             return path
-        raise BackupError(f"{path} is not a backup manifest (*{MANIFEST_SUFFIX}); give the manifest or its folder")
+        raise BackupError(
+            f"{path} is not a backup manifest (*{MANIFEST_SUFFIX}); give the manifest or its folder"
+        )
     if not path.is_dir():
         raise BackupError(f"there is no backup at {path}")
     manifests = sorted(path.glob(f"*{MANIFEST_SUFFIX}"))
@@ -111,7 +113,8 @@ def _extract(stream: IO[bytes], into: Path) -> None:
 def _mismatch(manifest: Contents, inside: Contents) -> str | None:
     for what in ("name", "created_at", "database", "schema_revision", "media_files", "media_bytes"):
         if getattr(manifest, what) != getattr(inside, what):
-            return f"{what} is {getattr(manifest, what)!r} in the manifest, {getattr(inside, what)!r} in the archive"
+            said, found = getattr(manifest, what), getattr(inside, what)
+            return f"{what} is {said!r} in the manifest, {found!r} in the archive"
     for table in sorted(set(manifest.tables) | set(inside.tables)):
         a, b = manifest.tables.get(table), inside.tables.get(table)
         if a != b:
@@ -161,9 +164,13 @@ def unpack(manifest_path: Path, identities: Sequence[Identity], into: Path) -> U
     finally:
         reader.close()
     try:
-        inside = contents_from(json.loads((into / CONTENTS).read_text(encoding="utf-8")), "the archive's contents")
+        inside = contents_from(
+            json.loads((into / CONTENTS).read_text(encoding="utf-8")), "the archive's contents"
+        )
     except (OSError, ValueError):
-        raise BackupError("the archive inside the backup has no list of its contents: it is damaged") from None
+        raise BackupError(
+            "the archive inside the backup has no list of its contents: it is damaged"
+        ) from None
     problem = _mismatch(manifest.contents, inside)
     if problem:
         raise BackupError(f"the manifest does not match the backup it names: {problem}")
@@ -183,7 +190,8 @@ def unpack(manifest_path: Path, identities: Sequence[Identity], into: Path) -> U
     for table, expected in inside.tables.items():
         if counts.get(table) != expected:
             raise BackupError(
-                f"the table {table} holds {counts.get(table)} rows in the backup's database, its manifest says {expected}"
+                f"the table {table} holds {counts.get(table)} rows in the backup's database, its "
+                f"manifest says {expected}"
             )
     _check_media(into / MEDIA, inside)
     lines = [f"{t}: {n} row(s), as the manifest says" for t, n in counts.items()]
@@ -242,8 +250,8 @@ def check_target(target: Target, lease_s: float, force: bool) -> bool:
             engine.dispose()
         if running:
             raise BackupError(
-                f"a bot is running on {target.describe()} ({running} process(es) wrote their heartbeat in the "
-                f"last {lease_s:g} s): stop it, then restore"
+                f"a bot is running on {target.describe()} ({running} process(es) wrote their heartbeat "
+                f"in the last {lease_s:g} s): stop it, then restore"
             )
     holds = holds or _media_in_use(target.media_dir)
     if holds and not force:
@@ -317,9 +325,11 @@ def restore(
     manifest_path = find_manifest(source)
     manifest = read_manifest(manifest_path)
     check_revision(manifest.contents.schema_revision)
-    say(f"backup {manifest.name} of {manifest.contents.created_at} ({manifest.contents.database}, schema "
+    say(
+        f"backup {manifest.name} of {manifest.contents.created_at} ({manifest.contents.database}, schema "
         f"{manifest.contents.schema_revision}, {len(manifest.parts)} part(s), "
-        f"{'encrypted' if manifest.encrypted else 'not encrypted'})")
+        f"{'encrypted' if manifest.encrypted else 'not encrypted'})"
+    )
     if not dry_run:
         check_target(target, lease_s, force)
     target.work.mkdir(parents=True, exist_ok=True)
@@ -337,7 +347,9 @@ def restore(
         counts = install(unpacked, target, replace=force, say=say)
     except OSError as exc:
         if disk_full(exc):
-            raise BackupError(f"the disk is full while restoring into {target.work}; the target is unchanged") from None
+            raise BackupError(
+                f"the disk is full while restoring into {target.work}; the target is unchanged"
+            ) from None
         raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -351,7 +363,10 @@ def restore(
         else:
             mismatched += 1
             say(f"{table}: {got} row(s), manifest {want}: DIFFERENT (changed by a migration?)")
-    say(f"restored into {target.describe()} and {target.media_dir}" + ("" if not mismatched else f"; {mismatched} table(s) differ"))
+    say(
+        f"restored into {target.describe()} and {target.media_dir}"
+        + ("" if not mismatched else f"; {mismatched} table(s) differ")
+    )
     return manifest
 
 
@@ -376,7 +391,9 @@ def drill(manifest_path: Path, identities: Sequence[Identity], work_parent: Path
         try:
             with engine.connect() as conn:
                 if revision_of(conn) != head_revision():
-                    return DrillResult(name, False, "the restored database did not migrate to this code's schema")
+                    return DrillResult(
+                        name, False, "the restored database did not migrate to this code's schema"
+                    )
         finally:
             engine.dispose()
         return DrillResult(name, True)

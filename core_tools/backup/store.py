@@ -66,7 +66,7 @@ def prune(folder: Path, keep: int) -> list[str]:
     """Delete the oldest complete backups beyond `keep`; their names."""
     backups = list_backups(folder)
     gone = backups[: max(0, len(backups) - keep)]
-    for path, manifest in gone:
+    for path, _ in gone:
         shutil.rmtree(path.parent, ignore_errors=True)
     return [m.name for _, m in gone]
 

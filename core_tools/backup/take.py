@@ -99,7 +99,7 @@ def _free_mb(folder: Path) -> float:
 
 
 def take_backup(config: BackupConfig, say: Say = lambda _: None) -> tuple[Path, Manifest]:
-    """Write a new backup into BACKUP_DIR and delete the oldest beyond `keep`; (its manifest, the manifest)."""
+    """Write a new backup into BACKUP_DIR, then delete the oldest beyond `keep`; (its path, its manifest)."""
     folder = Path(config.backup_dir)
     with locked(folder):
         left = clean_partials(folder)
@@ -131,7 +131,9 @@ def take_backup(config: BackupConfig, say: Say = lambda _: None) -> tuple[Path, 
             media_dir = Path(config.media_dir)
             say("writing the archive" + (" (encrypted)" if config.recipients else ""))
             if config.recipients:
-                encrypt_stream(lambda out: _write_archive(out, snap, media_dir, contents), writer, config.recipients)
+                encrypt_stream(
+                    lambda out: _write_archive(out, snap, media_dir, contents), writer, config.recipients
+                )
             else:
                 _write_archive(writer, snap, media_dir, contents)  # type: ignore[arg-type]  # a raw stream
             writer.close()
