@@ -51,6 +51,7 @@ class BackupJobs:
         self.folder = Path(self.settings.backup_dir)
         self.started = datetime.now(UTC)
         self.lock = asyncio.Lock()
+        self.backoff_s = SEND_BACKOFF_S  # the first wait between tries of an upload, doubled each time
 
     # ------------------------------------------------------------------ state
 
@@ -160,7 +161,7 @@ class BackupJobs:
 
     async def _upload(self, bot: Bot, chat_id: int, path: Path, caption: str) -> None:
         data = await asyncio.to_thread(path.read_bytes)
-        delay = SEND_BACKOFF_S
+        delay = self.backoff_s
         for attempt in range(1, SEND_TRIES + 1):
             try:
                 await bot.send_document(
