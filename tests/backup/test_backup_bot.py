@@ -187,7 +187,9 @@ def rows_naming(url: str, user_id: int) -> dict[str, int]:
         meta.reflect(conn, only=managed_tables(conn))
         for table in meta.tables.values():
             for column in table.c:
-                if isinstance(column.type, Integer | BigInteger):
+                # An int4 column of PostgreSQL cannot hold the id at all; SQLite's integers can.
+                wide = BigInteger if conn.dialect.name == "postgresql" else Integer | BigInteger
+                if isinstance(column.type, wide):
                     n = len(conn.execute(select(column).where(column == user_id)).all())
                     if n:
                         found[f"{table.name}.{column.name}"] = n
