@@ -7,6 +7,8 @@ the mirror image: the decrypter writes into a pipe a consumer thread reads.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import io
 import os
 import threading
@@ -20,6 +22,15 @@ from pyrage import ssh, x25519
 from core_tools.backup.manifest import BackupError
 
 PIPE_BUFFER = 1 << 20
+F_SETPIPE_SZ = 1031  # Linux: a pipe of 1 MB instead of 64 KB, 16 times fewer switches between the threads
+
+
+def _pipe() -> tuple[int, int]:
+    read_fd, write_fd = os.pipe()
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(write_fd, F_SETPIPE_SZ, PIPE_BUFFER)
+    return read_fd, write_fd
+
 
 Recipient = Any  # a pyrage recipient (x25519 or ssh)
 Identity = Any  # a pyrage identity
@@ -99,7 +110,7 @@ def encrypt_stream(
 ) -> None:
     """Run `produce` on a stream whose bytes go, encrypted for `recipients`, into `sink`."""
     keys = [parse_recipient(k) for k in recipients]
-    read_fd, write_fd = os.pipe()
+    read_fd, write_fd = _pipe()
     failure: list[BaseException] = []
 
     def producer() -> None:
@@ -125,7 +136,7 @@ def decrypt_stream(
     source: io.RawIOBase, consume: Callable[[IO[bytes]], None], identities: Sequence[Identity]
 ) -> None:
     """Decrypt `source` with `identities` into a stream that `consume` reads (in this thread)."""
-    read_fd, write_fd = os.pipe()
+    read_fd, write_fd = _pipe()
     failure: list[BaseException] = []
 
     def decrypter() -> None:

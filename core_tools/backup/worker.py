@@ -16,7 +16,7 @@ from typing import Any
 
 from core_tools.backup.manifest import BackupError
 
-NICE = 10
+NICE = 19  # the lowest CPU priority: the bot's turns come first (bench/bench_backup.py)
 # ioprio_set(2): best-effort class, lowest level (7). The idle class could starve a backup forever on a
 # busy disk; best-effort 7 yields to every other best-effort process of normal level.
 IOPRIO_CLASS_BE = 2

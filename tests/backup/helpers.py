@@ -23,7 +23,9 @@ def store_file(media_dir: Path, data: bytes) -> str:
     return sha
 
 
-async def fill(engine: Engine, media_dir: Path, user_id: int, *, messages: int = 6, file_bytes: int = 3000) -> str:
+async def fill(
+    engine: Engine, media_dir: Path, user_id: int, *, messages: int = 6, file_bytes: int = 3000
+) -> str:
     """A user with a session, messages, memories (with vectors), a schedule and a file; the file's hash."""
     sm = make_sessionmaker(engine)
     data = os.urandom(file_bytes)
@@ -37,16 +39,34 @@ async def fill(engine: Engine, media_dir: Path, user_id: int, *, messages: int =
         s.flush()
         for n in range(messages):
             role = "user" if n % 2 == 0 else "assistant"
-            s.add(Message(session_id=session.id, user_id=user_id, chat_id=user_id, role=role, content=f"{role} {n} of {user_id}"))
+            s.add(
+                Message(
+                    session_id=session.id,
+                    user_id=user_id,
+                    chat_id=user_id,
+                    role=role,
+                    content=f"{role} {n} of {user_id}",
+                )
+            )
         s.add(
             MediaFile(
-                user_id=user_id, chat_id=user_id, kind="document", file_name="notes.bin", size=len(data), sha256=sha, status="received"
+                user_id=user_id,
+                chat_id=user_id,
+                kind="document",
+                file_name="notes.bin",
+                size=len(data),
+                sha256=sha,
+                status="received",
             )
         )
         s.add(
             Schedule(
-                user_id=user_id, chat_id=user_id, kind="message", text="Water the plants",
-                start_local="2026-03-01T09:00", zone_used="UTC",
+                user_id=user_id,
+                chat_id=user_id,
+                kind="message",
+                text="Water the plants",
+                start_local="2026-03-01T09:00",
+                zone_used="UTC",
             )
         )
     store = MemoryStore(sm, TinyEmbedder())

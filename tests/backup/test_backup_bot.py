@@ -4,10 +4,8 @@ damaged backup, /export's archive and /forget_me leaving nothing behind."""
 
 from __future__ import annotations
 
-import asyncio
 import io
 import json
-import os
 import zipfile
 from pathlib import Path
 
@@ -17,7 +15,6 @@ from telegram import Bot
 from bot.backup_jobs import SEND_TRIES, BackupJobs
 from core_tools.backup.crypto import load_identities, new_identity
 from core_tools.backup.restore import Target, restore
-from core_tools.backup.store import list_backups
 from db.engine import make_engine
 from db.snapshot import managed_tables, sqlite_url
 from tests.backup.helpers import counts, message_texts
@@ -96,7 +93,9 @@ async def test_backup_while_turns_are_written_goes_through_senddocument_and_rest
     assert "owner message 0" in restored  # the first turns were stored before the snapshot
     # A consistent database: the bot starts on it and goes on with the conversation it holds.
     llm.script(text("welcome back"))
-    async with running_bot(tmp_path / "restored-run", tg, llm, database_url=sqlite_url(tmp_path / "restored" / "assistant.db")) as h:
+    async with running_bot(
+        tmp_path / "restored-run", tg, llm, database_url=sqlite_url(tmp_path / "restored" / "assistant.db")
+    ) as h:
         tg.push_text(OWNER, "still there?")
         await h.final_text(OWNER, "welcome back")
     users = [m["content"] for m in llm.requests[-1]["messages"] if m["role"] == "user"]
@@ -107,7 +106,12 @@ async def test_a_failed_upload_is_reported_and_a_damaged_backup_fails_the_drill(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
 ) -> None:
     async with running_bot(
-        tmp_path, tg, llm, backup_dir=str(tmp_path / "backups"), backup_to_telegram=True, backup_part_mb=0.05,
+        tmp_path,
+        tg,
+        llm,
+        backup_dir=str(tmp_path / "backups"),
+        backup_to_telegram=True,
+        backup_part_mb=0.05,
         backup_schedule="30 3 * * *",
     ) as h:
         tg.fail_next("sendDocument", times=20, error="server_error")
@@ -118,7 +122,10 @@ async def test_a_failed_upload_is_reported_and_a_damaged_backup_fails_the_drill(
             assert path is not None
             texts = tg.sent_texts(OWNER)
             assert any("not encrypted" in t for t in texts)  # told once that backups are plain
-            assert any(f"Backup {path.parent.name} could not be sent" in t and "kept on the server" in t for t in texts)
+            assert any(
+                f"Backup {path.parent.name} could not be sent" in t and "kept on the server" in t
+                for t in texts
+            )
             assert len(tg.calls_to("sendDocument")) == SEND_TRIES  # retried, then given up
             assert not any("drill failed" in t for t in texts)  # the first drill ran on a good backup
             # A part damaged on disk: the next drill finds it and tells the owner.
@@ -142,7 +149,9 @@ def test_the_schedule_is_due_once_its_time_has_passed(tmp_path: Path) -> None:
             return "Asia/Tokyo"
 
     class Services:  # what BackupJobs reads of the services
-        settings = make_settings(tmp_path, None, FakeLLM(), backup_schedule="30 3 * * *", backup_dir=str(tmp_path))
+        settings = make_settings(
+            tmp_path, None, FakeLLM(), backup_schedule="30 3 * * *", backup_dir=str(tmp_path)
+        )
         conversations = Conversations()
 
     jobs = BackupJobs(Services())  # type: ignore[arg-type]
@@ -167,8 +176,17 @@ async def test_export_sends_one_archive_of_everything_about_the_user(
     assert archive.filename.startswith("my-data-") and archive.filename.endswith(".zip")
     with zipfile.ZipFile(io.BytesIO(archive.data)) as z:
         names = set(z.namelist())
-        assert {"README.txt", "conversations.md", "conversations.json", "memories.json", "schedules.json",
-                "usage.json", "code_runs.json", "all_tables.json", "files/files.json"} <= names
+        assert {
+            "README.txt",
+            "conversations.md",
+            "conversations.json",
+            "memories.json",
+            "schedules.json",
+            "usage.json",
+            "code_runs.json",
+            "all_tables.json",
+            "files/files.json",
+        } <= names
         assert "my dog is a beagle" in z.read("conversations.md").decode()
         assert "Noted, a beagle." in z.read("conversations.md").decode()
         assert "Has a beagle named Max" in z.read("memories.json").decode()
@@ -200,7 +218,9 @@ def rows_naming(url: str, user_id: int) -> dict[str, int]:
 
 async def test_forget_me_leaves_no_row_and_no_file(tmp_path: Path, tg: FakeTelegram, llm: FakeLLM) -> None:
     shared = b"the same file, sent by both"
-    llm.script(text("hello big"), text("file noted"), text("file noted"), text("own noted"), text("hello owner"))
+    llm.script(
+        text("hello big"), text("file noted"), text("file noted"), text("own noted"), text("hello owner")
+    )
     async with running_bot(tmp_path, tg, llm, allowed_user_ids=f"{OWNER},{BIG}", memory_extract=False) as h:
         tg.push_text(BIG, "hi, I am big")
         await h.final_text(BIG, "hello big")

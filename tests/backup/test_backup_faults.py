@@ -58,7 +58,10 @@ async def test_a_full_disk_keeps_no_half_backup_and_the_older_ones(tmp_path: Pat
     kept = tree_digest(small_disk)
     for _ in range(3):  # 3 MB more of media than the disk holds
         store_file(tmp_path / "media", os.urandom(1_000_000))
-    with pytest.raises(BackupError, match=r"the disk holding .* is full .* nothing of it was kept and the older backups are untouched"):
+    with pytest.raises(
+        BackupError,
+        match=r"the disk holding .* is full .* nothing of it was kept and the older backups are untouched",
+    ):
         take_backup(config)
     assert [p for p, _ in list_backups(small_disk)] == [first]
     assert tree_digest(small_disk) == kept  # no partial folder left, the first backup as it was
@@ -108,7 +111,9 @@ async def test_a_backup_process_killed_midway_is_never_listed(tmp_path: Path) ->
     assert not list(backups.glob(".*.partial")) and len(list_backups(backups)) == 2
 
 
-async def test_a_restore_over_a_running_bot_is_refused(tmp_path: Path, tg: FakeTelegram, llm: FakeLLM) -> None:
+async def test_a_restore_over_a_running_bot_is_refused(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
     llm.script(text("hello"))
     async with running_bot(tmp_path, tg, llm) as h:
         tg.push_text(OWNER, "hi")
@@ -123,4 +128,6 @@ async def test_a_restore_over_a_running_bot_is_refused(tmp_path: Path, tg: FakeT
         assert message_texts(engine) == ["hi", "hello"]
         engine.dispose()
     # Stopped, the same restore goes through (the bot's clean stop removed its heartbeat).
-    await asyncio.to_thread(restore, path, target, [], force=True, lease_s=settings.replica_lease_s, say=lambda _: None)
+    await asyncio.to_thread(
+        restore, path, target, [], force=True, lease_s=settings.replica_lease_s, say=lambda _: None
+    )

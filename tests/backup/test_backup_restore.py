@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from core_tools.backup.crypto import identity_from, new_identity
+from core_tools.backup.crypto import new_identity
 from core_tools.backup.manifest import BackupError, read_manifest
 from core_tools.backup.restore import Target, drill, restore
 from core_tools.backup.store import list_backups
@@ -49,7 +49,11 @@ def keys(tmp_path: Path) -> tuple[str, Path]:
 
 
 async def test_encrypted_backup_restores_into_sqlite_and_postgresql(
-    database_url: str, db_kind: str, tmp_path: Path, keys: tuple[str, Path], postgres_or_none: TestPostgres | None
+    database_url: str,
+    db_kind: str,
+    tmp_path: Path,
+    keys: tuple[str, Path],
+    postgres_or_none: TestPostgres | None,
 ) -> None:
     public, keyfile = keys
     engine = make_engine(database_url)
@@ -57,7 +61,9 @@ async def test_encrypted_backup_restores_into_sqlite_and_postgresql(
     sha = await fill(engine, media, OWNER)
     await fill(engine, media, FRIEND, file_bytes=200_000)  # spans several parts
     before, texts = counts(engine), message_texts(engine)
-    config = BackupConfig(database_url, str(media), str(tmp_path / "backups"), recipients=[public], part_bytes=64_000)
+    config = BackupConfig(
+        database_url, str(media), str(tmp_path / "backups"), recipients=[public], part_bytes=64_000
+    )
     path, manifest = take_backup(config)
     assert manifest.encrypted and len(manifest.parts) > 3
     assert manifest.contents.database == db_kind and manifest.contents.tables == before
@@ -72,14 +78,18 @@ async def test_encrypted_backup_restores_into_sqlite_and_postgresql(
     restore(path.parent, Target.data_dir(tmp_path / "restored"), load_identities(keyfile), say=lines.append)
     copy = make_engine(sqlite_url(tmp_path / "restored" / "assistant.db"))
     assert counts(copy) == before and message_texts(copy) == texts and memory_count(copy) == 4
-    assert (tmp_path / "restored" / "media" / sha[:2] / sha).read_bytes() == (media / sha[:2] / sha).read_bytes()
+    assert (tmp_path / "restored" / "media" / sha[:2] / sha).read_bytes() == (
+        media / sha[:2] / sha
+    ).read_bytes()
     assert "messages: 12 row(s), manifest 12: ok" in lines
     copy.dispose()
 
     if postgres_or_none is not None:  # and into PostgreSQL, whichever database it came from
         target_url = postgres_or_none.new_database(migrated=False)
         work = tmp_path / "pg-work"
-        restore(path, Target(target_url, tmp_path / "pg-media", work), load_identities(keyfile), say=lines.append)
+        restore(
+            path, Target(target_url, tmp_path / "pg-media", work), load_identities(keyfile), say=lines.append
+        )
         pg = make_engine(target_url)
         assert counts(pg) == before and message_texts(pg) == texts and memory_count(pg) == 4
         pg.dispose()
@@ -105,7 +115,13 @@ def backup(tmp_path: Path, keys: tuple[str, Path]) -> Iterator[tuple[Path, Path]
     engine = make_engine(url)
     asyncio.run(fill(engine, tmp_path / "live" / "media", OWNER, file_bytes=150_000))
     engine.dispose()
-    config = BackupConfig(url, str(tmp_path / "live" / "media"), str(tmp_path / "backups"), recipients=[keys[0]], part_bytes=50_000)
+    config = BackupConfig(
+        url,
+        str(tmp_path / "live" / "media"),
+        str(tmp_path / "backups"),
+        recipients=[keys[0]],
+        part_bytes=50_000,
+    )
     path, _ = take_backup(config)
     target = tmp_path / "target"
     old = sqlite_url(target / "assistant.db")
@@ -122,14 +138,22 @@ def refused(path: Path, target: Path, keyfile: Path | None, *, force: bool = Tru
 
     before = tree_digest(target)
     with pytest.raises(BackupError) as caught:
-        restore(path, Target.data_dir(target), load_identities(keyfile) if keyfile else [], force=force, say=lambda _: None)
+        restore(
+            path,
+            Target.data_dir(target),
+            load_identities(keyfile) if keyfile else [],
+            force=force,
+            say=lambda _: None,
+        )
     assert contains in str(caught.value), str(caught.value)
     assert tree_digest(target) == before
     assert not [p for p in target.iterdir() if p.name.startswith(".restore-")]  # nothing left behind
 
 
 @pytest.mark.sqlite_only
-def test_faults_are_refused_and_change_nothing(backup: tuple[Path, Path], tmp_path: Path, keys: tuple[str, Path]) -> None:
+def test_faults_are_refused_and_change_nothing(
+    backup: tuple[Path, Path], tmp_path: Path, keys: tuple[str, Path]
+) -> None:
     path, target = backup
     manifest = read_manifest(path)
     folder = path.parent
@@ -152,7 +176,9 @@ def test_faults_are_refused_and_change_nothing(backup: tuple[Path, Path], tmp_pa
     body = json.loads(path.read_text())
     body["tables"]["messages"] += 1
     path.write_text(json.dumps(body))
-    refused(path, target, keys[1], contains="the manifest does not match the backup it names: the table messages")
+    refused(
+        path, target, keys[1], contains="the manifest does not match the backup it names: the table messages"
+    )
     # The same backup with its true manifest restores (with --force), keeping the old database beside it.
     body["tables"]["messages"] -= 1
     path.write_text(json.dumps(body))
@@ -189,15 +215,21 @@ async def test_an_old_schema_backup_is_restored_and_migrated(
     upgrade(url, "0010")
     engine = make_engine(url)
     with engine.begin() as conn:
-        conn.execute(text("INSERT INTO users (id, created_at, last_seen_at) VALUES (5, '2025-01-01', '2025-01-01')"))
         conn.execute(
-            text("INSERT INTO sessions (id, user_id, chat_id, name, started_at, last_activity_at) "
-                 "VALUES ('s1', 5, 5, 'old', '2025-01-01', '2025-01-01')")
+            text("INSERT INTO users (id, created_at, last_seen_at) VALUES (5, '2025-01-01', '2025-01-01')")
+        )
+        conn.execute(
+            text(
+                "INSERT INTO sessions (id, user_id, chat_id, name, started_at, last_activity_at) "
+                "VALUES ('s1', 5, 5, 'old', '2025-01-01', '2025-01-01')"
+            )
         )
         for n in range(3):
             conn.execute(
-                text("INSERT INTO messages (session_id, user_id, chat_id, role, content, status, created_at) "
-                     "VALUES ('s1', 5, 5, 'user', :c, 'answered', '2025-01-01')"),
+                text(
+                    "INSERT INTO messages (session_id, user_id, chat_id, role, content, status, created_at) "
+                    "VALUES ('s1', 5, 5, 'user', :c, 'answered', '2025-01-01')"
+                ),
                 {"c": f"old message {n}"},
             )
     engine.dispose()
@@ -228,7 +260,9 @@ async def test_drill_passes_on_a_good_backup_and_fails_on_a_damaged_one(tmp_path
     engine = make_engine(url)
     await fill(engine, tmp_path / "media", OWNER)
     engine.dispose()
-    path, manifest = take_backup(BackupConfig(url, str(tmp_path / "media"), str(tmp_path / "backups"), part_bytes=40_000))
+    path, manifest = take_backup(
+        BackupConfig(url, str(tmp_path / "media"), str(tmp_path / "backups"), part_bytes=40_000)
+    )
     assert drill(path, [], tmp_path / "work").ok
     assert not list((tmp_path / "work").iterdir())  # the drill's copy is deleted
     last = path.parent / manifest.parts[-1].name
