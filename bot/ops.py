@@ -411,7 +411,8 @@ def migrate_database(settings: Settings, target: str, say: Callable[[str], None]
         # PostgreSQL to SQLite (moving back to one machine): a new file, never over an existing database.
         if source_kind != "postgresql":
             raise ValueError(
-                "--to sqlite:///... moves a PostgreSQL DATABASE_URL to SQLite; this one is SQLite"
+                "--to must be a PostgreSQL URL when DATABASE_URL is SQLite (--to sqlite:///... moves a "
+                "PostgreSQL DATABASE_URL to SQLite)"
             )
         if not url.database or Path(url.database).exists():
             raise ValueError(f"--to must name a new SQLite file ({url.database} exists already)")
