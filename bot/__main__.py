@@ -268,11 +268,24 @@ def main(argv: list[str] | None = None) -> int:
         "backup",
         help="copy the SQLite database consistently while the bot runs (PostgreSQL: explains pg_dump)",
     )
-    backup.add_argument("target", help="the new backup file, e.g. data/backup-2026-01-01.db")
-    migrate = sub.add_parser(
-        "migrate-db", help="copy every table of DATABASE_URL (SQLite) into a PostgreSQL database"
+    backup.add_argument(
+        "target",
+        nargs="?",
+        help="a new SQLite file for a plain copy; without it, a full backup (database and media, encrypted "
+        "for BACKUP_AGE_RECIPIENTS) into BACKUP_DIR",
     )
-    migrate.add_argument("--to", required=True, help="the target, e.g. postgresql+psycopg://user:pw@host/db")
+    migrate = sub.add_parser(
+        "migrate-db", help="copy every table of DATABASE_URL into another database (SQLite <-> PostgreSQL)"
+    )
+    migrate.add_argument(
+        "--to",
+        required=True,
+        help="the target, e.g. postgresql+psycopg://user:pw@host/db or sqlite:///new.db",
+    )
+    from bot.backup_cli import COMMANDS as DATA_COMMANDS
+    from bot.backup_cli import add_commands
+
+    add_commands(sub)
     link = sub.add_parser(
         "webapp-link", help="print a signed link that opens the app as a user, for a browser (testing)"
     )
@@ -286,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     if settings is None:
         return 2
     setup_logging(settings.log_level, settings.secrets())
-    if args.command in ("chat", "doctor", "backup", "migrate-db", "webapp-link"):
+    if args.command in ("chat", "doctor", "backup", "migrate-db", "webapp-link", *DATA_COMMANDS):
         logging.getLogger().setLevel(logging.WARNING)  # keep the terminal for the output
     if args.command == "chat":  # stdout is the conversation: warnings go to stderr
         for handler in logging.getLogger().handlers:
@@ -296,8 +309,16 @@ def main(argv: list[str] | None = None) -> int:
         return run_chat(settings, args.out)
     if args.command == "doctor":
         return run_doctor(settings, args.quick, args.timeout)
+    if args.command == "backup" and args.target is None:
+        from bot.backup_cli import run_full_backup
+
+        return run_full_backup(settings)
     if args.command == "backup":
         return run_backup(settings, args.target)
+    if args.command in DATA_COMMANDS:
+        from bot.backup_cli import dispatch
+
+        return dispatch(settings, args)
     if args.command == "migrate-db":
         return run_migrate_db(settings, args.to)
     if args.command == "webapp-link":

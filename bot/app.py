@@ -19,8 +19,10 @@ from telegram.ext import (
     filters,
 )
 
+from bot.backup_jobs import register_backup_jobs
 from bot.code_commands import CodeCommands
 from bot.commands import audience_of, help_text, new_session_text
+from bot.data_commands import register_data_commands
 from bot.groups import Access, addressed, is_group, turn_text
 from bot.media import register_media_handlers
 from bot.memory_commands import MemoryCommands
@@ -369,6 +371,8 @@ def build_application(services: Services) -> Application[Any, Any, Any, Any, Any
     register_usage_handlers(app, services.usage_service)
     register_schedule_handlers(app, services, h.locks)
     register_jobs(app)
+    register_data_commands(app, services)  # /export, /forget_me
+    register_backup_jobs(app, services)  # BACKUP_SCHEDULE
     new = filters.UpdateType.MESSAGE
     app.add_handler(
         MessageHandler(filters.UpdateType.EDITED_MESSAGE & filters.TEXT & ~filters.COMMAND, h.edited)

@@ -64,6 +64,18 @@ COMMANDS: list[Command] = [
     Command("codestats", "[days]", "statistics of your code runs (default: last 7 days)", _PRIVATE),
     Command("codefailures", "[n]", "your last failed code runs (default 5, at most 20)", _PRIVATE),
     Command("app", "", "open the app: memories, reminders, usage, code runs and files", _PRIVATE_TELEGRAM),
+    Command(
+        "export",
+        "",
+        "everything I store about you, as one archive",
+        frozenset({Audience.PRIVATE, Audience.OWNER}),
+    ),
+    Command(
+        "forget_me",
+        "",
+        "delete everything I store about you (asks first)",
+        frozenset({Audience.PRIVATE, Audience.OWNER}),
+    ),
     Command("quit", "", "leave the terminal chat (also Ctrl-D)", _TERMINAL),
 ]
 

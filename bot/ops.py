@@ -406,11 +406,22 @@ def migrate_database(settings: Settings, target: str, say: Callable[[str], None]
     from db.transfer import copy_database
 
     url = make_url(target)
-    if url.get_backend_name() != "postgresql":
+    source_kind = make_url(settings.database_url).get_backend_name()
+    if url.get_backend_name() == "sqlite":
+        # PostgreSQL to SQLite (moving back to one machine): a new file, never over an existing database.
+        if source_kind != "postgresql":
+            raise ValueError(
+                "--to must be a PostgreSQL URL when DATABASE_URL is SQLite (--to sqlite:///... moves a "
+                "PostgreSQL DATABASE_URL to SQLite)"
+            )
+        if not url.database or Path(url.database).exists():
+            raise ValueError(f"--to must name a new SQLite file ({url.database} exists already)")
+    elif url.get_backend_name() != "postgresql":
         raise ValueError(
-            "--to must be a PostgreSQL URL, e.g. postgresql+psycopg://user:password@host/assistant"
+            "--to must be a PostgreSQL URL (postgresql+psycopg://user:password@host/assistant) or, from "
+            "PostgreSQL, a new SQLite file (sqlite:///data/assistant.db)"
         )
-    if url.drivername not in ("postgresql", "postgresql+psycopg"):
+    elif url.drivername not in ("postgresql", "postgresql+psycopg"):
         raise ValueError("use the psycopg 3 driver: postgresql+psycopg://... (or plain postgresql://)")
     if make_url(settings.database_url) == url:
         raise ValueError("--to is DATABASE_URL itself")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import time
+from datetime import UTC, datetime, time
 from typing import Annotated, Any, Literal, get_args, get_origin
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -45,6 +45,10 @@ HINTS: dict[str, str] = {
     "LLM_MODELS": "comma-separated model names your endpoint serves; the first is the default",
     "CODE_PYTHON_ENV": "put a directory of its own, e.g. /opt/assistant-sandbox, or leave it empty for no "
     "data toolkit",
+    "BACKUP_SCHEDULE": "a 5-field cron expression in the owner's time zone, e.g. 30 3 * * * (03:30 daily), "
+    "or empty for no scheduled backups",
+    "BACKUP_AGE_RECIPIENTS": "age public keys (age1..., comma-separated) or the path of a file of them, as "
+    "`age-keygen -y key.txt` prints them; empty: backups are not encrypted",
     "MESSAGE_DEBOUNCE_MS": "milliseconds to wait for more messages before answering, e.g. 1500 (0: none)",
     "WEBAPP_LISTEN": "HOST:PORT the app's web server listens on, e.g. 127.0.0.1:8090 (empty: no app)",
     "WEBAPP_URL": "the public https:// address your reverse proxy serves the app at, e.g. https://bot.example.com/app/",
@@ -209,6 +213,16 @@ class Settings(BaseSettings):
     # The sandbox's data toolkit (numpy, pandas, matplotlib): a separate environment, bound read-only,
     # installed there at the first start when missing (empty: none).
     code_python_env: str = DEFAULT_TOOLKIT_ENV
+    # Backups (README "Backups and your data"): a 5-field cron in the owner's time zone (empty: off), kept
+    # in BACKUP_DIR (the newest BACKUP_KEEP), encrypted for BACKUP_AGE_RECIPIENTS (age public keys, or a file
+    # of them; empty: plain), sent to the owner's chat in parts of BACKUP_PART_MB, drilled weekly.
+    backup_schedule: str = ""
+    backup_dir: str = "data/backups"
+    backup_keep: int = Field(default=7, ge=1, le=1000)
+    backup_age_recipients: str = ""
+    backup_to_telegram: bool = False
+    backup_drill: bool | None = None  # empty: on when backups are on
+    backup_part_mb: float = Field(default=45.0, gt=0, le=47)
     # Storage and logs
     database_url: str = "sqlite:///data/assistant.db"
     log_level: str = "INFO"
@@ -260,6 +274,7 @@ class Settings(BaseSettings):
         "tts_model",
         "tts_base_url",
         "tts_api_key",
+        "backup_drill",
         mode="before",
     )
     @classmethod
@@ -367,6 +382,48 @@ class Settings(BaseSettings):
         if not head.isdigit() or not tail:
             raise ValueError("this does not look like a bot token")
         return value
+
+    @field_validator("backup_schedule")
+    @classmethod
+    def _check_backup_schedule(cls, value: str) -> str:
+        value = value.strip()
+        if value:
+            from cronsim import CronSim, CronSimError
+
+            try:
+                CronSim(value, datetime.now(UTC))
+            except CronSimError as exc:
+                raise ValueError(f"not a 5-field cron expression ({exc})") from None
+            if len(value.split()) != 5:
+                raise ValueError("give the 5 fields: minute hour day-of-month month day-of-week")
+        return value
+
+    @field_validator("backup_age_recipients")
+    @classmethod
+    def _check_recipients(cls, value: str) -> str:
+        from core_tools.backup.crypto import recipient_strings
+        from core_tools.backup.manifest import BackupError
+
+        try:
+            recipient_strings(value)
+        except BackupError as exc:
+            raise ValueError(str(exc)) from None
+        return value.strip()
+
+    @property
+    def backups_on(self) -> bool:
+        """Whether scheduled backups run."""
+        return bool(self.backup_schedule)
+
+    @property
+    def drill_on(self) -> bool:
+        """Whether the weekly restore drill runs (BACKUP_DRILL, default: with backups)."""
+        return self.backups_on and self.backup_drill is not False
+
+    @property
+    def backup_part_bytes(self) -> int:
+        """BACKUP_PART_MB in bytes (MiB)."""
+        return max(1, int(self.backup_part_mb * 1024 * 1024))
 
     @property
     def owner_id(self) -> int | None:

@@ -144,6 +144,10 @@ _GROUP_ORDER = (
 )
 
 
+# The largest file a bot may upload (sendDocument and the other send methods): 50 MB.
+UPLOAD_LIMIT = 50 * 1000 * 1000
+
+
 def utf16_len(text: str) -> int:
     """Length of ``text`` in UTF-16 code units, the unit Telegram uses for lengths and entity offsets."""
     return len(text.encode("utf-16-le")) // 2
@@ -1154,6 +1158,8 @@ class FakeTelegram:
                 caption, entities, p.get("parse_mode"), limit=MAX_CAPTION_LENGTH, caption=True
             )
         if isinstance(media, UploadedFile):
+            if len(media.data) > UPLOAD_LIMIT:  # the Bot API takes uploads of at most 50 MB
+                raise _ApiError(TelegramError(413, "Request Entity Too Large"))
             file_id = self.add_file(media.data, f"{kind}s/{media.filename}")
             size, name, mime = len(media.data), media.filename, media.content_type
         else:
