@@ -18,6 +18,7 @@ from telegram import Bot
 from telegram.error import BadRequest, Forbidden, RetryAfter, TelegramError
 from telegram.ext import Application, ContextTypes
 
+from bot.runtime.jobs import Job, register_jobs
 from bot.settings import Settings
 from bot.wiring import Services
 from core_tools.backup.crypto import new_identity, recipient_strings
@@ -249,10 +250,4 @@ def register_backup_jobs(app: Application[Any, Any, Any, Any, Any, Any], service
     app.bot_data["backups"] = jobs
     if not services.settings.backups_on or app.job_queue is None:
         return
-    app.job_queue.run_repeating(
-        services.replica.exclusive("backup", jobs.tick),  # type: ignore[arg-type]  # as bot/memory_commands
-        interval=CHECK_S,
-        first=CHECK_S,
-        name="backup",
-        job_kwargs={"misfire_grace_time": None, "coalesce": True},
-    )
+    register_jobs(app, (Job("backup", timedelta(seconds=CHECK_S), CHECK_S, "backup", jobs.tick),))

@@ -31,7 +31,6 @@ log = logging.getLogger(__name__)
 Ctx = ContextTypes.DEFAULT_TYPE
 SNOOZE_MINUTES = {"s10": 10, "s60": 60}
 LIST_LIMIT = 30
-PAUSE_REASONS = {"blocked": "you had blocked me", "user": "you paused it"}
 EMPTY = (
     "You have no reminders or scheduled tasks. Ask me, for example: \u201cremind me tomorrow at 9 to call "
     "the dentist\u201d or \u201cevery weekday at 8 send me the weather\u201d."
@@ -42,6 +41,7 @@ PAUSE_REASONS = {
     "blocked": "you had blocked me",
     "failures": "it failed 3 times in a row",
     "cost": "a run cost far more than usual",
+    "user": "you paused it",
 }
 
 

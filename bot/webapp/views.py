@@ -50,7 +50,7 @@ def schedule(view: dict[str, Any]) -> dict[str, Any]:
     out = dict(view)
     status = view["status"]
     if status == "paused":
-        out["paused_why"] = PAUSE_REASONS.get(view.get("paused") or "", "it failed 3 times in a row")
+        out["paused_why"] = PAUSE_REASONS.get(view.get("paused") or "", PAUSE_REASONS["failures"])
     out["actions"] = [
         a
         for a, ok in (
