@@ -7,10 +7,10 @@ from datetime import timedelta
 from telegram import Update
 from telegram.ext import ContextTypes
 
-from bot.args import parse_int
-from bot.chart_replies import ChartReplies
-from bot.streaming import StreamingReply
-from bot.topics import place_of
+from bot.adapter.chart_replies import ChartReplies
+from bot.adapter.streaming import StreamingReply
+from bot.adapter.topics import place_of
+from bot.process.args import parse_int
 from core_tools.usage.caps import window
 from core_tools.usage.series import day_buckets
 from core_tools.usage.service import UsageService
