@@ -93,7 +93,7 @@ def codestats_chart(usage: UsageService, user_id: int, days: int) -> bytes | Non
     runs = usage.series.code_runs(user_id, buckets.starts[0], today.end)
     if not runs:
         return None
-    from bot import charts  # the plotting module loads with the first chart, never with a plain turn
+    from bot.adapter import charts  # the plotting module loads with the first chart, never with a plain turn
 
     period = "today" if days == 1 else f"the last {days} days"
     return charts.code_runs_png(buckets, runs, f"Code runs {period} ({tz.key})")

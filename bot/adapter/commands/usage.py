@@ -113,7 +113,7 @@ def usage_chart(service: UsageService, user_id: int, period: str) -> bytes | Non
     series = service.usage_over_time(user_id, period=period)
     if series.empty:
         return None
-    from bot import charts  # the plotting module loads with the first chart, never with a plain turn
+    from bot.adapter import charts  # the plotting module loads with the first chart, never with a plain turn
 
     w = window(period, service.clock(), service.timezone(user_id))
     return charts.usage_png(series, f"Usage {window_label(w)}")
