@@ -22,6 +22,7 @@ from db.engine import make_engine
 from db.migrate import head_revision, upgrade
 from db.snapshot import sqlite_url
 from tests.backup.helpers import counts, fill, memory_count, message_texts
+from tests.support.databases import selected_databases
 from tests.support.postgres import TestPostgres
 
 OWNER = 111
@@ -100,9 +101,7 @@ async def test_encrypted_backup_restores_into_sqlite_and_postgresql(
 @pytest.fixture
 def postgres_or_none(request: pytest.FixtureRequest) -> TestPostgres | None:
     """The test PostgreSQL server when PostgreSQL is tested, else None."""
-    from tests.conftest import test_databases
-
-    return request.getfixturevalue("postgres") if "postgresql" in test_databases() else None
+    return request.getfixturevalue("postgres") if "postgresql" in selected_databases() else None
 
 
 @pytest.fixture
