@@ -6,7 +6,7 @@
 1. Turns while a backup runs. The real bot (tests/support/harness.py: PTB, the agent, SQLite) against the
    loopback fakes of tests/support/fakes, on a SQLite database of `--db-mb` and a MEDIA_DIR of `--media-mb`. A
    user's turns are timed one after another (message pushed -> final answer sent) with the bot idle, then
-   while the bot's own backup job (bot/backup_jobs.py: the worker process at low CPU and I/O priority,
+   while the bot's own backup job (bot/runtime/backup_jobs.py: the worker process at low CPU and I/O priority,
    encrypted for an age key) backs up that database and media. Target: p95 during the backup at most 2x the
    idle p95.
 2. Encryption against copying the same bytes: a backup of the same database and media taken plain, then
@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from telegram import Bot
 
-from bot.backup_jobs import BackupJobs
+from bot.runtime.backup_jobs import BackupJobs
 from core_tools.backup.crypto import encrypt_stream, new_identity
 from core_tools.backup.parts import PartReader, PartWriter
 from core_tools.backup.take import BackupConfig, take_backup

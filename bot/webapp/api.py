@@ -14,11 +14,11 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from bot.args import parse_int
-from bot.memory_commands import LAYER_TITLES
+from bot.adapter.commands.memory import LAYER_TITLES
+from bot.process.args import parse_int
+from bot.process.wiring import Services
 from bot.webapp import views
 from bot.webapp.auth import InitData
-from bot.wiring import Services
 from core_tools.errors import ToolError
 from core_tools.schedule.rules import ScheduleInputError
 from core_tools.usage.daily import MAX_DAYS, daily_usage

@@ -21,10 +21,10 @@ from pathlib import Path
 
 from aiohttp import web
 
+from bot.process.wiring import Services
 from bot.webapp.api import USER, Api
 from bot.webapp.auth import AuthError, secret_key, verify
 from bot.webapp.limits import RateLimiter
-from bot.wiring import Services
 
 log = logging.getLogger(__name__)
 

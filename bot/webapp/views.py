@@ -9,8 +9,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from bot.memory_commands import LAYER_TITLES, ORIGIN_NOTES, UNTRUSTED_NOTE
-from bot.schedule_commands import PAUSE_REASONS
+from bot.adapter.commands.memory import LAYER_TITLES, ORIGIN_NOTES, UNTRUSTED_NOTE
+from bot.adapter.commands.schedules import PAUSE_REASONS
 from core_tools.memory.views import iso
 from core_tools.usage.caps import CapStatus
 from core_tools.usage.daily import DailyUsage

@@ -12,7 +12,7 @@ from pathlib import Path
 from sqlalchemy import BigInteger, Integer, MetaData, inspect, select
 from telegram import Bot
 
-from bot.backup_jobs import SEND_TRIES, BackupJobs
+from bot.runtime.backup_jobs import SEND_TRIES, BackupJobs
 from core_tools.backup.crypto import load_identities, new_identity
 from core_tools.backup.restore import Target, restore
 from db.engine import make_engine

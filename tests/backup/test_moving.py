@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.ops import migrate_database
+from bot.process.ops import migrate_database
 from db.engine import make_engine
 from db.snapshot import sqlite_url
 from tests.backup.helpers import counts, fill, memory_count, message_texts

@@ -11,9 +11,9 @@ from typing import Annotated, Any
 from pydantic import Field
 from sqlalchemy import select
 
-from bot.app import build_application, on_startup
-from bot.settings import Settings
-from bot.wiring import Services, build_services
+from bot.adapter.app import build_application, on_startup
+from bot.process.settings import Settings
+from bot.process.wiring import Services, build_services
 from core_tools.types import ToolContext
 from tests.support.fakes.openai_api import FakeLLM
 from tests.support.fakes.telegram_api import FakeTelegram

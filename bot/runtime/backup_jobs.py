@@ -18,9 +18,9 @@ from telegram import Bot
 from telegram.error import BadRequest, Forbidden, RetryAfter, TelegramError
 from telegram.ext import Application, ContextTypes
 
+from bot.process.settings import Settings
+from bot.process.wiring import Services
 from bot.runtime.jobs import Job, register_jobs
-from bot.settings import Settings
-from bot.wiring import Services
 from core_tools.backup.crypto import new_identity, recipient_strings
 from core_tools.backup.manifest import BackupError, read_manifest
 from core_tools.backup.store import STATE_NAME, list_backups

@@ -7,10 +7,10 @@ from datetime import timedelta
 from telegram import Update
 from telegram.ext import ContextTypes
 
-from bot.args import parse_int
-from bot.chart_replies import ChartReplies
-from bot.streaming import StreamingReply
-from bot.topics import place_of
+from bot.adapter.chart_replies import ChartReplies
+from bot.adapter.streaming import StreamingReply
+from bot.adapter.topics import place_of
+from bot.process.args import parse_int
 from core_tools.usage.caps import window
 from core_tools.usage.series import day_buckets
 from core_tools.usage.service import UsageService
@@ -93,7 +93,7 @@ def codestats_chart(usage: UsageService, user_id: int, days: int) -> bytes | Non
     runs = usage.series.code_runs(user_id, buckets.starts[0], today.end)
     if not runs:
         return None
-    from bot import charts  # the plotting module loads with the first chart, never with a plain turn
+    from bot.adapter import charts  # the plotting module loads with the first chart, never with a plain turn
 
     period = "today" if days == 1 else f"the last {days} days"
     return charts.code_runs_png(buckets, runs, f"Code runs {period} ({tz.key})")

@@ -4,7 +4,7 @@ The terminal user is the owner (OWNER_USER_ID, else the first of ALLOWED_USER_ID
 none) in their private chat, so the conversation, memories, reminders and usage are the ones they have in
 Telegram. Lines are answered in order; `/stop` (or Ctrl-C) stops the answer being written at once, and
 whatever arrives on its own (a reminder, a scheduled task's answer, a file saved, a background job) is
-shown on lines of its own (bot/terminal_delivery.py).
+shown on lines of its own (bot/terminal/delivery.py).
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from bot.answers import NOTHING_RUNS, STOP_NOTES, STOPPED_MARK, turn_failure_text
-from bot.commands import new_session_text
-from bot.model_commands import ModelChoice
+from bot.adapter.answers import NOTHING_RUNS, STOP_NOTES, STOPPED_MARK, turn_failure_text
+from bot.adapter.commands.catalog import new_session_text
+from bot.adapter.commands.model import ModelChoice
+from bot.process.wiring import Services
 from bot.runtime.leases import ChatLocks
-from bot.terminal_commands import TerminalCommands
-from bot.terminal_delivery import TerminalFiles, TerminalNotifier, TerminalReminders
-from bot.wiring import Services
+from bot.terminal.commands import TerminalCommands
+from bot.terminal.delivery import TerminalFiles, TerminalNotifier, TerminalReminders
 from core_tools.agent import TurnControl, TurnInput, TurnResult
 from core_tools.errors import BudgetExceeded, LLMUnavailable
 from core_tools.types import ChatType

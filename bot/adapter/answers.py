@@ -8,8 +8,8 @@ from collections.abc import Sequence
 
 from telegram import MessageEntity
 
-from bot.render import TELEGRAM_LIMIT, Rendered, render, utf16_len
-from bot.streaming import StreamingReply
+from bot.adapter.render import TELEGRAM_LIMIT, Rendered, render, utf16_len
+from bot.adapter.streaming import StreamingReply
 from core_tools.agent import TurnResult
 from core_tools.errors import BudgetExceeded, LLMUnavailable
 

@@ -23,9 +23,9 @@ from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup
 from telegram.error import BadRequest, Forbidden, RetryAfter, TelegramError
 from telegram.ext import Application, ContextTypes, Job
 
-from bot.render import render
+from bot.adapter.render import render
+from bot.process.wiring import Services
 from bot.runtime.leases import ChatLocks
-from bot.wiring import Services
 from core_tools.agent import TurnInput
 from core_tools.errors import BudgetExceeded, TaskBudgetExceeded
 from core_tools.schedule.service import FAILURES_BEFORE_PAUSE, ScheduleService

@@ -16,11 +16,11 @@ from sqlalchemy.engine import URL, make_url
 from telegram import Bot
 from telegram.error import InvalidToken, TelegramError
 
-from bot.settings import Settings
+from bot.process.settings import Settings
 from core_tools.errors import LLMUnavailable
 
 if TYPE_CHECKING:  # the wiring (and what it imports) loads only for the full doctor, not the quick one
-    from bot.wiring import Services
+    from bot.process.wiring import Services
     from core_tools.tools.search_providers.base import SearchProvider
 
 
@@ -315,7 +315,7 @@ async def run_doctor(
         return checks
     if not checks[1].ok:  # the services migrate the same database: nothing more to learn from them
         return [*checks, await telegram]
-    from bot.wiring import build_services
+    from bot.process.wiring import build_services
 
     try:
         services = await asyncio.to_thread(build_services, settings)

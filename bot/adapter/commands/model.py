@@ -9,7 +9,7 @@ from telegram import InlineKeyboardButton, InlineKeyboardMarkup, Update
 from telegram.error import TelegramError
 from telegram.ext import ContextTypes
 
-from bot.groups import Access, is_group
+from bot.adapter.groups import Access, is_group
 from core_tools.usage.prices import PriceTable
 from db.conversations import Conversations
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from telegram import Bot, InputFile
 from telegram.error import BadRequest, TelegramError
 
-from bot.streaming import StreamingReply
+from bot.adapter.streaming import StreamingReply
 from core_tools.types import OutputFile
 from db.topics import Place, Topics
 

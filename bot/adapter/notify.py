@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from telegram import Bot
 
-from bot.streaming import StreamingReply
+from bot.adapter.streaming import StreamingReply
 from db.topics import Place, Topics
 
 

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 from pydantic import SecretStr
 from sqlalchemy import Engine
 
-from bot.notify import TelegramNotifier
-from bot.outfiles import TelegramFiles
+from bot.adapter.notify import TelegramNotifier
+from bot.adapter.outfiles import TelegramFiles
+from bot.process.settings import Settings
 from bot.runtime.replica import Replica
-from bot.settings import Settings
 from core_tools.agent import Agent, AgentConfig
 from core_tools.llm import AudioClient, LLMClient
 from core_tools.mcp.config import load_servers
@@ -93,7 +93,7 @@ class Services:
     replica: Replica = field(default=None)  # type: ignore[assignment]  # set in __post_init__ when not given
     # The sandbox's data toolkit, installed in the background at start when missing.
     toolkit: Toolkit | None = None
-    # The app's web server (WEBAPP_LISTEN), started with the Telegram bot (bot/app.py).
+    # The app's web server (WEBAPP_LISTEN), started with the Telegram bot (bot/adapter/app.py).
     webapp: WebAppServer | None = None
 
     def __post_init__(self) -> None:

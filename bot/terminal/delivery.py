@@ -19,8 +19,8 @@ from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
-from bot.schedule_jobs import LEASE, LOOK_S, firing_text, run_task
-from bot.wiring import Services
+from bot.process.wiring import Services
+from bot.runtime.schedule_jobs import LEASE, LOOK_S, firing_text, run_task
 from core_tools.types import OutputFile
 from db.schedules import FiringRow
 
@@ -32,7 +32,7 @@ TAKEN_BACK = "(No Telegram bot holds the reminders any more: they are shown here
 
 
 class Notices(Protocol):
-    """Where the terminal shows something that arrives on its own (bot.terminal.Console)."""
+    """Where the terminal shows something that arrives on its own (bot.terminal.chat.Console)."""
 
     def notice(self, text: str) -> None:
         """Show `text` on lines of its own."""

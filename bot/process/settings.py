@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import AnyHttpUrl, Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from bot.logs import secret_values
+from bot.process.logs import secret_values
 from core_tools.sandbox.toolkit import DEFAULT_ENV as DEFAULT_TOOLKIT_ENV
 from core_tools.sandbox.toolkit import visibility_problem
 from core_tools.usage import parse_prices
@@ -454,7 +454,8 @@ class Settings(BaseSettings):
         return lines
 
     def secrets(self) -> list[str]:
-        """Secret values, for the log filter that masks them (derived from the fields, see bot.logs)."""
+        """Secret values, for the log filter that masks them (derived from the fields, see
+        bot.process.logs)."""
         return secret_values(self)
 
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import asyncio
 
-from bot.args import parse_int
-from bot.code_commands import codefailures_replies, codestats_reply
-from bot.commands import Audience, help_text
-from bot.memory_commands import memory_reply, timezone_reply
-from bot.model_commands import ModelChoice, price_label
-from bot.schedule_commands import cancel_note, listing_text, resume_note, snooze_note
-from bot.usage_commands import budget_reply, usage_reply
-from bot.wiring import Services
+from bot.adapter.commands.catalog import Audience, help_text
+from bot.adapter.commands.code import codefailures_replies, codestats_reply
+from bot.adapter.commands.memory import memory_reply, timezone_reply
+from bot.adapter.commands.model import ModelChoice, price_label
+from bot.adapter.commands.schedules import cancel_note, listing_text, resume_note, snooze_note
+from bot.adapter.commands.usage import budget_reply, usage_reply
+from bot.process.args import parse_int
+from bot.process.wiring import Services
 from core_tools.schedule.rules import ScheduleInputError
 
 REMINDERS_USAGE = (
@@ -76,7 +76,7 @@ def reminders_reply(services: Services, user_id: int, args: list[str]) -> str:
 
 
 class TerminalCommands:
-    """Answers the terminal's commands that do not drive the chat (those are bot.terminal's)."""
+    """Answers the terminal's commands that do not drive the chat (those are bot.terminal.chat's)."""
 
     def __init__(self, services: Services, user_id: int, models: ModelChoice) -> None:
         self.services = services

@@ -8,8 +8,8 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bot.logs import Redactor
-from bot.settings import Settings
+from bot.process.logs import Redactor
+from bot.process.settings import Settings
 from core_tools.backup.crypto import load_identities, recipient_strings
 from core_tools.backup.manifest import BackupError
 
@@ -71,7 +71,7 @@ def run_restore(settings: Settings, args: argparse.Namespace) -> int:
     if args.to:
         target = Target.data_dir(Path(args.to))
     else:
-        from bot.ops import sqlite_path
+        from bot.process.ops import sqlite_path
 
         file = sqlite_path(settings.database_url)
         work = file.parent if file is not None else Path(settings.backup_dir)

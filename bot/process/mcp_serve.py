@@ -11,8 +11,8 @@ import asyncio
 import logging
 import sys
 
-from bot.logs import setup_logging
-from bot.settings import Settings, describe_errors, load_settings
+from bot.process.logs import setup_logging
+from bot.process.settings import Settings, describe_errors, load_settings
 from core_tools.mcp.server import UserGate, build_server, serve_http, serve_stdio
 
 log = logging.getLogger("bot.mcp")
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def _serve(settings: Settings, user_id: int, http: tuple[str, int] | None, token: str) -> None:
-    from bot.wiring import build_services
+    from bot.process.wiring import build_services
 
     services = build_services(settings)
     try:

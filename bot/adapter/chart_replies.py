@@ -1,6 +1,6 @@
 """Replies with a chart: the text, and a PNG drawn on demand in a worker thread.
 
-The plotting module (bot/charts.py, Pillow) is imported by the drawing function only, the first time a
+The plotting module (bot/adapter/charts.py, Pillow) is imported by the drawing function only, the first time a
 chart is asked for: a plain turn never loads it. At most CHART_SLOTS charts are drawn at once, and the text
 never waits on a chart that fails or takes too long (it is sent without it).
 """
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from telegram import Message
 from telegram.error import TelegramError
 
-from bot.render import plain_chunks, utf16_len
+from bot.adapter.render import plain_chunks, utf16_len
 
 log = logging.getLogger(__name__)
 

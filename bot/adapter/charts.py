@@ -1,7 +1,7 @@
 """Bar charts as PNG for the chat (/usage, /codestats), drawn with Pillow.
 
-Imported only when a chart is asked for (bot/chart_replies.py), never by a plain turn, and run in a worker
-thread: drawing is CPU work. A chart's size is bounded by its input (at most a year of bars and a few
+Imported only when a chart is asked for (bot/adapter/chart_replies.py), never by a plain turn, and run in a
+worker thread: drawing is CPU work. A chart's size is bounded by its input (at most a year of bars and a few
 series), so a render takes milliseconds. Pillow's own font is used (no system font is needed).
 """
 

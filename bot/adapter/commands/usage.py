@@ -1,5 +1,5 @@
 """/usage and /budget: the Telegram side of usage and cost control; core_tools.usage does the work and
-bot/usage_report.py words the replies."""
+bot/adapter/commands/usage_report.py words the replies."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from typing import Any
 from telegram import Update
 from telegram.ext import Application, CommandHandler, ContextTypes
 
-from bot.args import parse_decimal, parse_user_id
-from bot.chart_replies import ChartReplies
-from bot.render import plain_chunks
-from bot.usage_report import format_all, format_budgets, format_report, window_label
+from bot.adapter.chart_replies import ChartReplies
+from bot.adapter.commands.usage_report import format_all, format_budgets, format_report, window_label
+from bot.adapter.render import plain_chunks
+from bot.process.args import parse_decimal, parse_user_id
 from core_tools.usage.caps import PERIODS, REPORT_PERIODS, window
 from core_tools.usage.service import UsageService
 
@@ -113,7 +113,7 @@ def usage_chart(service: UsageService, user_id: int, period: str) -> bytes | Non
     series = service.usage_over_time(user_id, period=period)
     if series.empty:
         return None
-    from bot import charts  # the plotting module loads with the first chart, never with a plain turn
+    from bot.adapter import charts  # the plotting module loads with the first chart, never with a plain turn
 
     w = window(period, service.clock(), service.timezone(user_id))
     return charts.usage_png(series, f"Usage {window_label(w)}")

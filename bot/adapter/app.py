@@ -19,25 +19,25 @@ from telegram.ext import (
     filters,
 )
 
-from bot.backup_jobs import register_backup_jobs
-from bot.code_commands import CodeCommands
-from bot.commands import audience_of, help_text, new_session_text
-from bot.data_commands import register_data_commands
-from bot.groups import Access, addressed, is_group, turn_text
-from bot.media import register_media_handlers
-from bot.memory_commands import MemoryCommands
-from bot.menu import publish
-from bot.model_commands import ModelChoice, ModelCommands
+from bot.adapter.commands.catalog import audience_of, help_text, new_session_text
+from bot.adapter.commands.code import CodeCommands
+from bot.adapter.commands.data import register_data_commands
+from bot.adapter.commands.memory import MemoryCommands
+from bot.adapter.commands.model import ModelChoice, ModelCommands
+from bot.adapter.commands.schedules import register_schedule_handlers
+from bot.adapter.commands.usage import register_usage_handlers
+from bot.adapter.groups import Access, addressed, is_group, turn_text
+from bot.adapter.media import register_media_handlers
+from bot.adapter.menu import publish
+from bot.adapter.telegram_http import AiohttpRequest
+from bot.adapter.topics import conversation_of, place_of
+from bot.process.wiring import Services, build_webapp
+from bot.runtime.backup_jobs import register_backup_jobs
 from bot.runtime.jobs import register_jobs
 from bot.runtime.leases import ChatLocks
 from bot.runtime.queue import Incoming
 from bot.runtime.runner import TurnRunner
-from bot.schedule_commands import register_schedule_handlers
-from bot.telegram_http import AiohttpRequest
-from bot.topics import conversation_of, place_of
-from bot.usage_commands import register_usage_handlers
 from bot.webapp.telegram import AppCommand, set_menu_button
-from bot.wiring import Services, build_webapp
 
 log = logging.getLogger(__name__)
 
@@ -379,7 +379,7 @@ def build_application(services: Services) -> Application[Any, Any, Any, Any, Any
     )
     app.add_handler(MessageHandler(QUEUED_TEXT, h.text))
     app.add_handler(MessageHandler(new & filters.COMMAND, h.help))  # an unknown command: show what exists
-    # Voice, photos, files; and everything else gets a clear "not supported" (bot/media.py).
+    # Voice, photos, files; and everything else gets a clear "not supported" (bot/adapter/media.py).
     register_media_handlers(app, services, h.runner)
     app.add_error_handler(h.on_error)
     app.bot_data["handlers"] = h

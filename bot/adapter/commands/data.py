@@ -15,7 +15,7 @@ from telegram import InlineKeyboardButton, InlineKeyboardMarkup, Update
 from telegram.error import TelegramError
 from telegram.ext import Application, CallbackQueryHandler, CommandHandler, ContextTypes
 
-from bot.wiring import Services
+from bot.process.wiring import Services
 from core_tools.backup.manifest import BackupError
 from core_tools.backup.userdata import export_user, forget_user, split_file, summary
 

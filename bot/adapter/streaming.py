@@ -13,7 +13,7 @@ from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, MessageEnt
 from telegram.constants import ChatAction
 from telegram.error import BadRequest, RetryAfter, TelegramError
 
-from bot.render import TELEGRAM_LIMIT, Rendered, plain_chunks, render, split_rendered, utf16_len
+from bot.adapter.render import TELEGRAM_LIMIT, Rendered, plain_chunks, render, split_rendered, utf16_len
 from core_tools.aio import wait_event
 from core_tools.tools.code import elapsed_text
 

@@ -18,12 +18,12 @@ from telegram import Bot, InputFile, Message, Update
 from telegram.error import BadRequest, TelegramError
 from telegram.ext import Application, ContextTypes, MessageHandler, filters
 
-from bot.groups import frame, is_group, without_mention
+from bot.adapter.groups import frame, is_group, without_mention
+from bot.adapter.streaming import status_note, typing_indicator
+from bot.adapter.topics import conversation_of, thread_of
+from bot.process.wiring import Services
 from bot.runtime.queue import Incoming
 from bot.runtime.runner import TurnRunner
-from bot.streaming import status_note, typing_indicator
-from bot.topics import conversation_of, thread_of
-from bot.wiring import Services
 from core_tools.agent import TurnInput
 from core_tools.errors import BudgetExceeded, MediaError
 from core_tools.media import SUPPORTED
@@ -75,7 +75,7 @@ class MediaHandlers:
     # ------------------------------------------------------------------ helpers
 
     def _key(self, update: Update) -> int:
-        """The update's conversation: its chat, or its forum topic (bot/topics.py)."""
+        """The update's conversation: its chat, or its forum topic (bot/adapter/topics.py)."""
         return conversation_of(self.services.conversations.topics, update)
 
     def _turn(self, update: Update, text: str, media_ids: list[int]) -> TurnInput:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from telegram import Message, MessageEntity, User
 
-from bot.topics import replied_to
+from bot.adapter.topics import replied_to
 
 QUOTE_LIMIT = 1500  # characters of a replied-to message that go into the turn
 

@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from telegram import Update
 from telegram.ext import ContextTypes
 
-from bot.wiring import Services
+from bot.process.wiring import Services
 from core_tools.types import ChatType
 from db.models import utcnow
 

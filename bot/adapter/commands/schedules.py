@@ -17,10 +17,10 @@ from telegram.ext import (
     TypeHandler,
 )
 
+from bot.adapter.topics import conversation_of
+from bot.process.wiring import Services
 from bot.runtime.leases import ChatLocks
-from bot.schedule_jobs import ScheduleRunner
-from bot.topics import conversation_of
-from bot.wiring import Services
+from bot.runtime.schedule_jobs import ScheduleRunner
 from core_tools.schedule.costs import usd
 from core_tools.schedule.rules import ScheduleInputError
 from core_tools.schedule.service import ScheduleService
