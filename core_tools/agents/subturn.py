@@ -218,7 +218,7 @@ class SubTurns:
             if not calls:
                 return self._result(helper, reply.content, rounds, tally, stopped=last and bool(rounds))
             messages.append(ChatMessage("assistant", reply.content or None, tuple(calls)))
-            outcomes = await self._calls(helper, ctx, count, task, reply.content, calls, offered, seen)
+            outcomes = await self._calls(helper, ctx, count, reply.content, calls, offered, seen)
             for o in outcomes:
                 tally.tools_used.append(o.name)
                 tally.untrusted = tally.untrusted or UNTRUSTED in o.content
@@ -230,7 +230,6 @@ class SubTurns:
         helper: Helper,
         ctx: ToolContext,
         count: _Count,
-        task: str,
         reasoning: str,
         calls: list[ToolCallRequest],
         offered: set[str],
@@ -249,7 +248,9 @@ class SubTurns:
                 await self._status(ctx, helper, count, line)
 
             await progress(f"{call.name}...")
-            inner = replace(ctx, trigger_message=task, reasoning=reasoning or None, progress=progress)
+            # `trigger_message` stays the user's own words: the task is the model's (a memory stored from
+            # it is not the user's).
+            inner = replace(ctx, reasoning=reasoning or None, progress=progress)
             return await self.registry.call(call, inner)
 
         return list(await asyncio.gather(*(one(c) for c in calls)))

@@ -229,3 +229,35 @@ async def test_a_cap_reached_inside_a_sub_turn_is_an_error_result_for_the_model(
         assert [c["purpose"] for c in rows(h, LLMCall)] == ["chat", "final"]
         (logged,) = rows(h, ToolCallLog)
         assert logged["tool"] == "delegate" and not logged["ok"]
+
+
+GROUP = -100777
+
+
+async def test_a_helper_gets_private_tools_only_in_the_users_private_chat(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    keeper = {**PLANNER, "name": "keeper", "system_prompt": "You are KEEPER."}
+    keeper["tools"] = ["memory", "schedule"]
+    llm.script(
+        tool_calls(call("agent__keeper", {"task": "What do you remember about the group?"})),
+        tool_calls(call("memory", {"action": "list"})),  # not offered here: refused
+        text("I cannot see memories here."),
+        text("No memories in a group."),
+        tool_calls(call("agent__keeper", {"task": "What do you remember?"})),
+        text("Nothing yet."),
+        text("Nothing remembered yet."),
+    )
+    path = agents_file(tmp_path, keeper)
+    async with running_bot(tmp_path, tg, llm, agents_file=path, allowed_chat_ids=str(GROUP)) as h:
+        tg.push_text(OWNER, "@test_bot ask the keeper", chat_id=GROUP)
+        await h.final_text(GROUP, "No memories in a group.")
+        tg.push_text(OWNER, "ask the keeper")
+        await h.final_text(OWNER, "Nothing remembered yet.")
+        subs = [r for r in llm.requests if r["messages"][0]["content"].startswith("You are KEEPER.")]
+        in_group, refused, in_private = subs
+        assert offered(in_group) == {"schedule", "read_result"}
+        error = tool_messages(refused)["memory"]["error"]
+        assert error == "the tool 'memory' is not available to this helper"
+        assert offered(in_private) == {"memory", "schedule", "read_result"}
+        assert "memory" not in [t["tool"] for t in rows(h, ToolCallLog)]

@@ -97,7 +97,11 @@ async def test_python_m_bot_refuses_to_start_with_an_unknown_tool(tmp_path: Path
         code, out, err = await run_bot(tmp_path, env=full_env(tmp_path, tg, llm, AGENTS_FILE=str(path)))
     assert code == 2, out + err
     assert "Traceback" not in out + err
-    assert err.strip().splitlines()[-1].startswith(
-        "Configuration error: AGENTS_FILE: agent 'researcher' lists the tool 'web_magic', which the bot "
-        "does not have (tools: "
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .startswith(
+            "Configuration error: AGENTS_FILE: agent 'researcher' lists the tool 'web_magic', which the bot "
+            "does not have (tools: "
+        )
     )
