@@ -291,6 +291,7 @@ def build_services(settings: Settings) -> Services:
         files_in=media.sandbox_files,
         file_sink=files,
         file_limits=FileLimits(settings.code_out_max_files, settings.code_out_max_mb * 1024 * 1024),
+        stored_results=ToolResults(sm),
     )
     code.python_toolkit = toolkit
 
@@ -358,7 +359,10 @@ def build_services(settings: Settings) -> Services:
     registry.register(schedules.schedule, timeout_s=settings.tool_timeout_s)
     # Its pages are bounded by its own `length`: never stored and paged again.
     registry.register(
-        ResultsTool(ToolResults(sm)).read_result, timeout_s=settings.tool_timeout_s, paged=False
+        # A result asked for whole gets at most half the history budget (about 4 characters a token).
+        ResultsTool(ToolResults(sm), max_whole_chars=settings.history_token_budget * 2).read_result,
+        timeout_s=settings.tool_timeout_s,
+        paged=False,
     )
     budget_chars = settings.memory_prompt_budget_chars
 

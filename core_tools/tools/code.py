@@ -27,6 +27,7 @@ from core_tools.types import ChatMessage, FileSink, Notifier, ToolContext
 from db.executions import Executions
 from db.jobs import JobRow, Jobs
 from db.models import CodeExecution
+from db.results import ToolResults
 
 log = logging.getLogger(__name__)
 
@@ -235,6 +236,7 @@ class CodeTool:
         files_in: Callable[[str], Mapping[str, bytes]] | None = None,
         file_sink: FileSink | None = None,
         file_limits: FileLimits | None = None,
+        stored_results: ToolResults | None = None,
     ) -> None:
         self.executor = executor
         self.executions = executions
@@ -249,6 +251,8 @@ class CodeTool:
         self.files_in = files_in
         self.file_sink = file_sink
         self.file_limits = file_limits or FileLimits()
+        # Stored results (read_result's) a run may read as in/result-<handle>.txt, the caller's own only.
+        self.stored_results = stored_results
         # The sandbox's data toolkit (numpy, pandas, matplotlib): set by the wiring; without it, what the
         # executor says (a service executor is assumed to have it: its image does).
         self.python_toolkit: Toolkit | None = None
@@ -279,6 +283,10 @@ class CodeTool:
         task: Annotated[str | None, Field(description="generate: what the code must do")] = None,
         context: Annotated[str | None, Field(description="generate: data and requirements it needs")] = None,
         job_id: Annotated[str | None, Field(description="status: the id a generate call returned")] = None,
+        results: Annotated[
+            list[str] | None,
+            Field(description="handles (r-...) or execution_ids to read as in/result-<handle>.txt"),
+        ] = None,
     ) -> dict[str, Any]:
         """Write, run or check code in a sandbox without access to the bot's files.
 
@@ -293,12 +301,14 @@ class CodeTool:
                 raise ToolError("execute needs `code`: the program to run")
             timeout_s = None if timeout_ms is None else max(timeout_ms, 1) / 1000
             await ctx.progress(RUNNING)
-            result, run_id = await self.execute(ctx, code, language, timeout_s)
+            extra = self.result_files(ctx, results or [])
+            result, run_id = await self.execute(ctx, code, language, timeout_s, extra_files=extra)
             return self.for_model(result, run_id)
         if action == "generate":
             if not task or not task.strip():
                 raise ToolError("generate needs `task`: what the code must do")
-            return await self.generate(ctx, task, context or "", language)
+            extra = self.result_files(ctx, results or [])
+            return await self.generate(ctx, task, context or "", language, extra)
         if not job_id:
             raise ToolError("status needs `job_id`")
         self.prune()
@@ -369,6 +379,39 @@ class CodeTool:
             del self.jobs[job_id]
         return len(expired)
 
+    def result_files(self, ctx: ToolContext, handles: list[str]) -> dict[str, bytes]:
+        """Stored results (or code runs' stdout) of the caller in this chat, as in/result-<handle>.txt;
+        ToolError for a handle that is not theirs here, or more than a run's files may hold."""
+        if not handles:
+            return {}
+        if self.stored_results is None:
+            raise ToolError("stored results cannot be given to code runs here")
+        limits = self.file_limits
+        if len(handles) > limits.max_files:
+            raise ToolError(f"at most {limits.max_files} results can be given to one run")
+        files: dict[str, bytes] = {}
+        for raw in handles:
+            handle = raw.strip()
+            if not re.fullmatch(r"[\w-]{1,64}", handle):
+                raise ToolError(f"{raw!r} is not a result handle (r-...) or an execution_id")
+            found = (
+                self.stored_results.read(handle, ctx.user_id, ctx.chat_id)
+                if handle.startswith("r-")
+                else self.stored_results.execution_output(handle, ctx.user_id, ctx.chat_id, "stdout")
+            )
+            if found is None:
+                raise ToolError(
+                    f"no result {handle!r} for you here: only the caller's own results of this chat, "
+                    "while their session lasts"
+                )
+            files[f"result-{handle}.txt"] = found.text.encode("utf-8")
+        size = sum(len(b) for b in files.values())
+        if size > limits.max_bytes:
+            raise ToolError(
+                f"the results have {size} bytes, more than a run's {limits.max_bytes} bytes of files"
+            )
+        return files
+
     @asynccontextmanager
     async def _run_slot(self, user_id: int) -> AsyncIterator[None]:
         why = await self.runs.wait(user_id, self.limits.queue_wait_s)
@@ -389,11 +432,14 @@ class CodeTool:
         language: str,
         timeout_s: float | None,
         label: str = RUNNING,
+        extra_files: Mapping[str, bytes] | None = None,
     ) -> tuple[ExecutionResult, str]:
         """Run once (in a run slot) and log the run; ToolError for no free slot, a bad language or timeout.
 
-        A run that lasts shows `label`, its elapsed time and its last line of output as the turn's status."""
-        files = self.files_in(ctx.session_id) if self.files_in is not None else None
+        A run that lasts shows `label`, its elapsed time and its last line of output as the turn's status;
+        `extra_files` join the session's files under in/ (stored results)."""
+        files = dict(self.files_in(ctx.session_id)) if self.files_in is not None else {}
+        files.update(extra_files or {})
         if self.python_toolkit is not None and language.strip().lower() in ("python", "py", "python3"):
             await self.python_toolkit.wait_for_install(ctx.progress, self.limits.queue_wait_s)
         async with self._run_slot(ctx.user_id):
@@ -470,7 +516,14 @@ class CodeTool:
             )
         return out
 
-    async def generate(self, ctx: ToolContext, task: str, context: str, language: str) -> dict[str, Any]:
+    async def generate(
+        self,
+        ctx: ToolContext,
+        task: str,
+        context: str,
+        language: str,
+        extra_files: Mapping[str, bytes] | None = None,
+    ) -> dict[str, Any]:
         """Generate and run; past `generate_wait_s` the work continues as a background job."""
         if self.llm is None:
             raise ToolError("code generation is not configured")
@@ -488,7 +541,7 @@ class CodeTool:
         # Checked and taken with no await in between: parallel calls of one reply cannot all pass.
         self.generations.take(ctx.user_id)
         self.prune()
-        handle = asyncio.create_task(self._generate(ctx, task, context, language))
+        handle = asyncio.create_task(self._generate(ctx, task, context, language, extra_files))
         # The slot is held until the generation ends, foreground or background.
         handle.add_done_callback(lambda _: self.generations.give_back(ctx.user_id))
         try:
@@ -625,7 +678,14 @@ class CodeTool:
                 log.exception("could not report interrupted job %s", job.id)
         return stale
 
-    async def _generate(self, ctx: ToolContext, task: str, context: str, language: str) -> dict[str, Any]:
+    async def _generate(
+        self,
+        ctx: ToolContext,
+        task: str,
+        context: str,
+        language: str,
+        extra_files: Mapping[str, bytes] | None = None,
+    ) -> dict[str, Any]:
         assert self.llm is not None
         limits = self.executor.limits
         messages = [
@@ -637,7 +697,12 @@ class CodeTool:
                     toolkit=TOOLKIT_NOTE if language == "python" and self.toolkit else "",
                 ),
             ),
-            ChatMessage("user", f"Task: {task}" + (f"\n\nContext:\n{context}" if context else "")),
+            ChatMessage(
+                "user",
+                f"Task: {task}"
+                + (f"\n\nContext:\n{context}" if context else "")
+                + (f"\n\nFiles: {', '.join(f'in/{n}' for n in extra_files)}" if extra_files else ""),
+            ),
         ]
         attempts: list[dict[str, Any]] = []
         last: dict[str, Any] = {}
@@ -651,7 +716,7 @@ class CodeTool:
             program = extract_code(reply.content)
             label = f"running generated code (attempt {n})..."
             await ctx.progress(label)
-            result, run_id = await self.execute(ctx, program, language, None, label)
+            result, run_id = await self.execute(ctx, program, language, None, label, extra_files)
             last = {"code": program, "language": language, **self.for_model(result, run_id)}
             attempts.append(
                 {"attempt": n, "success": result.success, "error_category": result.error_category}
