@@ -19,6 +19,7 @@ from bot.outfiles import TelegramFiles
 from bot.runtime.replica import Replica
 from bot.settings import Settings
 from core_tools.agent import Agent, AgentConfig
+from core_tools.code.lessons import LessonsBook
 from core_tools.llm import AudioClient, LLMClient
 from core_tools.mcp.config import load_servers
 from core_tools.media import MediaConfig, MediaService
@@ -105,6 +106,8 @@ class Services:
     async def start(self) -> None:
         """Report code jobs a restart interrupted; connect the MCP servers (a failing one is retried)."""
         await self.code.recover()
+        if self.code.lessons is not None:  # the lessons of users with recent failures, from one query
+            await asyncio.to_thread(self.code.lessons.warm)
         if self.toolkit is not None:
             self.toolkit.start()
         if self.mcp is not None:
@@ -294,6 +297,13 @@ def build_services(settings: Settings) -> Services:
         stored_results=ToolResults(sm),
     )
     code.python_toolkit = toolkit
+    # The lessons note of each user's failed runs, in the code tool's description of their turns (read
+    # from memory: a plain turn runs no query for it).
+    code.lessons = LessonsBook(
+        code.executions,
+        lambda: (bool(executor.limits is not None and executor.limits.network), code.toolkit),
+    )
+    registry.set_note("code", code.lessons.note)
 
     def register_code() -> None:
         # Again whenever the toolkit's state changes (the description names only what Python has) or a

@@ -18,11 +18,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from core_tools.code.lessons import LessonsBook
+from core_tools.code.patterns import failures_for_model
 from core_tools.errors import BudgetExceeded, LLMUnavailable, ToolError
 from core_tools.llm import LLMClient
 from core_tools.sandbox import ExecutionResult, Executor
 from core_tools.sandbox.model import FileLimits
 from core_tools.sandbox.toolkit import Toolkit
+from core_tools.tools.results import result_files
 from core_tools.types import ChatMessage, FileSink, Notifier, ToolContext
 from db.executions import Executions
 from db.jobs import JobRow, Jobs
@@ -38,6 +41,7 @@ PROGRESS_AFTER_S = 3.0  # a run that lasts longer shows its elapsed time (and la
 PROGRESS_EVERY_S = 1.0  # how often that status is renewed (the chat's edit throttle still applies)
 PROGRESS_LINE_CHARS = 80  # the most of a line of output the status shows
 RUNNING = "running code..."
+SESSION_FAILURES = 10  # the most failed runs action=failures lists
 
 GENERATE_PROMPT = """You write one complete {language} program for the task below. It runs in a sandbox with \
 {network} and no third-party packages beyond the standard library{toolkit}, reads nothing from stdin, and \
@@ -253,6 +257,8 @@ class CodeTool:
         self.file_limits = file_limits or FileLimits()
         # Stored results (read_result's) a run may read as in/result-<handle>.txt, the caller's own only.
         self.stored_results = stored_results
+        # The per-user lessons note (core_tools/code/lessons.py): refreshed here after each run.
+        self.lessons: LessonsBook | None = None
         # The sandbox's data toolkit (numpy, pandas, matplotlib): set by the wiring; without it, what the
         # executor says (a service executor is assumed to have it: its image does).
         self.python_toolkit: Toolkit | None = None
@@ -272,8 +278,11 @@ class CodeTool:
         self,
         ctx: ToolContext,
         action: Annotated[
-            Literal["execute", "generate", "status"],
-            Field(description="execute: run `code`; generate: write and run code for `task`; status: a job"),
+            Literal["execute", "generate", "status", "failures"],
+            Field(
+                description="execute: run `code`; generate: write and run code for `task`; status: a job; "
+                "failures: this session's failed runs"
+            ),
         ],
         code: Annotated[str | None, Field(description="execute: the program, read from stdin")] = None,
         language: Annotated[str, Field(description="python (default) or javascript")] = "python",
@@ -309,6 +318,8 @@ class CodeTool:
                 raise ToolError("generate needs `task`: what the code must do")
             extra = self.result_files(ctx, results or [])
             return await self.generate(ctx, task, context or "", language, extra)
+        if action == "failures":
+            return await asyncio.to_thread(self.session_failures, ctx)
         if not job_id:
             raise ToolError("status needs `job_id`")
         self.prune()
@@ -379,38 +390,28 @@ class CodeTool:
             del self.jobs[job_id]
         return len(expired)
 
+    def session_failures(self, ctx: ToolContext) -> dict[str, Any]:
+        """The caller's failed runs of this session, newest first: code, error and category (blocking)."""
+        return failures_for_model(
+            self.executions.session_failures(ctx.user_id, ctx.session_id, SESSION_FAILURES)
+        )
+
+    def _refresh_lessons(self, user_id: int, failed_run: str | None) -> None:
+        """After a run: rebuild the user's lessons note if their latest failure changed (blocking)."""
+        if self.lessons is None:
+            return
+        try:
+            self.lessons.refresh(user_id, failed_run)
+        except Exception:  # a hint for later turns: it must never fail the run
+            log.exception("could not refresh the lessons of user %s", user_id)
+
     def result_files(self, ctx: ToolContext, handles: list[str]) -> dict[str, bytes]:
-        """Stored results (or code runs' stdout) of the caller in this chat, as in/result-<handle>.txt;
-        ToolError for a handle that is not theirs here, or more than a run's files may hold."""
+        """The caller's stored results named by `handles`, as in/result-<handle>.txt (ToolError otherwise)."""
         if not handles:
             return {}
         if self.stored_results is None:
             raise ToolError("stored results cannot be given to code runs here")
-        limits = self.file_limits
-        if len(handles) > limits.max_files:
-            raise ToolError(f"at most {limits.max_files} results can be given to one run")
-        files: dict[str, bytes] = {}
-        for raw in handles:
-            handle = raw.strip()
-            if not re.fullmatch(r"[\w-]{1,64}", handle):
-                raise ToolError(f"{raw!r} is not a result handle (r-...) or an execution_id")
-            found = (
-                self.stored_results.read(handle, ctx.user_id, ctx.chat_id)
-                if handle.startswith("r-")
-                else self.stored_results.execution_output(handle, ctx.user_id, ctx.chat_id, "stdout")
-            )
-            if found is None:
-                raise ToolError(
-                    f"no result {handle!r} for you here: only the caller's own results of this chat, "
-                    "while their session lasts"
-                )
-            files[f"result-{handle}.txt"] = found.text.encode("utf-8")
-        size = sum(len(b) for b in files.values())
-        if size > limits.max_bytes:
-            raise ToolError(
-                f"the results have {size} bytes, more than a run's {limits.max_bytes} bytes of files"
-            )
-        return files
+        return result_files(self.stored_results, ctx, handles, self.file_limits)
 
     @asynccontextmanager
     async def _run_slot(self, user_id: int) -> AsyncIterator[None]:
@@ -483,7 +484,12 @@ class CodeTool:
             truncated=result.truncated,
             files_out=[{"name": f.name, "size": len(f.data)} for f in result.files_out] or None,
         )
-        return result, self.executions.record(row)
+        run_id = self.executions.record(row)
+        if self.lessons is not None:
+            # A failure of this run is the user's latest; after a success one query tells whether another
+            # process logged a newer failure. Either way a plain turn reads the note from memory.
+            await asyncio.to_thread(self._refresh_lessons, ctx.user_id, None if result.success else run_id)
+        return result, run_id
 
     def for_model(self, result: ExecutionResult, run_id: str) -> dict[str, Any]:
         """What the model sees of a run: bounded output, the category, the isolation level."""

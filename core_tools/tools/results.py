@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from core_tools.errors import ToolError
+from core_tools.sandbox.model import FileLimits
 from core_tools.types import ToolContext
 from db.results import ResultText, ToolResults
 
@@ -170,3 +171,32 @@ def _search(text: str, needle: str) -> dict[str, Any]:
             lo, hi = max(0, m.start() - MATCH_CONTEXT), min(len(text), m.end() + MATCH_CONTEXT)
             matches.append({"offset": m.start(), "context": text[lo:hi]})
     return {"search": needle, "total_matches": total, "matches": matches}
+
+
+def result_files(
+    stored: ToolResults, ctx: ToolContext, handles: list[str], limits: FileLimits
+) -> dict[str, bytes]:
+    """Stored results (or code runs' stdout) of the caller in this chat, as in/result-<handle>.txt for a code
+    run; ToolError for a handle that is not theirs here, or more than a run's files may hold."""
+    if len(handles) > limits.max_files:
+        raise ToolError(f"at most {limits.max_files} results can be given to one run")
+    files: dict[str, bytes] = {}
+    for raw in handles:
+        handle = raw.strip()
+        if not re.fullmatch(r"[\w-]{1,64}", handle):
+            raise ToolError(f"{raw!r} is not a result handle (r-...) or an execution_id")
+        found = (
+            stored.read(handle, ctx.user_id, ctx.chat_id)
+            if handle.startswith("r-")
+            else stored.execution_output(handle, ctx.user_id, ctx.chat_id, "stdout")
+        )
+        if found is None:
+            raise ToolError(
+                f"no result {handle!r} for you here: only the caller's own results of this chat, "
+                "while their session lasts"
+            )
+        files[f"result-{handle}.txt"] = found.text.encode("utf-8")
+    size = sum(len(b) for b in files.values())
+    if size > limits.max_bytes:
+        raise ToolError(f"the results have {size} bytes, more than a run's {limits.max_bytes} bytes of files")
+    return files
