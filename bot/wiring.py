@@ -298,11 +298,10 @@ def build_services(settings: Settings) -> Services:
     )
     code.python_toolkit = toolkit
     # The lessons note of each user's failed runs, in the code tool's description of their turns (read
-    # from memory: a plain turn runs no query for it).
-    code.lessons = LessonsBook(
-        code.executions,
-        lambda: (bool(executor.limits is not None and executor.limits.network), code.toolkit),
-    )
+    # from memory: a plain turn runs no query for it). Whether runs have the network is kept as of the
+    # tool's last registration: asking a sandbox service that cannot be reached yet would block the turn.
+    network = [settings.code_network]
+    code.lessons = LessonsBook(code.executions, lambda: (network[0], code.toolkit))
     registry.set_note("code", code.lessons.note)
 
     def register_code() -> None:
@@ -311,6 +310,8 @@ def build_services(settings: Settings) -> Services:
         # runs the code); the margin covers a generation's LLM calls until a job takes over, the wait for
         # a run slot and the wait for a toolkit being installed.
         limits = executor.limits
+        if limits is not None:
+            network[0] = limits.network
         registry.unregister("code")
         registry.register(
             code.tool(),
