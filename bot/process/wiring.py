@@ -20,6 +20,7 @@ from bot.process.settings import Settings
 from bot.runtime.replica import Replica
 from core_tools.agent import Agent, AgentConfig
 from core_tools.agents import HelperTools, SubTurnLimits, SubTurns, check_tools, is_helper_tool, load_agents
+from core_tools.code.lessons import LessonsBook
 from core_tools.llm import AudioClient, LLMClient
 from core_tools.mcp.config import load_servers
 from core_tools.media import MediaConfig, MediaService
@@ -109,6 +110,8 @@ class Services:
     async def start(self) -> None:
         """Report code jobs a restart interrupted; connect the MCP servers (a failing one is retried)."""
         await self.code.recover()
+        if self.code.lessons is not None:  # the lessons of users with recent failures, from one query
+            await asyncio.to_thread(self.code.lessons.warm)
         if self.toolkit is not None:
             self.toolkit.start()
         if self.mcp is not None:
@@ -299,8 +302,15 @@ def build_services(settings: Settings) -> Services:
         files_in=media.sandbox_files,
         file_sink=files,
         file_limits=FileLimits(settings.code_out_max_files, settings.code_out_max_mb * 1024 * 1024),
+        stored_results=ToolResults(sm),
     )
     code.python_toolkit = toolkit
+    # The lessons note of each user's failed runs, in the code tool's description of their turns (read
+    # from memory: a plain turn runs no query for it). Whether runs have the network is kept as of the
+    # tool's last registration: asking a sandbox service that cannot be reached yet would block the turn.
+    network = [settings.code_network]
+    code.lessons = LessonsBook(code.executions, lambda: (network[0], code.toolkit))
+    registry.set_note("code", code.lessons.note)
 
     def register_code() -> None:
         # Again whenever the toolkit's state changes (the description names only what Python has) or a
@@ -308,6 +318,8 @@ def build_services(settings: Settings) -> Services:
         # runs the code); the margin covers a generation's LLM calls until a job takes over, the wait for
         # a run slot and the wait for a toolkit being installed.
         limits = executor.limits
+        if limits is not None:
+            network[0] = limits.network
         registry.unregister("code")
         registry.register(
             code.tool(),
@@ -366,7 +378,10 @@ def build_services(settings: Settings) -> Services:
     registry.register(schedules.schedule, timeout_s=settings.tool_timeout_s)
     # Its pages are bounded by its own `length`: never stored and paged again.
     registry.register(
-        ResultsTool(ToolResults(sm)).read_result, timeout_s=settings.tool_timeout_s, paged=False
+        # A result asked for whole gets at most half the history budget (about 4 characters a token).
+        ResultsTool(ToolResults(sm), max_whole_chars=settings.history_token_budget * 2).read_result,
+        timeout_s=settings.tool_timeout_s,
+        paged=False,
     )
     budget_chars = settings.memory_prompt_budget_chars
 

@@ -60,6 +60,7 @@ async def test_stdio_server_serves_our_tools_as_the_user(
             "execute",
             "generate",
             "status",
+            "failures",
         ]
 
         ran = await client.call_tool("code", {"action": "execute", "code": "print(6 * 7)"})
