@@ -63,7 +63,9 @@ class ServerState:
     last_error: str | None = None
     failures: int = 0  # consecutive failed connections
     retry_at: float | None = None  # monotonic time of the next attempt while down
-    fingerprint: str = ""  # of the tool list last registered: a fetch that finds it unchanged does nothing
+    # The tool list last registered, as listed: a fetch that finds it equal does nothing (a plain
+    # comparison, cheap even for a schema of megabytes).
+    listed: list[Any] = field(default_factory=list)
 
     def line(self) -> str:
         """`NAME: detail`."""
@@ -108,12 +110,6 @@ def _reason(exc: BaseException) -> str:
         exc = exc.exceptions[0]
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text}"[:300] if text else type(exc).__name__
-
-
-def _fingerprint(tools: list[Any]) -> str:
-    """What a tool list offers (names, descriptions, schemas), to tell whether it changed."""
-    listed = [(t.name, t.title, t.description, t.input_schema) for t in tools]
-    return json.dumps(listed, sort_keys=True, ensure_ascii=False, default=str)
 
 
 async def _wait_any(events: tuple[asyncio.Event, ...], seconds: float) -> None:
@@ -291,7 +287,7 @@ class McpServers:
             return None
         except (MCPError, SubscriptionLost, TimeoutError) as exc:
             log.info(
-                "MCP server %s: no tool-list subscription (%s); its list is fetched on reconnect",
+                "MCP server %s: no tool-list subscription (%s); its list is fetched at each ping instead",
                 name,
                 _reason(exc),
             )
@@ -342,7 +338,7 @@ class McpServers:
             except Exception as exc:
                 raise ConnectionError(f"the server stopped answering ({_reason(exc)})") from exc
             lost.clear()
-            if _fingerprint(tools) != st.fingerprint:
+            if tools != st.listed:
                 self._register(st, tools)
 
     def _register(self, st: ServerState, tools: list[Any]) -> None:
@@ -352,7 +348,7 @@ class McpServers:
             self.registry.unregister(old)
             self._sizes.pop(old, None)
         st.tools, st.skipped = [], {}
-        st.fingerprint = _fingerprint(tools)
+        st.listed = tools
         allowed = st.spec.allowed_tools
         for tool in tools:
             if allowed is not None and tool.name not in allowed:
