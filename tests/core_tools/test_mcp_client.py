@@ -21,6 +21,7 @@ from db.models import ToolCallLog
 from db.results import ToolResults
 from db.usage import UsageLog
 from tests.support.mcp_servers.helpers import (
+    CHANGING,
     PROBE,
     changing_entry,
     free_port,
@@ -261,6 +262,19 @@ async def test_a_changed_tool_list_is_fetched_again(
     assert (await world.call("srv__new"))["content"] == "new"
     gone = await world.call("srv__old")
     assert gone["ok"] is False and "srv__old" in gone["error"]
+
+
+async def test_a_changed_tool_list_is_fetched_again_over_streamable_http(
+    world: World, servers: list[McpServers]
+) -> None:
+    port = free_port()
+    with process([sys.executable, CHANGING, "--http", str(port)], port=port):
+        url = f"http://127.0.0.1:{port}/mcp"
+        await start(world, servers, {"srv": {"url": url}}, ping_interval_s=3600)
+        assert "srv__old" in world.registry.names
+        assert "switch" in (await world.call("srv__switch"))["content"]
+        await until(lambda: "srv__new" in world.registry.names, timeout=30, what="the new tool")
+        assert "srv__old" not in world.registry.names
 
 
 async def test_a_change_the_server_does_not_announce_is_seen_at_the_next_ping(

@@ -1,4 +1,4 @@
-"""An MCP server whose tool list changes at run time, for tests: `python changing_server.py [--pid-file F]`.
+"""An MCP server whose tool list changes at run time, for tests: `python changing_server.py [--http PORT]`.
 
 It starts with `stay`, `old` and `switch`; calling `switch` removes `old`, adds `new` and tells the client
 the list changed (on a `subscriptions/listen` stream at the 2026 protocol, as a plain
@@ -48,4 +48,10 @@ if __name__ == "__main__":
         import os
 
         Path(sys.argv[sys.argv.index("--pid-file") + 1]).write_text(str(os.getpid()))
-    app.run()
+    if "--http" in sys.argv:
+        import asyncio
+
+        port = int(sys.argv[sys.argv.index("--http") + 1])
+        asyncio.run(app.run_streamable_http_async(host="127.0.0.1", port=port))
+    else:
+        app.run()
