@@ -62,11 +62,12 @@ def build_server(
     """A low-level MCP server over `registry`'s tools named in `tools` (those registered).
 
     The schemas are read at each listing: a tool registered again (the code tool, when the sandbox's
-    toolkit changes) is offered as it is now.
+    toolkit changes) is offered as it is now, with the user's notes.
     """
 
     def schemas() -> dict[str, dict[str, Any]]:
-        by_name = {s["function"]["name"]: s["function"] for s in registry.schemas()}
+        # The user's notes on tools (the code tool's lessons) too, as in their Telegram turns.
+        by_name = {s["function"]["name"]: s["function"] for s in registry.schemas_for(gate.user_id)}
         return {name: by_name[name] for name in tools if name in by_name}
 
     async def list_tools(_ctx: Any, _params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
