@@ -122,7 +122,7 @@ class Settings(BaseSettings):
     # larger, or that would bring all MCP tools' schemas past the total, is skipped and reported.
     mcp_max_schema_bytes: int = Field(default=16_000, ge=100, le=10_000_000)
     mcp_max_tools_bytes: int = Field(default=64_000, ge=100, le=100_000_000)
-    # The bearer token `python -m core_tools.mcp --http` requires (it refuses to start without one).
+    # The bearer token `python -m bot mcp --http` requires (it refuses to start without one).
     mcp_server_token: SecretStr | None = None
     # Helper agents (core_tools/agents): AGENTS_FILE is {"agents": [{"name", "description",
     # "system_prompt", "tools", "model", "max_tokens"}]}, each offered as the tool agent__NAME;
