@@ -19,6 +19,7 @@ from telegram.ext import (
     filters,
 )
 
+from bot.answer_info import register_answer_info, shown_in
 from bot.code_commands import CodeCommands
 from bot.commands import audience_of, help_text, new_session_text
 from bot.groups import Access, addressed, is_group, turn_text
@@ -35,6 +36,7 @@ from bot.telegram_http import AiohttpRequest
 from bot.topics import conversation_of, place_of
 from bot.usage_commands import register_usage_handlers
 from bot.wiring import Services
+from db.turn_info import TurnInfos
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +85,7 @@ class Handlers:
             locks=self.locks,
             max_chats=settings.max_concurrent_turns,
             on_free=replica.kick,
+            info_button=lambda kind: shown_in(settings.answer_info_button, kind),
         )
         self._albums_for_bot: dict[str, None] = {}  # insertion-ordered: the oldest is forgotten first
 
@@ -340,6 +343,7 @@ def build_application(services: Services) -> Application[Any, Any, Any, Any, Any
     app.add_handler(CommandHandler("stop", h.stop))
     app.add_handler(CommandHandler("retry", h.retry))
     app.add_handler(CallbackQueryHandler(h.stop_pressed, pattern=r"^stop:"))
+    register_answer_info(app, TurnInfos(services.engine), services.memory, services.conversations.topics)
     model_commands = ModelCommands(h.models, h.access)
     app.add_handler(CommandHandler("model", model_commands.model))
     app.add_handler(CallbackQueryHandler(model_commands.pressed, pattern=r"^model:"))
