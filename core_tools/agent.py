@@ -543,7 +543,7 @@ class Agent:
             finally:
                 if usage is not None:  # not stored with the reply (the turn stopped here): alone
                     usage.store_alone()
-            outcomes = await self._run_calls(turn, session_id, user_msg_id, reply, calls, seen, sink)
+            outcomes = await self._run_calls(turn, session_id, user_msg_id, reply, calls, seen, sink, tally)
             tally.add_tools(calls, outcomes)
             result.tool_calls += len(calls)
             result.outcomes.extend(outcomes)
@@ -568,6 +568,7 @@ class Agent:
         calls: list[ToolCallRequest],
         seen: set[str],
         sink: TurnSink,
+        tally: TurnTally,
     ) -> list[ToolOutcome]:
         ctx = ToolContext(
             user_id=turn.user_id,
@@ -578,6 +579,7 @@ class Agent:
             progress=sink.status,
             chat_type=turn.kind,
             turn_id=user_msg_id,
+            recalled=tally.add_views,  # memories the memory tool brings in: the turn's "why this answer"
         )
 
         async def one(call: ToolCallRequest) -> ToolOutcome:

@@ -1,4 +1,5 @@
-"""What a turn used, gathered while it runs: the memories recalled into its prompt, its LLM requests
+"""What a turn used, gathered while it runs: the memories recalled into it (by a prompt section or the
+memory tool), its LLM requests
 (model, tokens, cost), its tool calls and its duration; stored with its answer (db/turn_info.py) for the
 "why this answer" view."""
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from core_tools.types import ToolCallRequest, ToolOutcome
 from db.turn_info import RecalledMemory, ToolUse, TurnInfoRecord
@@ -15,6 +17,7 @@ from db.usage import LLMCallRecord
 ARGUMENTS_CHARS = 500  # a tool call's arguments as kept for the view (a code run's code can be long)
 MEMORY_CHARS = 300  # a recalled memory's text as kept for the view
 MAX_TOOLS = 50  # tool calls kept per turn (MAX_TOOL_ROUNDS bounds them anyway)
+MAX_MEMORIES = 60  # recalled memories kept per turn (the prompt's budget and the tool's limit bound them)
 
 # USD of one LLM request from its usage record; None when its model has no price.
 CostOf = Callable[[LLMCallRecord], float | None]
@@ -29,7 +32,7 @@ class PromptSection:
     memories: tuple[RecalledMemory, ...] = ()
 
 
-def recalled(memories: Sequence[dict[str, object]]) -> tuple[RecalledMemory, ...]:
+def recalled(memories: Sequence[dict[str, Any]]) -> tuple[RecalledMemory, ...]:
     """Memory views (core_tools/memory/views.py) as the turn's record keeps them."""
     out = []
     for m in memories:
@@ -63,7 +66,14 @@ class TurnTally:
     def add_memories(self, memories: Sequence[RecalledMemory]) -> None:
         """Memories a prompt section recalled (each once)."""
         known = {m.id for m in self.memories}
-        self.memories.extend(m for m in memories if m.id not in known)
+        for m in memories:
+            if m.id not in known and len(self.memories) < MAX_MEMORIES:
+                known.add(m.id)
+                self.memories.append(m)
+
+    def add_views(self, memories: Sequence[dict[str, Any]]) -> None:
+        """Memories a tool recalled (memory views: the memory tool's `recall`)."""
+        self.add_memories(recalled(memories))
 
     def add_call(self, record: LLMCallRecord | None, model: str) -> None:
         """One LLM request of the turn (`record`: its usage, None when it has none)."""

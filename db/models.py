@@ -291,7 +291,7 @@ class LLMCall(Base):
 
 class TurnInfo(Base):
     """What went into one answered turn, for its "why this answer" view (migration 0020): the memories
-    recalled into its prompt, the tools it called, its model, LLM requests, tokens, cost and duration.
+    recalled into it (prompt or memory tool), the tools it called, its model, LLM requests, tokens, cost and duration.
 
     Keyed by the answer it describes and deleted with it, or with the turn's user message (ON DELETE
     CASCADE on both): it lives exactly as long as the turn's messages."""
@@ -314,7 +314,7 @@ class TurnInfo(Base):
     cached_tokens: Mapped[int] = mapped_column(Integer)
     tokens_estimated: Mapped[bool] = mapped_column()
     cost_usd: Mapped[float | None] = mapped_column()  # NULL: a model without a price
-    memories: Mapped[list[Any]] = mapped_column(JSON)  # [{"id", "content"}], as recalled into the prompt
+    memories: Mapped[list[Any]] = mapped_column(JSON)  # [{"id", "content"}], as recalled into the turn
     tools: Mapped[list[Any]] = mapped_column(JSON)  # [{"name", "arguments", "ok"}], in call order
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 

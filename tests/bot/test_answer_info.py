@@ -127,6 +127,23 @@ async def test_info_shows_memories_tools_model_tokens_and_cost_and_forgets_a_mem
         await h.command(OWNER, "/memory", "I have no memories about you yet.")
 
 
+async def test_info_lists_memories_the_memory_tool_recalled(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    recall = {"action": "recall", "query": "parcel delivery", "layer": "short"}
+    llm.script(tool_calls(call("memory", recall)), text("Your parcel comes on Friday."))
+    async with running_bot(tmp_path, tg, llm) as h:
+        # Short-term memories are not put into the prompt: only the tool's recall brings this one in.
+        await h.services.memory.store(OWNER, "short", "The parcel from Lisbon arrives on Friday")
+        tg.push_text(OWNER, "when does my parcel come?")
+        answer, data = await answer_with_info(tg, OWNER, "comes on Friday")
+        assert "parcel from Lisbon" not in llm.requests[0]["messages"][0]["content"]
+        tg.push_callback(OWNER, data, message_id=answer["message_id"])
+        body = str((await note(tg, OWNER))["text"])
+        assert "1. The parcel from Lisbon arrives on Friday" in body
+        assert '• memory {"action": "recall"' in body
+
+
 async def test_groups_have_no_button_by_default_and_only_the_asker_sees_the_info(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
 ) -> None:
