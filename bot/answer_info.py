@@ -1,9 +1,10 @@
 """The ⓘ button under an answer: "why this answer" (issue 23 section 5).
 
 A press sends a small note as a reply to the answer (the answer itself stays as it is): the memories that
-were recalled into the turn (into its prompt, or by the memory tool), each with a Forget button (the same service as /memory forget), the
-tools it called with their arguments, the model, LLM requests, tokens, cost and time. The record is the
-turn's row of db/turn_info.py, stored with the answer and deleted with the turn's messages.
+were recalled into the turn (into its prompt, or by the memory tool), each with a Forget button (the same
+service as /memory forget), the tools it called with their arguments, the model, LLM requests, tokens, cost
+and time. The record is the turn's row of db/turn_info.py, stored with the answer and deleted with the
+turn's messages.
 
 Only the person who asked may open it or forget from it ("only X can see this" for anyone else), and only
 in the conversation the answer is in. Callback data: `ai:<answer id>` and `aif:<answer id>:<memory

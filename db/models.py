@@ -291,7 +291,8 @@ class LLMCall(Base):
 
 class TurnInfo(Base):
     """What went into one answered turn, for its "why this answer" view (migration 0020): the memories
-    recalled into it (prompt or memory tool), the tools it called, its model, LLM requests, tokens, cost and duration.
+    recalled into it (prompt or memory tool), the tools it called, its model, LLM requests, tokens, cost
+    and duration.
 
     Keyed by the answer it describes and deleted with it, or with the turn's user message (ON DELETE
     CASCADE on both): it lives exactly as long as the turn's messages."""
