@@ -19,6 +19,7 @@ from telegram.ext import (
     filters,
 )
 
+from bot.adapter.answer_info import register_answer_info, shown_in
 from bot.adapter.commands.catalog import audience_of, help_text, new_session_text
 from bot.adapter.commands.code import CodeCommands
 from bot.adapter.commands.data import register_data_commands
@@ -38,6 +39,7 @@ from bot.runtime.leases import ChatLocks
 from bot.runtime.queue import Incoming
 from bot.runtime.runner import TurnRunner
 from bot.webapp.telegram import AppCommand, set_menu_button
+from db.turn_info import TurnInfos
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +88,7 @@ class Handlers:
             locks=self.locks,
             max_chats=settings.max_concurrent_turns,
             on_free=replica.kick,
+            info_button=lambda kind: shown_in(settings.answer_info_button, kind),
         )
         self._albums_for_bot: dict[str, None] = {}  # insertion-ordered: the oldest is forgotten first
 
@@ -358,6 +361,7 @@ def build_application(services: Services) -> Application[Any, Any, Any, Any, Any
     app.add_handler(CommandHandler("stop", h.stop))
     app.add_handler(CommandHandler("retry", h.retry))
     app.add_handler(CallbackQueryHandler(h.stop_pressed, pattern=r"^stop:"))
+    register_answer_info(app, TurnInfos(services.engine), services.memory, services.conversations.topics)
     model_commands = ModelCommands(h.models, h.access)
     app.add_handler(CommandHandler("model", model_commands.model))
     app.add_handler(CallbackQueryHandler(model_commands.pressed, pattern=r"^model:"))
