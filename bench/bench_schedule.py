@@ -42,7 +42,7 @@ from zoneinfo import ZoneInfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bot.wiring import build_services
+from bot.process.wiring import build_services
 from tests.support.fakes.openai_api import FakeLLM
 from tests.support.fakes.telegram_api import Call, FakeTelegram
 from tests.support.harness import TOKEN, make_settings, running_bot
@@ -224,7 +224,7 @@ async def main() -> None:
         await serve_fake(*args.serve_fake)
         return
     logging.basicConfig(level=logging.WARNING)
-    logging.getLogger("bot.schedule_jobs").setLevel(logging.INFO if args.verbose else logging.WARNING)
+    logging.getLogger("bot.runtime.schedule_jobs").setLevel(logging.INFO if args.verbose else logging.WARNING)
 
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)

@@ -1,4 +1,5 @@
-"""Entry point: `python -m bot` runs the Telegram bot; `python -m bot chat` chats in the terminal."""
+"""Entry point: `python -m bot` runs the Telegram bot; `python -m bot chat` chats in the terminal;
+`python -m bot mcp` serves the bot's tools over MCP."""
 
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ from urllib.parse import urlparse
 
 from pydantic import ValidationError
 
-from bot.logs import Redactor, setup_logging
-from bot.settings import Settings, bad_fields, describe_errors, load_settings, settings_without
+from bot.process.logs import Redactor, setup_logging
+from bot.process.settings import Settings, bad_fields, describe_errors, load_settings, settings_without
 
 if TYPE_CHECKING:
-    from bot.wiring import Services
+    from bot.process.wiring import Services
 
 log = logging.getLogger("bot")
 
@@ -37,7 +38,7 @@ def _settings(telegram: bool, services: bool) -> Settings | None:
     if settings is not None:
         more = settings.missing_for_telegram() if telegram else []
         if services:
-            from bot.wiring import config_problems
+            from bot.process.wiring import config_problems
 
             more += config_problems(settings)
         # A line about a bad value's consequence (its default stands in) would only repeat it.
@@ -48,7 +49,7 @@ def _settings(telegram: bool, services: bool) -> Settings | None:
 
 
 def _build(settings: Settings) -> Services | None:
-    from bot.wiring import build_services
+    from bot.process.wiring import build_services
 
     try:
         return build_services(settings)
@@ -104,7 +105,7 @@ def run_bot(settings: Settings) -> int:
 def _serve(settings: Settings, services: Services) -> None:
     from telegram import Update
 
-    from bot.app import build_application
+    from bot.adapter.app import build_application
 
     app = build_application(services)
     log.info(
@@ -141,7 +142,7 @@ def _serve(settings: Settings, services: Services) -> None:
 
 def run_doctor(settings: Settings, quick: bool, timeout_s: float) -> int:
     """Print one line per check; exit 1 if any failed (a warning is not a failure)."""
-    from bot.ops import run_doctor as doctor
+    from bot.process.ops import run_doctor as doctor
 
     async def go() -> int:
         checks = await doctor(settings, quick=quick, timeout_s=timeout_s)
@@ -160,7 +161,7 @@ def run_doctor(settings: Settings, quick: bool, timeout_s: float) -> int:
 
 def run_backup(settings: Settings, target: str) -> int:
     """Copy the database to `target` while the bot may be running."""
-    from bot.ops import backup
+    from bot.process.ops import backup
 
     try:
         path = backup(settings, Path(target))
@@ -173,7 +174,7 @@ def run_backup(settings: Settings, target: str) -> int:
 
 def run_migrate_db(settings: Settings, target: str) -> int:
     """Copy every table of DATABASE_URL into the PostgreSQL database `target`; 1 if the counts disagree."""
-    from bot.ops import migrate_database
+    from bot.process.ops import migrate_database
 
     redact = Redactor(settings.secrets() + _url_secrets(target)).mask
     try:
@@ -200,7 +201,7 @@ def _url_secrets(url: str) -> list[str]:
 def run_chat(settings: Settings, out_dir: str | None = None) -> int:
     """Chat in the terminal as the owner (OWNER_USER_ID, else the first allowed user; user 0 without any);
     files of code runs go to `out_dir` (default TERMINAL_OUT_DIR)."""
-    from bot.terminal import TerminalChat
+    from bot.terminal.chat import TerminalChat
 
     services = _build(settings)
     if services is None:
@@ -216,6 +217,35 @@ def run_chat(settings: Settings, out_dir: str | None = None) -> int:
             await services.aclose()
 
     asyncio.run(go())
+    return 0
+
+
+def run_webapp_link(settings: Settings, user_id: int, url: str | None, dark: bool) -> int:
+    """Print a link that opens the app as `user_id` (signed like Telegram's launch data) for a browser."""
+    from bot.webapp.link import signed_link
+
+    address = settings.webapp_address
+    if url is None and address is None:
+        print("webapp-link: set WEBAPP_LISTEN (e.g. 127.0.0.1:8090), or give --url.", file=sys.stderr)
+        return 2
+    if settings.telegram_bot_token is None:
+        print("webapp-link: TELEGRAM_BOT_TOKEN is missing: the link is signed with it.", file=sys.stderr)
+        return 2
+    if user_id not in (settings.allowed_user_ids or []):
+        print(
+            f"webapp-link: note: {user_id} is not in ALLOWED_USER_IDS; the app will refuse it.",
+            file=sys.stderr,
+        )
+    if url is None:
+        assert address is not None
+        host = "127.0.0.1" if address[0] in ("0.0.0.0", "::", "") else address[0]  # noqa: S104
+        url = f"http://{f'[{host}]' if ':' in host else host}:{address[1]}/"
+    token = settings.telegram_bot_token.get_secret_value()
+    print(signed_link(url, token, {"id": user_id, "first_name": f"User {user_id}"}, dark=dark))
+    print(
+        f"(valid for {settings.webapp_auth_max_age_s} s; whoever has it is this user until then)",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -239,32 +269,75 @@ def main(argv: list[str] | None = None) -> int:
         "backup",
         help="copy the SQLite database consistently while the bot runs (PostgreSQL: explains pg_dump)",
     )
-    backup.add_argument("target", help="the new backup file, e.g. data/backup-2026-01-01.db")
-    migrate = sub.add_parser(
-        "migrate-db", help="copy every table of DATABASE_URL (SQLite) into a PostgreSQL database"
+    backup.add_argument(
+        "target",
+        nargs="?",
+        help="a new SQLite file for a plain copy; without it, a full backup (database and media, encrypted "
+        "for BACKUP_AGE_RECIPIENTS) into BACKUP_DIR",
     )
-    migrate.add_argument("--to", required=True, help="the target, e.g. postgresql+psycopg://user:pw@host/db")
+    migrate = sub.add_parser(
+        "migrate-db", help="copy every table of DATABASE_URL into another database (SQLite <-> PostgreSQL)"
+    )
+    migrate.add_argument(
+        "--to",
+        required=True,
+        help="the target, e.g. postgresql+psycopg://user:pw@host/db or sqlite:///new.db",
+    )
+    from bot.process.backup_cli import COMMANDS as DATA_COMMANDS
+    from bot.process.backup_cli import add_commands
+
+    add_commands(sub)
+    from bot.process.mcp_serve import add_arguments as mcp_arguments
+
+    mcp_arguments(
+        sub.add_parser(
+            "mcp",
+            help="serve the bot's tools (search, fetch, code, memory, read_result) over MCP, as one user",
+            description="Serve the assistant's tools over MCP, as one user: the same sandbox, execution "
+            "log, memory, caps and accounting as in Telegram.",
+        )
+    )
+    link = sub.add_parser(
+        "webapp-link", help="print a signed link that opens the app as a user, for a browser (testing)"
+    )
+    link.add_argument("user_id", type=int, help="the Telegram user id to open it as")
+    link.add_argument("--url", help="the page's address (default: http://WEBAPP_LISTEN/)")
+    link.add_argument("--dark", action="store_true", help="with Telegram's dark theme")
     args = parser.parse_args(argv)
     telegram = args.command in (None, "run")
     # The doctor reports settings that are unusable together as its own failing line, with the rest.
-    settings = _settings(telegram, services=telegram or args.command == "chat")
+    settings = _settings(telegram, services=telegram or args.command in ("chat", "mcp"))
     if settings is None:
         return 2
     setup_logging(settings.log_level, settings.secrets())
-    if args.command in ("chat", "doctor", "backup", "migrate-db"):
+    if args.command in ("chat", "doctor", "backup", "migrate-db", "webapp-link", *DATA_COMMANDS):
         logging.getLogger().setLevel(logging.WARNING)  # keep the terminal for the output
-    if args.command == "chat":  # stdout is the conversation: warnings go to stderr
+    if args.command in ("chat", "mcp"):  # stdout is the conversation (the protocol): logs go to stderr
         for handler in logging.getLogger().handlers:
             if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
                 handler.setStream(sys.stderr)
     if args.command == "chat":
         return run_chat(settings, args.out)
+    if args.command == "mcp":
+        from bot.process.mcp_serve import run as run_mcp
+
+        return run_mcp(settings, args)
     if args.command == "doctor":
         return run_doctor(settings, args.quick, args.timeout)
+    if args.command == "backup" and args.target is None:
+        from bot.process.backup_cli import run_full_backup
+
+        return run_full_backup(settings)
     if args.command == "backup":
         return run_backup(settings, args.target)
+    if args.command in DATA_COMMANDS:
+        from bot.process.backup_cli import dispatch
+
+        return dispatch(settings, args)
     if args.command == "migrate-db":
         return run_migrate_db(settings, args.to)
+    if args.command == "webapp-link":
+        return run_webapp_link(settings, args.user_id, args.url, args.dark)
     return run_bot(settings)
 
 

@@ -59,6 +59,10 @@ class Capabilities:
 # server that claims read-only would escape a `writes:external` approval rule.
 EXTERNAL = Capabilities(frozenset({"external"}), frozenset({"external"}))
 
+# A helper agent (core_tools/agents): it touches whatever the tools it may use touch; declared as everything,
+# an upper bound, so a capability pattern in APPROVE_TOOLS never misses one.
+ANY = Capabilities(frozenset(KINDS), frozenset(KINDS))
+
 ATTRIBUTE = "__tool_capabilities__"
 
 

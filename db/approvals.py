@@ -1,4 +1,4 @@
-"""Tool calls waiting for their user's approval, and the tools a chat always allows (migration 0020).
+"""Tool calls waiting for their user's approval, and the tools a chat always allows (migration 0022).
 
 The turn that asks writes a "pending" row and reads its status until it changes; the process that receives
 the button press (any process on the database) writes the decision, once: the first decision wins.

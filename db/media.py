@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy import Engine, Table, bindparam, insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
@@ -32,6 +33,7 @@ class MediaRow:
     text_chars: int | None
     status: str
     detail: str | None
+    created_at: datetime | None = None
 
 
 @dataclass(frozen=True, kw_only=True)  # by name: kind, file_name, mime_type and status are all strings
@@ -94,6 +96,7 @@ def _row(m: MediaFile) -> MediaRow:
         m.text_chars,
         m.status,
         m.detail,
+        m.created_at,
     )
 
 
@@ -159,6 +162,17 @@ class MediaFiles:
         """Every file of a session, oldest first."""
         with self._sm() as s:
             q = select(MediaFile).where(MediaFile.session_id == session_id).order_by(MediaFile.id)
+            return [_row(m) for m in s.scalars(q)]
+
+    def of_user(self, user_id: int, limit: int) -> list[MediaRow]:
+        """The files a user sent, newest first."""
+        with self._sm() as s:
+            q = (
+                select(MediaFile)
+                .where(MediaFile.user_id == user_id)
+                .order_by(MediaFile.id.desc())
+                .limit(limit)
+            )
             return [_row(m) for m in s.scalars(q)]
 
     def for_messages(self, session_id: str, message_ids: Sequence[int]) -> list[MediaRow]:

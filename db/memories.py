@@ -279,16 +279,28 @@ def list_memories(
     layer: str | None = None,
     session_id: str | None = None,
     limit: int = 20,
+    offset: int = 0,
 ) -> list[Memory]:
-    """The user's current memories, most recent first, optionally of one layer."""
+    """The user's current memories, most recent first, optionally of one layer (`offset`: a later page)."""
     return list(
         s.execute(
             select(Memory)
             .where(active_filter(user_id, now, [layer] if layer else None, session_id))
             .order_by(Memory.updated_at.desc(), Memory.id.desc())
             .limit(limit)
+            .offset(offset)
         ).scalars()
     )
+
+
+def count_by_layer(s: Session, user_id: int, now: datetime, session_id: str | None = None) -> dict[str, int]:
+    """How many current memories the user has in each layer (the session layer: of `session_id`)."""
+    rows = s.execute(
+        select(Memory.layer, func.count())
+        .where(active_filter(user_id, now, None, session_id))
+        .group_by(Memory.layer)
+    ).all()
+    return {str(layer): int(n) for layer, n in rows}
 
 
 def has_active(s: Session, user_id: int, now: datetime, layers: list[str]) -> bool:

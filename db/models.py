@@ -262,7 +262,7 @@ class ChatSettings(Base):
 
 
 class Approval(Base):
-    """A tool call waiting for (or given) its user's approval (migration 0020): the waiting turn reads its
+    """A tool call waiting for (or given) its user's approval (migration 0022): the waiting turn reads its
     status, whichever process the button press reached writes it."""
 
     __tablename__ = "approvals"
@@ -279,7 +279,7 @@ class Approval(Base):
 
 
 class ApprovalAlways(Base):
-    """A tool a chat allowed with "Always in this chat" (migration 0020)."""
+    """A tool a chat allowed with "Always in this chat" (migration 0022)."""
 
     __tablename__ = "approval_always"
 
@@ -315,6 +315,37 @@ class LLMCall(Base):
     # The scheduled task run the call was made for (0019), NULL for every other call (db/attribution.py).
     schedule_id: Mapped[int | None] = mapped_column(Integer)
     firing_id: Mapped[int | None] = mapped_column(Integer)
+
+
+class TurnInfo(Base):
+    """What went into one answered turn, for its "why this answer" view (migration 0020): the memories
+    recalled into it (prompt or memory tool), the tools it called, its model, LLM requests, tokens, cost
+    and duration.
+
+    Keyed by the answer it describes and deleted with it, or with the turn's user message (ON DELETE
+    CASCADE on both): it lives exactly as long as the turn's messages."""
+
+    __tablename__ = "turn_info"
+    __table_args__ = (Index("ix_turn_info_user_message", "user_message_id"),)
+
+    answer_id: Mapped[int] = mapped_column(
+        Integer, ForeignKey("messages.id", ondelete="CASCADE"), primary_key=True, autoincrement=False
+    )
+    user_message_id: Mapped[int] = mapped_column(Integer, ForeignKey("messages.id", ondelete="CASCADE"))
+    user_id: Mapped[int] = mapped_column(BigInteger)
+    chat_id: Mapped[int] = mapped_column(BigInteger)
+    model: Mapped[str] = mapped_column(String(255))
+    api_calls: Mapped[int] = mapped_column(Integer)
+    tool_calls: Mapped[int] = mapped_column(Integer)
+    duration_ms: Mapped[int] = mapped_column(Integer)
+    prompt_tokens: Mapped[int] = mapped_column(Integer)
+    completion_tokens: Mapped[int] = mapped_column(Integer)
+    cached_tokens: Mapped[int] = mapped_column(Integer)
+    tokens_estimated: Mapped[bool] = mapped_column()
+    cost_usd: Mapped[float | None] = mapped_column()  # NULL: a model without a price
+    memories: Mapped[list[Any]] = mapped_column(JSON)  # [{"id", "content"}], as recalled into the turn
+    tools: Mapped[list[Any]] = mapped_column(JSON)  # [{"name", "arguments", "ok"}], in call order
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class ToolCallLog(Base):
@@ -403,6 +434,7 @@ class Memory(Base):
     __tablename__ = "memories"
     __table_args__ = (
         Index("ix_memories_user_layer_time", "user_id", "layer", "created_at"),
+        Index("ix_memories_user_updated", "user_id", "updated_at"),  # lists, newest first (the app, /memory)
         Index("ix_memories_user_session", "user_id", "session_id"),
         Index("ix_memories_expires", "expires_at"),
     )

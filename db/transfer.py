@@ -94,47 +94,10 @@ def copy_database(
     for engine in (source, target):
         upgrade(engine.url.render_as_string(hide_password=False))
     report = CopyReport()
-    with Session(source) as s:
-        source_dim = recall_backend(s).vec_dim(s)
-    with Session(target) as t, t.begin():
-        backend = recall_backend(t)
-        target_dim = backend.vec_dim(t)
-        has_memories = t.execute(text("SELECT 1 FROM memories LIMIT 1")).first() is not None
-        if source_dim is not None and source_dim != target_dim and not has_memories:
-            say(f"memories: vector index rebuilt for {source_dim} dimensions (was {target_dim})")
-            backend.rebuild_vec_table(t, source_dim)
-            target_dim = source_dim
-    dialect = target.dialect.name
     with source.connect() as src, target.connect() as dst:
-        for table in Base.metadata.sorted_tables:
-            if table.name in RUNTIME_TABLES:
-                continue
-            done = TableCopy(table.name, _count(src, table))
-            result = src.execution_options(yield_per=batch).execute(
-                select(table).order_by(*table.primary_key.columns)
-            )
-            for part in result.mappings().partitions(batch):
-                rows = [dict(r) for r in part]
-                if table.name == "memories":
-                    rows = _memory_rows(rows, target_dim, report)
-                dst.execute(_upsert(table, dialect, rows))
-                if table.name == "memories":
-                    _index_words(dst, rows)
-                dst.commit()
-            if dialect == "postgresql":
-                _reset_sequences(dst, table)
-                dst.commit()
-            if table.name == "memories" and report.vectors_copied:
-                with Session(bind=dst) as t:
-                    recall_backend(t).recenter(t)  # the center of the copied vectors, every row re-quantized
-                    t.flush()
-                dst.commit()
-            done.target_rows = _count(dst, table)
-            report.tables.append(done)
-            say(
-                f"{table.name}: {done.source_rows} row(s) copied, the target has {done.target_rows}"
-                + ("" if done.ok else " (MISMATCH)")
-            )
+        match_vector_dim(src, dst, say)
+        dst.commit()
+        copy_tables(src, dst, report, say=say, batch=batch, commit=True)
     if report.memories_indexed:
         say(
             f"memories: {report.memories_indexed} re-indexed ({report.vectors_copied} with a vector"
@@ -145,6 +108,75 @@ def copy_database(
             )
         )
     return report
+
+
+def match_vector_dim(src: Connection, dst: Connection, say: Callable[[str], None] = lambda _: None) -> None:
+    """Give an empty target's vector index the source's dimension (the caller commits)."""
+    # A session bound to a connection outside a transaction rolls back what it began when it closes: begin
+    # here, so that the session joins this transaction and the caller's commit keeps the rebuilt index.
+    dst.execute(text("SELECT 1"))
+    with Session(bind=src) as s:
+        source_dim = recall_backend(s).vec_dim(s)
+    with Session(bind=dst) as t:
+        backend = recall_backend(t)
+        target_dim = backend.vec_dim(t)
+        has_memories = t.execute(text("SELECT 1 FROM memories LIMIT 1")).first() is not None
+        if source_dim is not None and source_dim != target_dim and not has_memories:
+            say(f"memories: vector index rebuilt for {source_dim} dimensions (was {target_dim})")
+            backend.rebuild_vec_table(t, source_dim)
+            t.flush()
+
+
+def copy_tables(
+    src: Connection,
+    dst: Connection,
+    report: CopyReport,
+    *,
+    say: Callable[[str], None] = lambda _: None,
+    batch: int = BATCH,
+    commit: bool = True,
+    skip: frozenset[str] = RUNTIME_TABLES,
+) -> None:
+    """Copy every table the models declare (but `skip`) from `src` into `dst`, in foreign-key order, as
+    upserts by primary key, memories re-indexed on the way; each table's counts go into `report`. `commit`
+    commits each batch (a re-runnable move); without it the caller commits once (all or nothing)."""
+    dialect = dst.dialect.name
+    for table in Base.metadata.sorted_tables:
+        if table.name in skip:
+            continue
+        done = TableCopy(table.name, _count(src, table))
+        result = src.execution_options(yield_per=batch).execute(
+            select(table).order_by(*table.primary_key.columns)
+        )
+        target_dim = _target_dim(dst)
+        for part in result.mappings().partitions(batch):
+            rows = [dict(r) for r in part]
+            if table.name == "memories":
+                rows = _memory_rows(rows, target_dim, report)
+            dst.execute(_upsert(table, dialect, rows))
+            if table.name == "memories":
+                _index_words(dst, rows)
+            if commit:
+                dst.commit()
+        if dialect == "postgresql":
+            _reset_sequences(dst, table)
+        if table.name == "memories" and report.vectors_copied:
+            with Session(bind=dst) as t:
+                recall_backend(t).recenter(t)  # the center of the copied vectors, every row re-quantized
+                t.flush()
+        if commit:
+            dst.commit()
+        done.target_rows = _count(dst, table)
+        report.tables.append(done)
+        say(
+            f"{table.name}: {done.source_rows} row(s) copied, the target has {done.target_rows}"
+            + ("" if done.ok else " (MISMATCH)")
+        )
+
+
+def _target_dim(conn: Connection) -> int | None:
+    with Session(bind=conn) as s:
+        return recall_backend(s).vec_dim(s)
 
 
 def _memory_rows(rows: list[dict[str, Any]], dim: int | None, report: CopyReport) -> list[dict[str, Any]]:

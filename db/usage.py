@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -175,6 +176,42 @@ class UsageQueries:
             q = q.where(LLMCall.user_id == user_id)
         with self._sm() as s:
             return [ModelUsage(*(r[0], r[1]), *(int(v) for v in r[2:])) for r in s.execute(q)]
+
+    def model_usage_by_day(self, user_id: int, bounds: Sequence[datetime]) -> list[tuple[int, ModelUsage]]:
+        """LLM-call sums of one user per day, purpose and model: (day index, sums), where day i runs from
+        bounds[i] to bounds[i + 1] (local midnights, given in UTC, so a day is the user's day)."""
+        if len(bounds) < 2:
+            return []
+        # One grouped query for every day: the day of a row is the first boundary it is below.
+        day = case(
+            *((LLMCall.created_at < b, i) for i, b in enumerate(bounds[1:])),
+            else_=len(bounds) - 1,
+        ).label("day")
+        q = (
+            select(
+                day,
+                LLMCall.purpose,
+                LLMCall.model,
+                func.count(),
+                func.coalesce(func.sum(LLMCall.prompt_tokens), 0),
+                func.coalesce(func.sum(LLMCall.completion_tokens), 0),
+                func.coalesce(func.sum(LLMCall.cached_tokens), 0),
+                func.coalesce(func.sum(case((LLMCall.tokens_estimated, 1), else_=0)), 0),
+                func.coalesce(
+                    func.sum(case((LLMCall.error.is_not(None) & (LLMCall.error != "stopped"), 1), else_=0)), 0
+                ),
+                func.coalesce(func.sum(LLMCall.duration_ms), 0),
+                func.coalesce(func.sum(LLMCall.audio_seconds), 0),
+            )
+            .where(
+                LLMCall.user_id == user_id,
+                LLMCall.created_at >= bounds[0],
+                LLMCall.created_at < bounds[-1],
+            )
+            .group_by(day, LLMCall.purpose, LLMCall.model)
+        )
+        with self._sm() as s:
+            return [(int(r[0]), ModelUsage(r[1], r[2], *(int(v) for v in r[3:]))) for r in s.execute(q).all()]
 
     def activity(self, user_id: int, since: datetime, until: datetime) -> ActivityCounts:
         """Turns, tool calls by tool, code runs and turn events of one user in a window."""

@@ -2,8 +2,8 @@
 
 A job with a lease runs in one process at a time across all that share the database (a job lease of
 db/runtime/store.py, held by whichever live process took it first). The reminders' jobs hold their lease
-themselves (bot/schedule_jobs.py): a process that takes it over recovers the deliveries its predecessor cut
-before it delivers anything.
+themselves (bot/runtime/schedule_jobs.py): a process that takes it over recovers the deliveries its
+predecessor cut before it delivers anything.
 
 Every job runs late rather than never: APScheduler skips a run later than its misfire grace
 (docs/design-notes.md, APScheduler), so none has a grace limit; a repeating job that fell behind runs once.
@@ -20,9 +20,9 @@ from typing import Any
 from telegram.error import TelegramError
 from telegram.ext import Application, ContextTypes
 
+from bot.process.wiring import Services
 from bot.runtime.replica import Replica
-from bot.schedule_jobs import LOOK_S, SAFETY_INTERVAL_S, ScheduleRunner
-from bot.wiring import Services
+from bot.runtime.schedule_jobs import LOOK_S, SAFETY_INTERVAL_S, ScheduleRunner
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ A message is stored the moment it arrives, in one transaction with its update's 
 left its duplicate check to this store: `Incoming.dedup_bot`) and, when no holder of its chat is here, the
 claim of the chat's lease: a duplicate delivery stores nothing and a first one is never lost.
 
-Voice notes, photos and files (bot/media.py) come here once downloaded, transcribed or read, as an
+Voice notes, photos and files (bot/adapter/media.py) come here once downloaded, transcribed or read, as an
 `Incoming` carrying their media rows (and, for a voice note, the transcript the answer quotes), so they
 queue, merge, stop and wait in the inbox exactly like text.
 """
@@ -38,7 +38,7 @@ class Incoming:
     typing_at: float | None = None  # when "typing" was last shown for it (its transcription), monotonic
     update_id: int | None = None  # the Telegram update it came in (the chat's queue is in this order)
     # The bot whose update this is, when the update's duplicate check is left to the store of the message
-    # (a plain text message: one transaction for both, bot/app.py).
+    # (a plain text message: one transaction for both, bot/adapter/app.py).
     dedup_bot: int | None = None
 
     def media(self) -> dict[str, object] | None:

@@ -106,7 +106,7 @@ class Replica:
         self.id = f"{socket.gethostname()[:40]}-{uuid.uuid4().hex[:12]}"
         self.chats = ChatLeases(store, self.id, self.kick)
         self.chats.settle = self.settle
-        # Set by the application (bot/app.py): drive a chat nobody drives, stop a turn, how busy this is.
+        # Set by the application (bot/adapter/app.py): drive an undriven chat, stop a turn, how busy this is.
         self.on_orphan: Callable[[int], None] = lambda chat_id: None
         self.on_stop: Callable[[int, int], None] = lambda chat_id, turn: None
         self.running_turns: Callable[[], int] = lambda: 0

@@ -35,11 +35,11 @@ from typing import TypeVar
 from telegram import Bot
 from telegram.error import TelegramError
 
-from bot.answers import NOT_YOURS, deliver
+from bot.adapter.answers import NOT_YOURS, deliver
+from bot.adapter.streaming import StreamingReply, typing_indicator
 from bot.runtime.leases import ChatLeases, ChatLocks, Hold
 from bot.runtime.queue import ChatQueue, Incoming
 from bot.runtime.stops import Running, Stops
-from bot.streaming import StreamingReply, typing_indicator
 from core_tools.agent import Agent, TurnControl, TurnInput
 from core_tools.aio import settled, wait_event
 from core_tools.tools.code import CodeTool
@@ -90,6 +90,7 @@ class TurnRunner:
         speak: Callable[[Bot, Incoming, str], Awaitable[None]] | None = None,
         max_chats: int = 0,
         on_free: Callable[[], None] = lambda: None,
+        info_button: Callable[[str], bool] = lambda kind: False,
     ) -> None:
         self.agent = agent
         self.conversations = conversations
@@ -102,9 +103,12 @@ class TurnRunner:
         self.edit_interval_s = edit_interval_s
         self.model_for = model_for
         self.locks = locks or ChatLocks(chats)
-        self.speak = speak  # the answer to a voice note as a voice note too (bot/media.py)
+        self.speak = speak  # the answer to a voice note as a voice note too (bot/adapter/media.py)
         self.max_chats = max_chats  # chats driven at once here (MAX_CONCURRENT_TURNS; 0: no limit)
         self.on_free = on_free  # a slot came free after one was refused: look for chats nobody drives
+        # Whether an answer in a chat of this kind (private, group...) carries the ⓘ
+        # (bot/adapter/answer_info.py).
+        self.info_button = info_button
         self._states: dict[int, ChatState] = {}
         self._typing: dict[int, float] = {}  # inbox id -> when "typing" was shown for it here
         self._refused = False  # a chat was left undriven for want of a slot
@@ -354,7 +358,9 @@ class TurnRunner:
         if task.cancelled() and turn.inbox_ids and not control.message_ids:
             await self._db(lambda: self._keep_unstarted(turn, head.chat_type))
         heard = [b.heard for b in batch if b.heard is not None]
-        answer = await deliver(reply, task, any(b.media_ids for b in batch), heard)
+        answer = await deliver(
+            reply, task, any(b.media_ids for b in batch), heard, info_button=self.info_button(turn.kind)
+        )
         if answer is not None and self.speak is not None and any(b.speak for b in batch):
             await self.speak(bot, head, answer)  # still in the chat's lock: before the next turn's answer
 

@@ -27,7 +27,8 @@ from core_tools.memory.embedding import MemoryEmbedding, in_worker
 from core_tools.memory.judge import ADD, Candidate, Decision, MemoryJudge, content_tokens, key_tokens, overlap
 from core_tools.memory.views import change_view, iso, memory_view
 from core_tools.memory.write import Write, apply_undo, apply_write
-from core_tools.prompts import MEMORY_NOTE, memory_block
+from core_tools.prompts import MEMORY_NOTE, memory_block_with
+from core_tools.turn_info import PromptSection, recalled
 from db import memories as q
 from db import memory_history as h
 from db import memory_search, memory_words
@@ -348,6 +349,80 @@ class MemoryStore:
             ]
         )
 
+    async def page(
+        self,
+        user_id: int,
+        *,
+        layer: str | None = None,
+        session_id: str | None = None,
+        offset: int = 0,
+        limit: int = LIST_MAX,
+    ) -> tuple[list[dict[str, Any]], dict[str, int]]:
+        """One page of the user's current memories, most recent first, as `list_memories` orders them, and
+        how many current memories each layer has (the session layer: of `session_id`); one transaction."""
+        limit = max(1, min(LIST_MAX, limit))
+        offset = max(0, offset)
+        now = self.now()
+
+        def work(s: Session) -> tuple[list[dict[str, Any]], dict[str, int]]:
+            rows = q.list_memories(
+                s, user_id, now, layer=layer, session_id=session_id, limit=limit, offset=offset
+            )
+            counts = q.count_by_layer(s, user_id, now, session_id)
+            return [memory_view(m) for m in rows], {name: counts.get(name, 0) for name in LAYER_CATEGORIES}
+
+        return await self._db(work)
+
+    async def edit(
+        self, user_id: int, memory_id: str, content: str, actor: str = "user"
+    ) -> dict[str, Any] | None:
+        """Rewrite one of the user's current memories in their words (None: no such current memory).
+
+        A history row keeps the old text, so `undo` brings it back. Where the memory came from (origin,
+        untrusted) stays as it was: those marks say how it was first learnt.
+        """
+        content = content.strip()
+        if not content:
+            raise ToolError("the text is empty: say what to remember, or forget the memory")
+        if len(content) > MAX_CONTENT_CHARS:
+            raise ToolError(f"the text is {len(content)} characters; keep a memory under {MAX_CONTENT_CHARS}")
+        # Embedded first, outside the transaction (slow); unused when the memory turns out not to exist.
+        vector, emb_id = await self.embedding.embed_passage(content, user_id)
+        now = self.now()
+
+        def work(s: Session) -> dict[str, Any] | None:
+            mem = q.get_memory(s, user_id, memory_id)
+            if mem is None or mem.superseded_by is not None:
+                return None
+            old_text = mem.content
+            if old_text == content:
+                return memory_view(mem)
+            q.update_memory(
+                s,
+                mem,
+                content=content,
+                category=mem.category,
+                now=now,
+                certainty=None,
+                expires_at=mem.expires_at,
+                vector=vector,
+                embedder_id=emb_id,
+            )
+            h.record(
+                s,
+                user_id=user_id,
+                memory_id=memory_id,
+                action="update",
+                actor=actor,
+                now=now,
+                old_text=old_text,
+                new_text=content,
+                reason="edited by the user",
+            )
+            return memory_view(mem)
+
+        return await self._db(work)
+
     async def forget(self, user_id: int, memory_id: str, actor: str = "user") -> dict[str, Any] | None:
         """Delete one of the user's memories (what it superseded becomes current; undo restores it)."""
         now = self.now()
@@ -373,6 +448,13 @@ class MemoryStore:
             return view
 
         return await self._db(work)
+
+    async def still_kept(self, user_id: int, memory_ids: Sequence[str]) -> set[str]:
+        """Which of these ids are still the user's memories (not forgotten since)."""
+        ids = list(memory_ids)
+        if not ids:
+            return set()
+        return await self._db(lambda s: {i for i in ids if q.get_memory(s, user_id, i) is not None})
 
     async def history(self, user_id: int, memory_id: str) -> list[dict[str, Any]]:
         """A memory's changes, newest first (empty for an unknown id or another user's)."""
@@ -448,6 +530,12 @@ class MemoryStore:
         self, user_id: int, session_id: str, message_text: str, budget_chars: int = 2000
     ) -> str:
         """Relevant long/mid memories and this session's, as a quoted-data block in budget; "" if none."""
+        return (await self.prompt_section(user_id, session_id, message_text, budget_chars)).text
+
+    async def prompt_section(
+        self, user_id: int, session_id: str, message_text: str, budget_chars: int = 2000
+    ) -> PromptSection:
+        """`context_for_prompt` with the memories that went into the block (a turn's "why this answer")."""
         now = self.now()
         # Two small indexed reads, made on the event loop like the conversation reads: a worker thread
         # waits for the GIL behind the busy loop, which measured 2.5-3 ms a hop (bench/bench_chat.py).
@@ -458,7 +546,8 @@ class MemoryStore:
         relevant = (
             await self.recall(user_id, message_text, layers=["long", "mid"], limit=8) if has_relevant else []
         )
-        return memory_block(relevant, session, budget_chars)
+        text, used = memory_block_with(relevant, session, budget_chars)
+        return PromptSection(text, recalled(used))
 
     # -- embedder changes -----------------------------------------------------------------------------
 

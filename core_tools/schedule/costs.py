@@ -1,7 +1,7 @@
 """What a scheduled task is forecast to cost, and the hooks through which the schedule service learns it.
 
-The figures come from the usage service (core_tools.usage: prices, the usage log); bot/wiring.py connects
-the two through `CostHooks`, so this package imports no other capability.
+The figures come from the usage service (core_tools.usage: prices, the usage log); bot/process/wiring.py
+connects the two through `CostHooks`, so this package imports no other capability.
 """
 
 from __future__ import annotations

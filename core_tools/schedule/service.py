@@ -338,6 +338,23 @@ class ScheduleService:
         assert changed is not None
         return self.view(changed)
 
+    def pause(self, user_id: int, schedule_id: int) -> dict[str, Any]:
+        """Pause an active schedule of the user (a snooze of it still waiting is dropped); resume continues
+        from its next occurrence after then."""
+        row = self._owned(user_id, schedule_id, None)
+        if row.status != ACTIVE:
+            raise ScheduleInputError(f"schedule {schedule_id} is not active ({row.status})")
+        self.store.cancel_pending([row.id])
+        changed = self.store.change(row.id, status=PAUSED, pause_reason="user")
+        assert changed is not None
+        log.info("schedule %s paused by user %s", row.id, user_id)
+        return self.view(changed)
+
+    def get_for(self, user_id: int, schedule_id: int) -> dict[str, Any] | None:
+        """One schedule of the user as `view` shows it; None for an unknown id or another user's."""
+        row = self.store.get(schedule_id)
+        return self.view(row) if row is not None and row.user_id == user_id else None
+
     def _next_from_now(self, row: ScheduleRow, now: datetime) -> datetime | None:
         if row.next_fire_at is not None and row.next_fire_at > now:
             return row.next_fire_at

@@ -17,7 +17,7 @@ from tests.support.fakes.openai_api import FakeLLM, text
 from tests.support.fakes.telegram_api import FakeTelegram
 from tests.support.harness import OWNER, TOKEN, running_bot
 
-PLOTTING = ("PIL", "PIL.Image", "bot.charts")
+PLOTTING = ("PIL", "PIL.Image", "bot.adapter.charts")
 
 
 def loaded() -> dict[str, bool]:

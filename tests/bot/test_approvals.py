@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from bot.ops import check_tools
-from bot.wiring import build_services
+from bot.process.ops import check_tools
+from bot.process.wiring import build_services
 from db.models import Approval, ApprovalAlways
 from tests.support.databases import both_databases
 from tests.support.fakes.openai_api import FakeLLM, call, text, tool_calls
@@ -291,3 +291,22 @@ async def test_a_prompt_that_cannot_be_shown_denies_the_call_and_the_turn_goes_o
         await h.final_text(OWNER, "I could not ask you, so nothing ran.")
         assert "denied by the user: the approval prompt could not be shown" in tool_result(llm)
         assert [r.status for r in approvals(h)] == ["cancelled"]
+
+
+async def test_a_helper_agent_cannot_run_a_call_that_needs_approval(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    llm.script(
+        tool_calls(call("delegate", {"task": "Add 1 and 2.", "tools": ["add"]})),
+        tool_calls(call("add", {"a": 1, "b": 2})),  # the helper's sub-turn
+        text("I was not allowed to add."),  # the helper's answer
+        text("The helper could not add without your approval."),
+    )
+    async with running_bot(
+        tmp_path, tg, llm, setup=register_math, approve_tools="add", subagent_delegate=True
+    ) as h:
+        tg.push_text(OWNER, "let a helper add 1 and 2")
+        await h.final_text(OWNER, "The helper could not add without your approval.")
+        helper_result = tool_result(llm, 2)
+        assert "needs the user's approval, which a helper cannot ask for" in helper_result
+        assert '"sum"' not in helper_result and prompts(tg, OWNER) == []

@@ -14,9 +14,9 @@ from zoneinfo import ZoneInfo
 import telegram
 from PIL import Image
 
-from bot import charts
-from bot.chart_replies import CAPTION_LIMIT, send_with_chart
-from bot.render import utf16_len
+from bot.adapter import charts
+from bot.adapter.chart_replies import CAPTION_LIMIT, send_with_chart
+from bot.adapter.render import utf16_len
 from core_tools.usage.series import UsageSeries, day_buckets
 from db.models import CodeExecution, utcnow
 from tests.support.fakes.openai_api import FakeLLM, text
@@ -124,8 +124,8 @@ async def test_a_plain_turn_does_not_load_the_plotting_code(tmp_path: Path) -> N
     out, err = await asyncio.wait_for(proc.communicate(), timeout=240)
     assert proc.returncode == 0, err.decode()[-3000:]
     seen = json.loads(out.decode().strip().splitlines()[-1])
-    assert seen["after_turn"] == {"PIL": False, "PIL.Image": False, "bot.charts": False}
-    assert seen["after_usage"] == {"PIL": True, "PIL.Image": True, "bot.charts": True}
+    assert seen["after_turn"] == {"PIL": False, "PIL.Image": False, "bot.adapter.charts": False}
+    assert seen["after_usage"] == {"PIL": True, "PIL.Image": True, "bot.adapter.charts": True}
 
 
 async def test_a_text_too_long_for_a_caption_comes_first_then_the_chart(tg: FakeTelegram) -> None:

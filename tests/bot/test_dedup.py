@@ -30,7 +30,7 @@ def greetings(tg: FakeTelegram) -> list[str]:
 async def test_the_same_update_id_after_a_token_switch_is_answered_and_a_true_duplicate_is_not(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="bot.app")
+    caplog.set_level(logging.INFO, logger="bot.adapter.app")
 
     def dropped() -> list[str]:
         return [r.getMessage() for r in caplog.records if DROPPED in r.getMessage()]

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from telegram.error import InvalidToken
 
-from bot.logs import secret_values, setup_logging
-from bot.settings import Settings
+from bot.process.logs import secret_values, setup_logging
+from bot.process.settings import Settings
 
 TOKEN = "123456:SECRET-token-value"
 

@@ -9,7 +9,7 @@ import pytest
 from telegram import Bot
 from telegram.error import BadRequest
 
-from bot.render import render
+from bot.adapter.render import render
 from db.models import Message
 from tests.support.fakes.openai_api import FakeLLM, TextStep, call, text, tool_calls
 from tests.support.fakes.telegram_api import FakeTelegram, utf16_len

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from bot.model_commands import ModelChoice
+from bot.adapter.commands.model import ModelChoice
 from core_tools.usage.prices import PriceTable
 from db.conversations import Conversations
 

@@ -52,7 +52,7 @@ async def test_a_text_message_delivered_twice_is_stored_and_answered_once(
 async def test_a_strangers_message_delivered_twice_is_refused_once(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="bot.app")
+    caplog.set_level(logging.INFO, logger="bot.adapter.app")
 
     def refusals() -> list[str]:
         return [t for t in tg.sent_texts(STRANGER) if "not on its list of allowed users" in t]

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bot.usage_commands import parse_budget_change
-from bot.wiring import Services
+from bot.adapter.commands.usage import parse_budget_change
+from bot.process.wiring import Services
 from core_tools.types import ToolContext
 from core_tools.usage.caps import Caps
 from core_tools.usage.prices import ModelPrice

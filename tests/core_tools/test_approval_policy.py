@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.settings import Settings
-from bot.wiring import build_services
+from bot.process.settings import Settings
+from bot.process.wiring import build_services
 from core_tools.approval import ApprovalPolicy, summarize
 from core_tools.capabilities import EXTERNAL, Capabilities, declares
 from core_tools.mcp.config import parse_servers

@@ -99,7 +99,7 @@ def test_a_plain_postgresql_url_uses_psycopg(empty_url: str) -> None:
 
 
 REPO = Path(__file__).resolve().parents[2]
-# What each bot replica does at start (bot/wiring.py): upgrade to head, with its log lines on stderr.
+# What each bot replica does at start (bot/process/wiring.py): upgrade to head, with its log lines on stderr.
 UPGRADE = (
     "import logging, sys\n"
     "logging.basicConfig(level=logging.INFO)\n"

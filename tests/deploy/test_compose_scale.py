@@ -57,7 +57,8 @@ pytestmark = [
 def _stack(project: str, env_file: Path, upstream_conf: Path) -> Stack:
     """A compose project of the scale file with the test override's variables set."""
     ports = {
-        name: str(_free_port()) for name in ("PG", "BOT", "BOT2", "PROXY", "SANDBOX1", "SANDBOX2", "SEARXNG")
+        name: str(_free_port())
+        for name in ("PG", "BOT", "BOT2", "APP", "APP2", "PROXY", "SANDBOX1", "SANDBOX2", "SEARXNG")
     }
     env = {
         **os.environ,
@@ -106,6 +107,10 @@ def stack(images: None, tmp_path: Path) -> Iterator[Stack]:
         "upstream bot_replicas {\n"
         f"    server 127.0.0.1:{made.env['DEPLOYTEST_BOT_PORT']};\n"
         f"    server 127.0.0.1:{made.env['DEPLOYTEST_BOT2_PORT']};\n"
+        "}\n"
+        "upstream app_replicas {\n"
+        f"    server 127.0.0.1:{made.env['DEPLOYTEST_APP_PORT']};\n"
+        f"    server 127.0.0.1:{made.env['DEPLOYTEST_APP2_PORT']};\n"
         "}\n"
     )
     try:
@@ -207,6 +212,14 @@ async def test_replicas_behind_the_proxy_answer_every_update(stack: Stack, tmp_p
             assert await _post(session, proxy, forged, "not-the-secret") == 403
             async with session.get(proxy) as response:
                 assert response.status == 403
+            # The app through the proxy: the page, and its API refusing a request without Telegram's data.
+            app = f"http://127.0.0.1:{stack.env['DEPLOYTEST_PROXY_PORT']}"
+            async with session.get(f"{app}/app/") as response:
+                assert response.status == 200
+                assert "default-src 'self'" in response.headers["Content-Security-Policy"]
+            for path in ("/app/api/me", "/api/me"):
+                async with session.get(app + path) as response:
+                    assert response.status == 401 and (await response.json())["reason"] == "missing"
 
         # The proxy's log: each replica got updates, and all of them were accepted.
         lines = [

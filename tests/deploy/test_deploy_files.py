@@ -219,7 +219,7 @@ def test_dockerfile_install_step_replayed_in_a_fresh_venv(tmp_path: Path) -> Non
     python = venv / "bin" / "python"
     check = (
         "import importlib.util, sys\n"
-        "import bot.__main__, bot.app, bot.wiring, core_tools.sandbox.service, db.engine\n"
+        "import bot.__main__, bot.adapter.app, bot.process.wiring, core_tools.sandbox.service, db.engine\n"
         "from db.migrate import upgrade\n"
         "from db.engine import make_engine\n"
         "url = 'sqlite:///' + sys.argv[1]\n"

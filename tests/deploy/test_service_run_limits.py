@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from bot.ops import check_sandbox
+from bot.process.ops import check_sandbox
 from core_tools.sandbox import Isolation, detect_isolation
 from tests.deploy.test_service import Service
 from tests.support.fakes.openai_api import FakeLLM, call, text, tool_calls

@@ -11,9 +11,9 @@ from typing import Annotated, Any
 from pydantic import Field
 from sqlalchemy import select
 
-from bot.app import build_application, on_startup
-from bot.settings import Settings
-from bot.wiring import Services, build_services
+from bot.adapter.app import build_application, on_startup
+from bot.process.settings import Settings
+from bot.process.wiring import Services, build_services
 from core_tools.types import ToolContext
 from tests.support.fakes.openai_api import FakeLLM
 from tests.support.fakes.telegram_api import FakeTelegram
@@ -61,6 +61,13 @@ class Harness:
     llm: FakeLLM
     services: Services
     settings: Settings
+
+    @property
+    def app_url(self) -> str:
+        """The address of the app's page (the bot started with webapp_listen="127.0.0.1:0")."""
+        webapp = self.services.webapp
+        assert webapp is not None, "start the bot with webapp_listen to use the app"
+        return webapp.local_url
 
     async def final_text(self, chat_id: int, contains: str, timeout: float = 60.0) -> str:
         """Wait until a visible message in the chat contains `contains`; return it."""

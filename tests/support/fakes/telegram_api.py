@@ -36,6 +36,9 @@ Notes on fidelity:
   Descriptions (``setMyDescription``, ``setMyShortDescription``) are kept per language; an empty or missing
   value removes one, as in the Bot API. Preset ``descriptions``/``short_descriptions`` to play an operator
   who set them in BotFather.
+* ``setChatMenuButton`` keeps a menu button per chat, or the default of every private chat without
+  ``chat_id``; a ``web_app`` button needs a text and an https:// URL, as in the Bot API.
+  ``getChatMenuButton`` (and ``menu_button_for``) answers a chat's own button, else the default.
 """
 
 from __future__ import annotations
@@ -139,6 +142,10 @@ _GROUP_ORDER = (
     ("all_chat_administrators", False, False, True),
     ("all_group_chats", False, False, False),
 )
+
+
+# The largest file a bot may upload (sendDocument and the other send methods): 50 MB.
+UPLOAD_LIMIT = 50 * 1000 * 1000
 
 
 def utf16_len(text: str) -> int:
@@ -413,6 +420,8 @@ class FakeTelegram:
         self.descriptions: dict[str, str] = {}
         self.short_descriptions: dict[str, str] = {}
         self.webhook_url = ""
+        # chat id (None: every private chat's default) -> the menu button set by setChatMenuButton
+        self.menu_buttons: dict[int | None, JsonDict] = {}
         self.files: dict[str, tuple[str, bytes]] = {}
         # file_id -> the size getFile reports, for files "bigger" than the bytes stored (the 20 MB limit)
         self.declared_sizes: dict[str, int] = {}
@@ -995,6 +1004,8 @@ class FakeTelegram:
                 "pending_update_count": len(self.updates),
             },
             "getfile": lambda: self._get_file(p),
+            "setchatmenubutton": lambda: self._set_menu_button(p),
+            "getchatmenubutton": lambda: self.menu_button_for(p.get("chat_id")),
         }
         if low == "getupdates":
             return await self._get_updates(p)
@@ -1150,6 +1161,8 @@ class FakeTelegram:
                 caption, entities, p.get("parse_mode"), limit=MAX_CAPTION_LENGTH, caption=True
             )
         if isinstance(media, UploadedFile):
+            if len(media.data) > UPLOAD_LIMIT:  # the Bot API takes uploads of at most 50 MB
+                raise _ApiError(TelegramError(413, "Request Entity Too Large"))
             file_id = self.add_file(media.data, f"{kind}s/{media.filename}")
             size, name, mime = len(media.data), media.filename, media.content_type
         else:
@@ -1264,6 +1277,26 @@ class FakeTelegram:
         else:  # an empty (or missing) one removes the dedicated description of that language
             store.pop(language, None)
         return True
+
+    def _set_menu_button(self, p: JsonDict) -> bool:
+        button = p.get("menu_button") or {"type": "default"}
+        kind = button.get("type") if isinstance(button, dict) else None
+        if kind not in ("default", "commands", "web_app"):
+            raise _bad_request("can't parse menu button JSON object")
+        if kind == "web_app":
+            url = str((button.get("web_app") or {}).get("url", ""))
+            if not button.get("text") or not url.startswith("https://"):
+                raise _bad_request("BUTTON_URL_INVALID" if button.get("text") else "BUTTON_TEXT_INVALID")
+        chat_id = p.get("chat_id")
+        if chat_id is not None and not isinstance(chat_id, int):
+            raise _bad_request("chat not found")
+        self.menu_buttons[chat_id] = dict(button)
+        return True
+
+    def menu_button_for(self, chat_id: Any = None) -> JsonDict:
+        """The menu button a private chat shows: its own, else the default set for all, else "default"."""
+        own = self.menu_buttons.get(chat_id) if isinstance(chat_id, int) else None
+        return dict(own or self.menu_buttons.get(None) or {"type": "default"})
 
     def _delete_webhook(self, p: JsonDict) -> bool:
         self.webhook_url = ""

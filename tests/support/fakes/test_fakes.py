@@ -111,6 +111,17 @@ async def test_faults_and_validation(tg: FakeTelegram, bot: telegram.Bot) -> Non
     assert tg.sent_texts(1) == ["plain", "😀" * 2048, "*Hi*\\. `a.b`"]
 
 
+async def test_uploads_over_50_mb_are_refused_as_telegram_does(tg: FakeTelegram, bot: telegram.Bot) -> None:
+    from tests.support.fakes.telegram_api import UPLOAD_LIMIT, UploadedFile
+
+    sent = await bot.send_document(42, document=b"x" * UPLOAD_LIMIT, filename="limit.bin", write_timeout=60)
+    assert sent.document is not None and sent.document.file_size == UPLOAD_LIMIT
+    with pytest.raises(telegram.error.TelegramError, match="Request Entity Too Large"):
+        await bot.send_document(42, document=b"x" * (UPLOAD_LIMIT + 1), filename="over.bin", write_timeout=60)
+    stored = [c.params["document"] for c in tg.calls_to("sendDocument") if c.ok]
+    assert [d.filename for d in stored if isinstance(d, UploadedFile)] == ["limit.bin"]
+
+
 async def test_hang_makes_ptb_time_out(tg: FakeTelegram) -> None:
     """A hung call surfaces as TimedOut in PTB while the server still processes it afterwards."""
     request = telegram.request.HTTPXRequest(read_timeout=0.2)

@@ -1,0 +1,392 @@
+"""The python-telegram-bot Application: allowlist, commands, the chat handler and the global error handler."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+from telegram import Message, Update, User
+from telegram.error import TelegramError
+from telegram.ext import (
+    Application,
+    ApplicationHandlerStop,
+    CallbackQueryHandler,
+    CommandHandler,
+    ContextTypes,
+    MessageHandler,
+    TypeHandler,
+    filters,
+)
+
+from bot.adapter.answer_info import register_answer_info, shown_in
+from bot.adapter.approvals import register_approval_handlers
+from bot.adapter.commands.catalog import audience_of, help_text, new_session_text
+from bot.adapter.commands.code import CodeCommands
+from bot.adapter.commands.data import register_data_commands
+from bot.adapter.commands.memory import MemoryCommands
+from bot.adapter.commands.model import ModelChoice, ModelCommands
+from bot.adapter.commands.schedules import register_schedule_handlers
+from bot.adapter.commands.usage import register_usage_handlers
+from bot.adapter.groups import Access, addressed, is_group, turn_text
+from bot.adapter.media import register_media_handlers
+from bot.adapter.menu import publish
+from bot.adapter.telegram_http import AiohttpRequest
+from bot.adapter.topics import conversation_of, place_of
+from bot.process.wiring import Services, build_webapp
+from bot.runtime.backup_jobs import register_backup_jobs
+from bot.runtime.jobs import register_jobs
+from bot.runtime.leases import ChatLocks
+from bot.runtime.queue import Incoming
+from bot.runtime.runner import TurnRunner
+from bot.webapp.telegram import AppCommand, set_menu_button
+from db.turn_info import TurnInfos
+
+log = logging.getLogger(__name__)
+
+Ctx = ContextTypes.DEFAULT_TYPE
+
+# A plain text message: its update is recorded as seen in the transaction that queues it (bot/runtime/).
+QUEUED_TEXT = filters.UpdateType.MESSAGE & filters.TEXT & ~filters.COMMAND
+ALBUMS_REMEMBERED = 200  # albums addressed to the bot in groups, whose other items count as addressed too
+GROUP_REFUSAL = (
+    "This group is not on my list of chats, so I do not answer here.\n"
+    "Its chat id is {chat_id}. If you run this bot, add it to ALLOWED_CHAT_IDS."
+)
+USER_REFUSAL = (
+    "Sorry, this is a private assistant and you are not on its list of allowed users.\n"
+    "Your Telegram user id is {user_id}. If you run this bot, add it to ALLOWED_USER_IDS."
+)
+
+
+class Handlers:
+    """The update handlers; they translate Telegram updates into agent turns and back."""
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.settings = settings = services.settings
+        self.access = Access.of(
+            settings.allowed_user_ids,
+            settings.allowed_chat_ids,
+            settings.groups_allowed_speakers,
+            settings.owner_id,
+        )
+        self.allowed = set(self.access.users)
+        self.topics = services.conversations.topics  # a forum topic is a conversation of its own
+        self.models = ModelChoice(settings.models, services.conversations, services.usage_service.prices)
+        replica = services.replica
+        self.locks = ChatLocks(replica.chats)
+        self.runner = TurnRunner(
+            services.agent,
+            services.conversations,
+            services.code,
+            replica.chats,
+            debounce_s=settings.message_debounce_ms / 1000,
+            merge_bursts=settings.message_merge_bursts,
+            edit_interval_s=settings.stream_edit_interval_s,
+            # A forum's topics use the model chosen for the forum.
+            model_for=lambda key: self.models.for_chat(self.topics.place(key).chat_id),
+            locks=self.locks,
+            max_chats=settings.max_concurrent_turns,
+            on_free=replica.kick,
+            info_button=lambda kind: shown_in(settings.answer_info_button, kind),
+        )
+        self._albums_for_bot: dict[str, None] = {}  # insertion-ordered: the oldest is forgotten first
+
+    def _for_bot(self, msg: Message | None, bot: User) -> bool:
+        """A group message addressed to the bot; an album's items count when its captioned one is (only
+        one item of an album carries the caption with the @mention)."""
+        if msg is None:
+            return False
+        album = msg.media_group_id
+        if addressed(msg, bot):
+            if album is not None:
+                self._albums_for_bot[album] = None
+                while len(self._albums_for_bot) > ALBUMS_REMEMBERED:
+                    del self._albums_for_bot[next(iter(self._albums_for_bot))]
+            return True
+        return album is not None and album in self._albums_for_bot
+
+    async def once(self, update: object, context: Ctx) -> None:
+        """Each Telegram update is handled once, however often it is delivered (Telegram retries a webhook
+        delivery it got no answer for; behind a load balancer two processes may get the same one). Update
+        ids are this bot's (getMe's id): another bot's (a token switch) are not duplicates. A plain text
+        message is checked where it is stored (one transaction), or where it is refused (`gate`)."""
+        if not isinstance(update, Update) or QUEUED_TEXT.check_update(update):
+            return
+        self._first_delivery(update, context)
+
+    def _first_delivery(self, update: Update, context: Ctx) -> None:
+        """Go on only with an update not handled before."""
+        if not self.services.replica.store.first_delivery(context.bot.id, update.update_id):
+            log.info("update %s was already handled; dropped", update.update_id)
+            raise ApplicationHandlerStop
+
+    async def gate(self, update: object, context: Ctx) -> None:
+        """Who is served where: anyone else gets a polite refusal with their id, and nothing else runs.
+
+        In a group only messages addressed to the bot (mention, also in a caption; reply; command) and
+        button presses get through, voice notes, photos and files alike; an unlisted group is told its id
+        once it addresses the bot, other talk is ignored."""
+        if not isinstance(update, Update):
+            return
+        user, chat = update.effective_user, update.effective_chat
+        if user is None:
+            raise ApplicationHandlerStop
+        # A button on an inline message has no chat: only the user's own rights count.
+        chat_id, kind = (chat.id, str(chat.type)) if chat is not None else (user.id, "private")
+        query = update.callback_query
+        msg = update.message or update.edited_message
+        if is_group(kind) and query is None and not self._for_bot(msg, context.bot.bot):
+            raise ApplicationHandlerStop  # group talk that is not for the bot
+        if self.access.serves(chat_id, kind, user.id):
+            if chat is None and query is None:
+                raise ApplicationHandlerStop
+            return
+        if QUEUED_TEXT.check_update(update):  # its dedup was left to the queue: refused once all the same
+            self._first_delivery(update, context)
+        log.info("refused user %s in chat %s (%s)", user.id, chat_id, kind)
+        unlisted_group = is_group(kind) and chat_id not in self.access.chats
+        refusal = (
+            GROUP_REFUSAL.format(chat_id=chat_id)
+            if unlisted_group and not self.settings.groups_allowed_speakers
+            else USER_REFUSAL.format(user_id=user.id)
+        )
+        if query is not None:
+            with contextlib.suppress(TelegramError):
+                await query.answer("You are not on this bot's list of allowed users.", show_alert=True)
+        elif msg is not None:
+            await msg.reply_text(refusal)
+        raise ApplicationHandlerStop
+
+    def _incoming(self, update: Update, context: Ctx, text: str) -> Incoming:
+        msg, user, chat = update.effective_message, update.effective_user, update.effective_chat
+        assert msg and user and chat
+        return Incoming(
+            user.id,
+            conversation_of(self.topics, update),
+            text,
+            user.first_name,
+            user.username,
+            str(chat.type),
+            tg_message_id=msg.message_id,
+            update_id=update.update_id,
+        )
+
+    def _help(self, update: Update) -> str:
+        """The commands of this chat's audience (a group, the owner, another user)."""
+        chat, user = update.effective_chat, update.effective_user
+        assert chat and user
+        return help_text(audience_of(str(chat.type), self.access.is_owner(user.id)))
+
+    async def start(self, update: Update, context: Ctx) -> None:
+        """/start."""
+        assert update.effective_message and update.effective_user
+        name = update.effective_user.first_name or "there"
+        await update.effective_message.reply_text(f"Hello, {name}!\n\n{self._help(update)}")
+
+    async def help(self, update: Update, context: Ctx) -> None:
+        """/help."""
+        assert update.effective_message
+        await update.effective_message.reply_text(self._help(update))
+
+    async def newsession(self, update: Update, context: Ctx) -> None:
+        """/newsession [name]."""
+        assert update.effective_message and update.effective_user and update.effective_chat
+        name = " ".join(context.args or []).strip()[:200] or None
+        key = conversation_of(self.topics, update)  # in a forum topic: that topic's session only
+        async with self.locks.hold(key):
+            result = await self.services.sessions.new_session(
+                update.effective_user.id, key, name, str(update.effective_chat.type)
+            )
+        await update.effective_message.reply_text(new_session_text(result))
+
+    async def text(self, update: Update, context: Ctx) -> None:
+        """A text message: queued for its chat's next turn, streamed into the chat."""
+        msg, chat = update.effective_message, update.effective_chat
+        assert msg and chat and msg.text is not None
+        # The chat's type decides what the turn may see: a group never gets the private session or memories.
+        text = turn_text(msg, context.bot.bot, str(chat.type))
+        item = self._incoming(update, context, text)
+        item.dedup_bot = context.bot.id  # recorded as seen where it is queued (`once` left it)
+        await self.runner.submit(context.bot, item)
+
+    async def edited(self, update: Update, context: Ctx) -> None:
+        """An edited text message: the latest answered one is answered again, an older one is stored."""
+        msg, chat = update.edited_message, update.effective_chat
+        assert msg and chat and msg.text is not None
+        text = turn_text(msg, context.bot.bot, str(chat.type))
+        notice = await self.runner.edited(context.bot, self._incoming(update, context, text))
+        if notice:
+            await msg.reply_text(notice)
+
+    async def stop(self, update: Update, context: Ctx) -> None:
+        """/stop: stop the chat's running turn."""
+        msg, user, chat = update.effective_message, update.effective_user, update.effective_chat
+        assert msg and user and chat
+        key = conversation_of(self.topics, update)
+        notice = await self.runner.stop(key, user.id, self.access.is_owner(user.id))
+        if notice:
+            await msg.reply_text(notice)
+
+    async def stop_pressed(self, update: Update, context: Ctx) -> None:
+        """The Stop button under a streaming answer."""
+        query, user, chat = update.callback_query, update.effective_user, update.effective_chat
+        assert query and user
+        if chat is None or not query.data:
+            with contextlib.suppress(TelegramError):
+                await query.answer("That answer is already finished.")
+            return
+        raw = query.data.removeprefix("stop:")
+        number = int(raw) if raw.isdigit() else -1
+        key = conversation_of(self.topics, update)  # the topic of the answer the button is under
+        notice = await self.runner.stop(key, user.id, self.access.is_owner(user.id), number)
+        with contextlib.suppress(TelegramError):
+            await query.answer(notice or "Stopped.")
+
+    async def retry(self, update: Update, context: Ctx) -> None:
+        """/retry: answer the last message again (the old answer is kept, but out of the history)."""
+        msg, user = update.effective_message, update.effective_user
+        assert msg and user
+        notice = await self.runner.retry(
+            context.bot, self._incoming(update, context, ""), self.access.is_owner(user.id)
+        )
+        if notice:
+            await msg.reply_text(notice)
+
+    async def on_error(self, update: object, context: Ctx) -> None:
+        """The one global error handler: log the traceback, apologise briefly, keep serving."""
+        log.error("error while handling an update", exc_info=context.error)
+        if isinstance(update, Update) and update.effective_chat is not None:
+            place = place_of(update)
+            try:
+                await context.bot.send_message(
+                    place.chat_id,
+                    "Sorry, something went wrong on my side. It is logged; please try again.",
+                    message_thread_id=place.thread_id,
+                )
+            except TelegramError:
+                log.warning("could not send the apology to chat %s", update.effective_chat.id)
+
+
+async def on_startup(app: Application[Any, Any, Any, Any, Any, Any]) -> None:
+    """Join the other processes on the database (if any), publish the command menu, and start looking for
+    chats nobody drives: messages a stopped process left waiting, and turns it could not finish (their
+    users are told), are answered from here on."""
+    services: Services = app.bot_data["services"]
+    h: Handlers = app.bot_data["handlers"]
+    replica = services.replica
+    replica.join()
+    await services.start()
+    await publish(app.bot, services.settings.owner_id)  # the command menus and missing descriptions
+    await start_webapp(services)
+    await set_menu_button(app.bot, services.settings.webapp_url)
+    drop_unserved(app)
+
+    def drive(chat_id: int) -> None:
+        if app.running:  # not while stopping: what still waits is answered by the next start, or another
+            app.create_task(h.runner.drive(app.bot, chat_id), name=f"drive-{chat_id}")
+
+    def stop(chat_id: int, turn: int) -> None:
+        h.runner.stop_here(chat_id, turn)
+
+    replica.on_orphan = drive
+    replica.on_stop = stop
+    replica.running_turns = h.runner.running
+    replica.free_chats = h.runner.free
+
+    async def begin(context: Ctx) -> None:
+        replica.start()  # once the application runs: the chats it drives are tasks PTB waits for at stop
+
+    assert app.job_queue is not None
+    app.job_queue.run_once(begin, 0, name="replica", job_kwargs={"misfire_grace_time": None})
+
+
+async def start_webapp(services: Services) -> None:
+    """Start the app's web server when WEBAPP_LISTEN is set; one that cannot listen is logged, and the chat
+    goes on without it."""
+    services.webapp = build_webapp(services)
+    if services.webapp is None:
+        return
+    try:
+        await services.webapp.start()
+    except OSError as exc:
+        log.error("the app's web server could not listen on %s: %s", services.settings.webapp_listen, exc)
+        services.webapp = None
+
+
+def drop_unserved(app: Application[Any, Any, Any, Any, Any, Any]) -> None:
+    """Messages left waiting by users or chats no longer allowed are refused, as the gate would now."""
+    services: Services = app.bot_data["services"]
+    h: Handlers = app.bot_data["handlers"]
+    waiting = services.conversations.inbox.waiting()
+    chat_of = services.conversations.topics.place  # a forum topic's messages: their forum decides
+    gone = [q.id for q in waiting if not h.access.serves(chat_of(q.chat_id).chat_id, q.chat_type, q.user_id)]
+    if gone:
+        log.info("dropped %d waiting message(s) of users or chats no longer allowed", len(gone))
+        services.conversations.inbox.discard(gone)
+
+
+async def on_shutdown(app: Application[Any, Any, Any, Any, Any, Any]) -> None:
+    """Close HTTP clients and the database inside the event loop that used them."""
+    services: Services = app.bot_data["services"]
+    await services.aclose()
+
+
+def build_application(services: Services) -> Application[Any, Any, Any, Any, Any, Any]:
+    """Build the PTB Application with every handler."""
+    settings = services.settings
+    assert settings.telegram_bot_token is not None
+    base_url = settings.telegram_api_base_url
+    app = (
+        Application.builder()
+        .token(settings.telegram_bot_token.get_secret_value())
+        .base_url(base_url)
+        .base_file_url(base_url.replace("/bot", "/file/bot", 1))
+        # aiohttp, not PTB's httpx: far less CPU per Bot API call when many chats are answered at once.
+        .request(AiohttpRequest())
+        .get_updates_request(AiohttpRequest(connection_pool_size=1))
+        .concurrent_updates(True)  # order within a chat comes from the inbox and the chat's lease
+        .post_init(on_startup)
+        .post_shutdown(on_shutdown)
+        .build()
+    )
+    app.bot_data["services"] = services
+    services.notifier.bot = app.bot
+    h = Handlers(services)
+    app.add_handler(TypeHandler(Update, h.once), group=-3)  # first of all: a duplicate goes no further
+    app.add_handler(TypeHandler(Update, h.gate), group=-1)
+    app.add_handler(CommandHandler("start", h.start))
+    app.add_handler(CommandHandler("help", h.help))
+    app.add_handler(CommandHandler("newsession", h.newsession))
+    app.add_handler(CommandHandler("stop", h.stop))
+    app.add_handler(CommandHandler("retry", h.retry))
+    app.add_handler(CallbackQueryHandler(h.stop_pressed, pattern=r"^stop:"))
+    register_approval_handlers(app, services.approvals)
+    register_answer_info(app, TurnInfos(services.engine), services.memory, services.conversations.topics)
+    model_commands = ModelCommands(h.models, h.access)
+    app.add_handler(CommandHandler("model", model_commands.model))
+    app.add_handler(CallbackQueryHandler(model_commands.pressed, pattern=r"^model:"))
+    code_commands = CodeCommands(services.code.executions, services.usage_service)
+    app.add_handler(CommandHandler("codestats", code_commands.codestats))
+    app.add_handler(CommandHandler("codefailures", code_commands.codefailures))
+    memory_commands = MemoryCommands(services)
+    app.add_handler(CommandHandler("memory", memory_commands.memory))
+    app.add_handler(CommandHandler("timezone", memory_commands.timezone))
+    app.add_handler(CommandHandler("app", AppCommand(settings.webapp_url).app))
+    register_usage_handlers(app, services.usage_service)
+    register_schedule_handlers(app, services, h.locks)
+    register_jobs(app)
+    register_data_commands(app, services)  # /export, /forget_me
+    register_backup_jobs(app, services)  # BACKUP_SCHEDULE
+    new = filters.UpdateType.MESSAGE
+    app.add_handler(
+        MessageHandler(filters.UpdateType.EDITED_MESSAGE & filters.TEXT & ~filters.COMMAND, h.edited)
+    )
+    app.add_handler(MessageHandler(QUEUED_TEXT, h.text))
+    app.add_handler(MessageHandler(new & filters.COMMAND, h.help))  # an unknown command: show what exists
+    # Voice, photos, files; and everything else gets a clear "not supported" (bot/adapter/media.py).
+    register_media_handlers(app, services, h.runner)
+    app.add_error_handler(h.on_error)
+    app.bot_data["handlers"] = h
+    return app

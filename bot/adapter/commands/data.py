@@ -1,0 +1,130 @@
+"""`/export` (everything the bot stores about you, as one archive) and `/forget_me` (all of it deleted,
+after a confirmation button), in private chats."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from telegram import InlineKeyboardButton, InlineKeyboardMarkup, Update
+from telegram.error import TelegramError
+from telegram.ext import Application, CallbackQueryHandler, CommandHandler, ContextTypes
+
+from bot.process.wiring import Services
+from core_tools.backup.manifest import BackupError
+from core_tools.backup.userdata import export_user, forget_user, split_file, summary
+
+log = logging.getLogger(__name__)
+
+Ctx = ContextTypes.DEFAULT_TYPE
+PRIVATE_ONLY = "Send this in a private chat with me: it is about your own data."
+CONFIRM = (
+    "This deletes everything I store about you: your conversations, memories, reminders, usage, code runs "
+    "and the files you sent. It cannot be undone (backups taken before keep it until they are rotated "
+    "out). Send /export first if you want a copy."
+)
+
+
+class DataCommands:
+    """The handlers of /export and /forget_me."""
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.media_dir = Path(services.settings.media_dir)
+
+    def _export(self, user_id: int, folder: Path) -> tuple[list[Path], int]:
+        stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+        archive = export_user(self.services.engine, self.media_dir, user_id, folder / f"my-data-{stamp}.zip")
+        return split_file(archive.path, self.services.settings.backup_part_bytes), archive.files
+
+    async def export(self, update: Update, context: Ctx) -> None:
+        """/export: send the user one ZIP of their data (in parts when it is large)."""
+        msg, user = update.effective_message, update.effective_user
+        if msg is None or user is None:
+            return
+        if msg.chat.type != "private":
+            await msg.reply_text(PRIVATE_ONLY)
+            return
+        folder = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="export-"))
+        try:
+            try:
+                parts, files = await asyncio.to_thread(self._export, user.id, folder)
+            except BackupError as exc:
+                await msg.reply_text(f"Nothing to export: {exc}.")
+                return
+            note = f"Everything I store about you, with {files} file(s) you sent."
+            if len(parts) > 1:
+                whole = parts[0].name[:-4]
+                note += (
+                    f" It is large, so it comes in {len(parts)} parts: join them "
+                    f"(cat {whole}.0* > {whole}), then unzip."
+                )
+            await msg.reply_text(note)
+            for part in parts:
+                data = await asyncio.to_thread(part.read_bytes)
+                await context.bot.send_document(
+                    msg.chat_id, document=data, filename=part.name, write_timeout=600, read_timeout=600
+                )
+        finally:
+            await asyncio.to_thread(shutil.rmtree, folder, True)
+
+    async def forget_me(self, update: Update, context: Ctx) -> None:
+        """/forget_me: ask for confirmation with a button."""
+        msg, user = update.effective_message, update.effective_user
+        if msg is None or user is None:
+            return
+        if msg.chat.type != "private":
+            await msg.reply_text(PRIVATE_ONLY)
+            return
+        buttons = InlineKeyboardMarkup(
+            [
+                [InlineKeyboardButton("Delete everything", callback_data=f"forget:yes:{user.id}")],
+                [InlineKeyboardButton("Cancel", callback_data=f"forget:no:{user.id}")],
+            ]
+        )
+        await msg.reply_text(CONFIRM, reply_markup=buttons)
+
+    async def pressed(self, update: Update, context: Ctx) -> None:
+        """The confirmation button: only the user who asked can press it."""
+        query = update.callback_query
+        if query is None or query.data is None:
+            return
+        _, choice, owner = query.data.split(":", 2)
+        if str(query.from_user.id) != owner:
+            await query.answer("Only the person who asked can press this.", show_alert=True)
+            return
+        await query.answer()
+        if choice != "yes":
+            await query.edit_message_text("Cancelled: nothing was deleted.")
+            return
+        user_id = query.from_user.id
+        try:
+            erased = await asyncio.to_thread(forget_user, self.services.engine, self.media_dir, user_id)
+        except Exception:
+            log.exception("erasing the data of user %s failed", user_id)
+            await query.edit_message_text(
+                "Deleting failed on my side; nothing was deleted. Please try again later."
+            )
+            return
+        log.info("user %s erased their data: %d row(s), %d file(s)", user_id, erased.total, len(erased.media))
+        lines = list(summary(erased))
+        text = "Done. I deleted everything I stored about you:\n" + "\n".join(f"- {line}" for line in lines)
+        if not lines:
+            text = "There was nothing stored about you."
+        try:
+            await query.edit_message_text(text)
+        except TelegramError:
+            await context.bot.send_message(user_id, text)
+
+
+def register_data_commands(app: Application[Any, Any, Any, Any, Any, Any], services: Services) -> None:
+    """Add /export, /forget_me and the confirmation button."""
+    commands = DataCommands(services)
+    app.add_handler(CommandHandler("export", commands.export))
+    app.add_handler(CommandHandler("forget_me", commands.forget_me))
+    app.add_handler(CallbackQueryHandler(commands.pressed, pattern=r"^forget:"))

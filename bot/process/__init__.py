@@ -1,0 +1,2 @@
+"""The process: entry points' arguments, settings, logs, the composition root (wiring) and the operator's
+commands."""

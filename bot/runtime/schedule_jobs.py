@@ -1,0 +1,464 @@
+"""Delivering reminders and scheduled tasks: the job-queue clock, sending with retries, task turns.
+
+The database is the truth (core_tools.schedule.service); this module only decides *when* to look. One
+job-queue job is armed for the earliest time anything is due (a schedule or a retry), re-armed after each
+look and when a schedule is created; a 30-second job is the safety net and applies /timezone changes.
+APScheduler skips a job later than its misfire grace (docs/design-notes.md, APScheduler): every job here has
+no grace limit, and what fell due while the bot was down is found at start, because it is still due in the
+database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup
+from telegram.error import BadRequest, Forbidden, RetryAfter, TelegramError
+from telegram.ext import Application, ContextTypes, Job
+
+from bot.adapter.render import render
+from bot.process.wiring import Services
+from bot.runtime.leases import ChatLocks
+from core_tools.agent import TurnInput
+from core_tools.errors import BudgetExceeded, TaskBudgetExceeded
+from core_tools.schedule.service import FAILURES_BEFORE_PAUSE, ScheduleService
+from core_tools.schedule.validate import human_delta
+from core_tools.usage.tasks import CostAnomaly
+from db.attribution import TaskRun, running_task
+from db.schedules import FiringRow
+
+log = logging.getLogger(__name__)
+
+Ctx = ContextTypes.DEFAULT_TYPE
+SAFETY_INTERVAL_S = 30.0
+LOOK_S = 5.0  # how often the process holding the reminders looks for schedules other processes created
+LEASE = "reminders"  # the job lease: one process fires and delivers at a time (bot/runtime/replica.py)
+MAX_WAIT_S = 300.0  # re-look at least this often even when nothing is due (clock jumps, missed wake-ups)
+BATCH = 500
+SEND_CONCURRENCY = 16  # requests in flight at once
+# Firings marked `sending` together (one transaction) just before they are sent: after a crash at most
+# this many are of unknown delivery (sent again at start, marked as a possible copy).
+MARK_CHUNK = 100
+LATE_NOTE_AFTER = timedelta(minutes=1)
+# A firing skipped because its task reached its monthly limit keeps this mark in its error: the user is
+# told at the first of a row of skipped runs, not at every one.
+LIMIT_MARK = "monthly limit: "
+
+
+def reminder_keyboard(firing_id: int) -> InlineKeyboardMarkup:
+    """The buttons under a fired reminder."""
+    return InlineKeyboardMarkup(
+        [
+            [
+                InlineKeyboardButton("Snooze 10 min", callback_data=f"sch:s10:{firing_id}"),
+                InlineKeyboardButton("Snooze 1 h", callback_data=f"sch:s60:{firing_id}"),
+            ],
+            [InlineKeyboardButton("Done", callback_data=f"sch:done:{firing_id}")],
+        ]
+    )
+
+
+class _QuietSink:
+    """A task's turn does not stream: its answer arrives as one delivered message."""
+
+    async def text(self, partial: str) -> None:
+        return None
+
+    async def status(self, line: str) -> None:
+        return None
+
+
+def firing_notes(service: ScheduleService, f: FiringRow) -> list[str]:
+    """The notes under a firing: a possible copy after a restart, late delivery, occurrences missed."""
+    now = service.clock()
+    notes = []
+    if f.resend:
+        notes.append("(I was restarted while sending this; if you already got it, ignore this copy.)")
+    late = now - f.due_at
+    if not f.snoozed and late > LATE_NOTE_AFTER:
+        notes.append(f"(Late by {human_delta(late)}: I was offline at {service.local(f.user_id, f.due_at)}.)")
+    if f.missed:
+        times = "time" if f.missed == 1 else "times"
+        notes.append(
+            f"(It also fell due {f.missed} more {times} while I was offline; this is the one catch-up.)"
+        )
+    return notes
+
+
+def firing_text(service: ScheduleService, f: FiringRow) -> str:
+    """What a firing says: a reminder's text, or a task's answer (Markdown), with its notes."""
+    if f.kind == "task":
+        body = f"⏰ Scheduled task: {f.text}\n\n{f.result_text or ''}"
+    else:
+        body = ("⏰ Snoozed reminder: " if f.snoozed else "⏰ ") + f.text
+    return "\n\n".join([body, *firing_notes(service, f)])
+
+
+def failure_text(f: FiringRow, reason: str, paused: bool) -> str:
+    """What the chat is told when a scheduled task could not run."""
+    text = f"Your scheduled task #{f.schedule_id} (\u201c{f.text[:80]}\u201d) could not run: {reason}"
+    if paused:
+        text += (
+            f"\n\nIt failed {FAILURES_BEFORE_PAUSE} times in a row, so I paused it. "
+            "Resume it from /reminders when the problem is solved."
+        )
+    elif f.repeating:
+        text += "\n\nIt will run again at its next time."
+    return text
+
+
+def resume_keyboard(schedule_id: int) -> InlineKeyboardMarkup:
+    """The Resume button under the notice that a task was paused (the one /reminders shows)."""
+    return InlineKeyboardMarkup(
+        [[InlineKeyboardButton(f"Resume #{schedule_id}", callback_data=f"sch:resume:{schedule_id}")]]
+    )
+
+
+def anomaly_text(f: FiringRow, anomaly: CostAnomaly) -> str:
+    """What the chat is told when a task run cost far more than usual and the task was paused."""
+    return (
+        f"This run of your scheduled task #{f.schedule_id} (\u201c{f.text[:80]}\u201d) cost "
+        f"{anomaly.describe()}, so I paused the task: it does not run again until you resume it. "
+        "/reminders shows what it spent this month."
+    )
+
+
+@dataclass(frozen=True)
+class TaskOutcome:
+    """A task firing's turn: its answer (kept on the firing), or what to tell the chat about its failure;
+    `paused` is told after the answer: the run cost far more than usual and the task is paused."""
+
+    answer: str | None
+    notice: str | None = None
+    paused: str | None = None
+
+
+async def run_task(
+    services: Services, f: FiringRow, hold: Callable[[int], AbstractAsyncContextManager[None]]
+) -> TaskOutcome:
+    """Run a task's turn (caps and the task's own monthly limit checked first, accounted as `scheduled`
+    and to the task) while holding its chat (`hold`); a run far costlier than usual pauses the task."""
+    service = services.schedules.service
+    service.mark_sending([f.id])
+    schedule = service.store.get(f.schedule_id)
+    limit = schedule.max_cost_per_month if schedule is not None else None
+    try:
+        # Every LLM call made for the turn is recorded against this run and held against the task's limit.
+        with running_task(TaskRun(f.user_id, f.schedule_id, f.id, limit)):
+            # The caps are checked before anything is stored or sent; the agent checks them again.
+            services.usage_service.check(f.user_id, "scheduled")
+            turn = TurnInput(
+                f.user_id,
+                f.chat_id,
+                f"(Scheduled task #{f.schedule_id}, set earlier by the user; do it now.)\n{f.text}",
+                chat_type=f.chat_type,
+                purpose="scheduled",
+            )
+            async with hold(f.chat_id):  # a task's turn waits for the chat like a message
+                result = await services.agent.run_turn(turn, _QuietSink())
+    except asyncio.CancelledError:
+        raise
+    except TaskBudgetExceeded as exc:
+        # Not a failure of the task: it runs again once a new month starts (or its limit is raised).
+        log.info("scheduled task %s (firing %s) skipped: %s", f.schedule_id, f.id, exc)
+        told = (service.store.previous_error(f.schedule_id, f.id) or "").startswith(LIMIT_MARK)
+        service.record([(f.id, service.outcome_failed(f.attempts + 1, f"{LIMIT_MARK}{str(exc)[:480]}"))])
+        return TaskOutcome(None, None if told else f"{exc} Runs until then are skipped.")
+    except Exception as exc:
+        reason = str(exc) if isinstance(exc, BudgetExceeded) else f"{type(exc).__name__}: {exc}"
+        log.warning("scheduled task %s (firing %s) failed: %s", f.schedule_id, f.id, reason)
+        service.record([(f.id, service.outcome_failed(f.attempts + 1, reason[:500]))])
+        paused = service.task_failed(f.schedule_id)
+        return TaskOutcome(None, failure_text(f, reason, paused))
+    service.task_succeeded(f.schedule_id)
+    answer = result.text.strip() or "(The task produced no answer.)"
+    # Kept before sending: a failed send is retried with this answer, never by running the turn again.
+    service.record([(f.id, {"result_text": answer})])
+    # A few queries over the usage log: in a worker thread, off the event loop.
+    return TaskOutcome(answer, paused=await asyncio.to_thread(_pause_if_costly, services, f))
+
+
+def _pause_if_costly(services: Services, f: FiringRow) -> str | None:
+    """Pause the task when this run cost more than SCHEDULE_COST_ANOMALY_X times its median run; what to
+    tell the chat then, else None."""
+    try:
+        anomaly = services.usage_service.task_cost_anomaly(
+            f.user_id, f.schedule_id, f.id, services.settings.schedule_cost_anomaly_x
+        )
+        if anomaly is None or not services.schedules.service.pause_for_cost(f.schedule_id):
+            return None
+    except Exception:  # the answer is paid for and kept: a failing check must not lose it
+        log.exception("scheduled task %s: could not check the cost of its run", f.schedule_id)
+        return None
+    log.warning("scheduled task %s paused: its run %s cost %s", f.schedule_id, f.id, anomaly.describe())
+    return anomaly_text(f, anomaly)
+
+
+def _retry_seconds(exc: RetryAfter) -> float:
+    ra = exc.retry_after
+    return float(ra) if isinstance(ra, int | float) else ra.total_seconds()
+
+
+class ScheduleRunner:
+    """Fires due schedules and delivers their firings through the Bot API."""
+
+    def __init__(
+        self, app: Application[Any, Any, Any, Any, Any, Any], services: Services, locks: ChatLocks
+    ) -> None:
+        self.app = app
+        self.services = services
+        self.locks = locks
+        self.service: ScheduleService = services.schedules.service
+        self.in_flight: set[int] = set()
+        self._lock = asyncio.Lock()
+        self._job: Job[Any] | None = None
+        self._armed_for: float | None = None  # the loop time the armed job runs at
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._send_slots = asyncio.Semaphore(SEND_CONCURRENCY)
+
+    @property
+    def bot(self) -> Bot:
+        """The application's bot."""
+        bot: Bot = self.app.bot
+        return bot
+
+    # ------------------------------------------------------------------ the clock
+
+    def wake(self) -> None:
+        """Something may be due sooner than the armed time (a schedule was created or snoozed)."""
+        self.arm(self.service.next_wake())
+
+    def arm(self, when: datetime | None) -> None:
+        """Make sure a look happens at `when` (or sooner); one job at a time is armed."""
+        jq = self.app.job_queue
+        if jq is None or when is None:
+            return
+        # Compared on the event loop's monotonic clock: a jump of the wall clock cannot strand the job.
+        delay = min(max(0.0, (when - self.service.clock()).total_seconds()), MAX_WAIT_S)
+        target = asyncio.get_running_loop().time() + delay
+        if self._job is not None and self._armed_for is not None and self._armed_for <= target:
+            return
+        if self._job is not None:
+            self._job.schedule_removal()
+        self._job = jq.run_once(
+            self._tick_job, when=delay, name="schedule-tick", job_kwargs={"misfire_grace_time": None}
+        )
+        self._armed_for = target
+
+    def _leading(self) -> tuple[bool, bool]:
+        """(this process fires the schedules now, it has just taken that over: recover first)."""
+        return self.services.replica.holds_job(LEASE)
+
+    async def startup_job(self, context: Ctx) -> None:
+        """At start (bot/runtime/jobs.py): recover and deliver, when this process holds the reminders."""
+        if self._leading()[0]:
+            await self.startup()
+
+    async def _tick_job(self, context: Ctx) -> None:
+        self._job, self._armed_for = None, None
+        held, fresh = self._leading()
+        if fresh:
+            await self.startup()  # the process that held it died: its cut deliveries are recovered
+        elif held:
+            await self.tick()
+
+    async def look_job(self, context: Ctx) -> None:
+        """Every LOOK_S: re-arm for schedules other processes created; a new holder recovers first."""
+        held, fresh = self._leading()
+        if fresh:
+            await self.startup()
+        elif held:
+            self.arm(self.service.next_wake())
+
+    async def safety_job(self, context: Ctx) -> None:
+        """Every SAFETY_INTERVAL_S: apply /timezone changes and deliver what is due."""
+        held, fresh = self._leading()
+        if fresh:
+            await self.startup()
+            return
+        if not held:
+            return
+        try:
+            if await asyncio.to_thread(self.service.reconcile_zones):
+                log.info("schedules moved to a new time zone")
+        except Exception:
+            log.exception("could not apply time zone changes to schedules")
+        await self.tick()
+
+    async def startup(self) -> dict[str, int]:
+        """Recover firings cut by a restart, repair, apply zone changes, then deliver what is due."""
+        # Each works out next times (bounded, but CPU work): in a worker thread, off the event loop.
+        resend, failed = await asyncio.to_thread(self.service.recover)
+        repaired = await asyncio.to_thread(self.service.repair)
+        moved = await asyncio.to_thread(self.service.reconcile_zones)
+        counts = self.service.store.count_by_status()
+        log.info(
+            "schedules at start: %s; %d firing(s) to resend after a restart, %d interrupted task(s), "
+            "%d repaired, %d moved to a new zone",
+            ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none",
+            len(resend),
+            len(failed),
+            repaired,
+            moved,
+        )
+        for f in failed:
+            await self._tell(
+                f.chat_id,
+                f"I was restarted while running your scheduled task #{f.schedule_id} "
+                f"(\u201c{f.text[:80]}\u201d); it did not finish, and I did not run it again so that it does "
+                "not cost twice.",
+            )
+        await self.tick()
+        return {"resend": len(resend), "failed": len(failed), "repaired": repaired, "moved": moved}
+
+    async def tick(self) -> None:
+        """Fire what is due, send the due firings, re-arm for the next time."""
+        async with self._lock:
+            try:
+                started = time.monotonic()
+                # Advancing every due schedule works out its next time: off the event loop.
+                fired = await asyncio.to_thread(self.service.fire_due)
+                if fired:
+                    log.info(
+                        "fired %d schedule(s) in %.0f ms", len(fired), (time.monotonic() - started) * 1000
+                    )
+                while True:
+                    firings = self.service.due_firings(BATCH, exclude=list(self.in_flight))
+                    if not firings:
+                        break
+                    messages = [f for f in firings if f.kind == "message" or f.result_text is not None]
+                    sendable = {f.id for f in messages}
+                    for f in firings:
+                        self.in_flight.add(f.id)
+                        if f.id not in sendable:
+                            self._spawn(self._task_firing(f))
+                    started = time.monotonic()
+                    await self._send_batch(messages)
+                    if messages:
+                        log.info(
+                            "sent %d firing(s) in %.0f ms", len(messages), (time.monotonic() - started) * 1000
+                        )
+                    if len(firings) < BATCH:
+                        break
+            except Exception:
+                log.exception("the schedule job failed; it runs again shortly")
+                self.arm(self.service.clock() + timedelta(seconds=5))
+                return
+        self.arm(self.service.next_wake())
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def drain(self) -> None:
+        """Wait for running task firings (tests, shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    # ------------------------------------------------------------------ sending
+
+    async def _send_batch(self, firings: list[FiringRow]) -> None:
+        if not firings:
+            return
+        try:
+            for i in range(0, len(firings), MARK_CHUNK):
+                chunk = firings[i : i + MARK_CHUNK]
+                # `sending` is committed before these requests leave: a crash mid-send leaves at most one
+                # chunk whose delivery is unknown at the next start.
+                self.service.mark_sending([f.id for f in chunk])
+                results = await asyncio.gather(*(self._deliver(f) for f in chunk))
+                self.service.record([r for r in results if r is not None])
+        finally:
+            for f in firings:
+                self.in_flight.discard(f.id)
+
+    async def _deliver(self, f: FiringRow) -> tuple[int, dict[str, Any]] | None:
+        """Send one firing; returns the row values of its outcome."""
+        text = firing_text(self.service, f)
+        if f.kind == "task":
+            parts = render(text)
+            markup = None
+        else:
+            parts = []
+            markup = reminder_keyboard(f.id)
+        attempts = f.attempts + 1
+        place = self.services.conversations.topics.place(f.chat_id)  # set in a forum topic: sent there
+        thread = place.thread_id
+        try:
+            async with self._send_slots:
+                if parts:
+                    first: int | None = None
+                    for part in parts:
+                        try:
+                            msg = await self.bot.send_message(
+                                place.chat_id,
+                                part.text,
+                                entities=part.entities or None,
+                                message_thread_id=thread,
+                            )
+                        except BadRequest as exc:
+                            if not part.entities or "entit" not in str(exc).lower():
+                                raise
+                            msg = await self.bot.send_message(
+                                place.chat_id, part.text, message_thread_id=thread
+                            )
+                        first = first or msg.message_id
+                    message_id = first
+                else:
+                    msg = await self.bot.send_message(
+                        place.chat_id, text, reply_markup=markup, message_thread_id=thread
+                    )
+                    message_id = msg.message_id
+        except Forbidden as exc:
+            # The user blocked the bot (or it left the group): pause instead of failing every occurrence.
+            self.service.pause_chat(f.chat_id, "blocked")
+            return f.id, self.service.outcome_failed(attempts, f"forbidden: {exc}")
+        except RetryAfter as exc:
+            return f.id, self.service.outcome_retry(attempts, str(exc), _retry_seconds(exc))
+        except BadRequest as exc:
+            log.warning("firing %s to chat %s refused: %s", f.id, f.chat_id, exc)
+            return f.id, self.service.outcome_failed(attempts, str(exc))
+        except TelegramError as exc:  # network trouble, timeouts, 5xx: try again after a backoff
+            log.warning("firing %s to chat %s failed (try %d): %s", f.id, f.chat_id, attempts, exc)
+            return f.id, self.service.outcome_retry(attempts, str(exc))
+        return f.id, self.service.outcome_sent(message_id)
+
+    # ------------------------------------------------------------------ tasks
+
+    async def _task_firing(self, f: FiringRow) -> None:
+        try:
+            outcome = await run_task(self.services, f, self.locks.hold)
+            if outcome.notice is not None:
+                await self._tell(f.chat_id, outcome.notice)
+            if outcome.answer is None:
+                return
+            result = await self._deliver(replace(f, result_text=outcome.answer))
+            if result is not None:
+                self.service.record([result])
+            if outcome.paused is not None:
+                await self._tell(f.chat_id, outcome.paused, resume_keyboard(f.schedule_id))
+        except Exception:
+            log.exception("scheduled task firing %s failed", f.id)
+            self.service.record([(f.id, self.service.outcome_failed(f.attempts + 1, "internal error"))])
+        finally:
+            self.in_flight.discard(f.id)
+        self.arm(self.service.next_wake())
+
+    async def _tell(self, chat_id: int, text: str, markup: InlineKeyboardMarkup | None = None) -> None:
+        place = self.services.conversations.topics.place(chat_id)
+        try:
+            await self.bot.send_message(
+                place.chat_id, text, message_thread_id=place.thread_id, reply_markup=markup
+            )
+        except Forbidden:
+            self.service.pause_chat(chat_id, "blocked")
+        except TelegramError as exc:
+            log.warning("could not tell chat %s about a scheduled task: %s", chat_id, exc)

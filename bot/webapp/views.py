@@ -1,0 +1,184 @@
+"""What the app's JSON API answers: the services' data shaped for the page (plain dicts, ISO times).
+
+Every value comes from the same service methods the chat commands use; the wording shared with them (the
+origin notes of /memory, the layer titles, the pause reasons of /reminders) is imported, not repeated.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from bot.adapter.commands.memory import LAYER_TITLES, ORIGIN_NOTES, UNTRUSTED_NOTE
+from bot.adapter.commands.schedules import PAUSE_REASONS
+from core_tools.memory.views import iso
+from core_tools.usage.caps import CapStatus
+from core_tools.usage.daily import DailyUsage
+from core_tools.usage.service import AllUsage, UsageService
+from db.executions import RunDetail, RunRow
+from db.media import MediaRow
+
+OUTPUT_CHARS = 100_000  # of a run's code, stdout and stderr each: a page shows that much, the chat less
+
+
+def _utc(value: datetime | None) -> str | None:
+    """A stored time (naive UTC or aware) as ISO 8601 with its offset, to the second."""
+    if value is None:
+        return None
+    return iso(value if value.tzinfo is not None else value.replace(tzinfo=UTC))
+
+
+def memory(m: dict[str, Any]) -> dict[str, Any]:
+    """A memory as /memory shows it: the store's view plus the notes /memory adds to it."""
+    out = dict(m)
+    out["layer_title"] = LAYER_TITLES.get(m["layer"], m["layer"])
+    out["untrusted"] = bool(m.get("untrusted"))
+    # As in /memory: untrusted says more than the origin, so it replaces the origin's note.
+    out["note"] = UNTRUSTED_NOTE if out["untrusted"] else ORIGIN_NOTES.get(m.get("origin") or "")
+    return out
+
+
+def change(c: dict[str, Any]) -> dict[str, Any]:
+    """A history row as /memory history shows it."""
+    return dict(c)
+
+
+def schedule(view: dict[str, Any]) -> dict[str, Any]:
+    """A schedule as /reminders shows it, with what can be done to it and its spend this month.
+
+    `spend_month_usd` is None until tasks are priced one by one (the page shows "–")."""
+    out = dict(view)
+    status = view["status"]
+    if status == "paused":
+        out["paused_why"] = PAUSE_REASONS.get(view.get("paused") or "", PAUSE_REASONS["failures"])
+    out["actions"] = [
+        a
+        for a, ok in (
+            ("pause", status == "active"),
+            ("resume", status == "paused"),
+            ("cancel", status in ("active", "paused") or "snoozed_until" in view),
+        )
+        if ok
+    ]
+    out["spend_month_usd"] = None
+    return out
+
+
+def cap(c: CapStatus) -> dict[str, Any]:
+    """One cap: its limit, what is spent and held against it, what is left, and when it resets."""
+    return {
+        "period": c.period,
+        "kind": c.kind,
+        "limit": c.limit,
+        "spent": c.spent,
+        "reserved": c.reserved,
+        "left": max(0.0, c.limit - c.spent - c.reserved),
+        "source": c.source,
+        "resets_at": _utc(c.window.end),
+    }
+
+
+def usage(daily: DailyUsage, caps: list[CapStatus]) -> dict[str, Any]:
+    """Tokens and cost per day by purpose and model (the page sums them its way), and the caps."""
+    return {
+        "timezone": daily.timezone,
+        "days": [d.isoformat() for d in daily.days],
+        "lines": [
+            {
+                "day": line.day,
+                "purpose": line.purpose,
+                "model": line.model,
+                "calls": line.calls,
+                "tokens": line.tokens,
+                "cost": line.cost,
+            }
+            for line in daily.lines
+        ],
+        "caps": [cap(c) for c in caps],
+    }
+
+
+def everyone(service: UsageService, month: AllUsage, allowed: list[int]) -> dict[str, Any]:
+    """The owner's view: every user's usage this month (the owner's calendar month) and their caps."""
+    users = {u.user_id: u for u in month.users}
+    rows = []
+    for uid in dict.fromkeys([*allowed, *users]):
+        line = users.get(uid)
+        caps = service.effective_caps(uid)
+        rows.append(
+            {
+                "user_id": uid,
+                "who": line.who if line is not None else service.describe_user(uid),
+                "tokens": line.spend.tokens if line is not None else 0,
+                "cost": line.spend.cost if line is not None else 0.0,
+                "unpriced_models": list(line.spend.unpriced_models) if line is not None else [],
+                "turns": line.turns if line is not None else 0,
+                "reached": cap(line.reached) if line is not None and line.reached is not None else None,
+                "caps": [
+                    {"period": p, "kind": k, "limit": limit, "source": source}
+                    for (p, k), (limit, source) in sorted(caps.items())
+                    if limit is not None
+                ],
+            }
+        )
+    return {
+        "period_start": _utc(month.window.start),
+        "period_end": _utc(month.window.end),
+        "users": rows,
+        "total": {"tokens": month.total.tokens, "cost": month.total.cost, "turns": month.total_turns},
+    }
+
+
+def run(r: RunRow) -> dict[str, Any]:
+    """One code run in a list."""
+    return {
+        "id": r.id,
+        "language": r.language,
+        "status": "ok" if r.success else "failed",
+        "exit_code": r.exit_code,
+        "duration_ms": r.duration_ms,
+        "error_category": r.error_category,
+        "created_at": _utc(r.created_at),
+        "truncated": r.truncated,
+        "files": r.files,
+    }
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= OUTPUT_CHARS else text[:OUTPUT_CHARS] + "\n…"
+
+
+def run_detail(d: RunDetail) -> dict[str, Any]:
+    """One code run whole: code, output, and the names and sizes of the files it wrote."""
+    return {
+        **run(d.run),
+        "code": _clip(d.code),
+        "stdout": _clip(d.stdout),
+        "stderr": _clip(d.stderr),
+        "stdout_bytes": d.stdout_bytes,
+        "stderr_bytes": d.stderr_bytes,
+        "isolation": d.isolation,
+        "files_out": [
+            {
+                "name": str(f.get("name", ""))[:255],
+                "size": f.get("size") if isinstance(f.get("size"), int) else None,
+            }
+            for f in d.files_out
+        ],
+    }
+
+
+def media_file(m: MediaRow) -> dict[str, Any]:
+    """A file the user sent (its name exactly as sent: the page shows it as text)."""
+    return {
+        "id": m.id,
+        "kind": m.kind,
+        "name": m.file_name,
+        "mime_type": m.mime_type,
+        "size": m.size,
+        "status": m.status,
+        "detail": m.detail,
+        "duration_s": m.duration_s,
+        "text_chars": m.text_chars,
+        "created_at": _utc(m.created_at),
+    }

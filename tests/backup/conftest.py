@@ -1,0 +1,7 @@
+"""Backups copy every table of either database: the tests that take a database run on both."""
+
+from __future__ import annotations
+
+from tests.support.databases import both_databases
+
+db_kind = both_databases()
