@@ -14,10 +14,8 @@ from typing import TYPE_CHECKING
 from pydantic import SecretStr
 from sqlalchemy import Engine
 
-from bot.adapter.notify import TelegramNotifier
-from bot.adapter.outfiles import TelegramFiles
 from bot.process.settings import Settings
-from bot.runtime.replica import Replica
+from bot.runtime.replica import Replica, ReplicaEvents
 from core_tools.agent import Agent, AgentConfig
 from core_tools.llm import AudioClient, LLMClient
 from core_tools.mcp.config import load_servers
@@ -44,6 +42,7 @@ from core_tools.sessions import SessionManager
 from core_tools.tools.code import CodeLimits, CodeTool
 from core_tools.tools.results import ResultsTool
 from core_tools.tools.search import SearchTool, build_search_tool
+from core_tools.types import FileSink, Notifier
 from core_tools.usage import Caps, UsageService, parse_prices
 from db import recall_cache
 from db.conversations import Conversations
@@ -57,14 +56,46 @@ from db.runtime import RuntimeStore
 from db.schedules import Schedules
 from db.series import Series
 from db.task_costs import TaskCosts
+from db.topics import Topics
 from db.usage import UsageLog, UsageQueries
 
 # The MCP SDK is imported only where MCP_SERVERS_FILE is set: it was the largest share of a start's imports.
 if TYPE_CHECKING:
+    from bot.adapter.context import App
+    from bot.terminal.chat import TerminalChat
     from bot.webapp.server import WebAppServer
     from core_tools.mcp.client import McpServers
 
 log = logging.getLogger(__name__)
+
+
+def _no_wake() -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Outlets:
+    """What the front end running the services (Telegram, the terminal) gives them at construction: where
+    code jobs' notices, a cap's notice to the owner and the files code writes go outside a turn, and how the
+    schedule tool tells the front end's clock that something may be due sooner."""
+
+    notifier: Notifier | None = None
+    file_sink: FileSink | None = None
+    wake: Callable[[], None] = _no_wake
+
+
+def _no_outlets(topics: Topics) -> Outlets:
+    return Outlets()
+
+
+@dataclass(frozen=True)
+class FrontEnd:
+    """The front end the services are built for: its outlets (made from the forum topics, which the services
+    own: a topic's messages go to its forum) and the replica's events (the chats it drives). Without one
+    (the MCP server, the operator's commands) nothing is delivered outside a turn and no chat is driven."""
+
+    outlets: Callable[[Topics], Outlets] = _no_outlets
+    replica: ReplicaEvents = field(default_factory=ReplicaEvents)
 
 
 @dataclass
@@ -81,29 +112,19 @@ class Services:
     sessions: SessionManager
     search: SearchTool
     code: CodeTool
-    notifier: TelegramNotifier
     memory: MemoryStore
     usage_service: UsageService
     extractor: MemoryExtractor
     schedules: ScheduleTool
+    replica: Replica
+    # The front end's (Outlets): where notices and code files go outside a turn.
+    notifier: Notifier | None = None
+    files: FileSink | None = None
     mcp: McpServers | None = None
     media: MediaService | None = None
     audio: AudioClient | None = None
-    files: TelegramFiles = field(default_factory=TelegramFiles)
-    replica: Replica = field(default=None)  # type: ignore[assignment]  # set in __post_init__ when not given
     # The sandbox's data toolkit, installed in the background at start when missing.
     toolkit: Toolkit | None = None
-    # The app's web server (WEBAPP_LISTEN), started with the Telegram bot (bot/adapter/app.py).
-    webapp: WebAppServer | None = None
-
-    def __post_init__(self) -> None:
-        if self.replica is None:
-            self.replica = Replica(
-                RuntimeStore(self.engine, timedelta(seconds=self.settings.replica_lease_s)),
-                self.settings.replica_lease_s,
-            )
-        self.code.alive = self.replica.alive
-        self.code.runner = self.replica.id
 
     async def start(self) -> None:
         """Report code jobs a restart interrupted; connect the MCP servers (a failing one is retried)."""
@@ -118,8 +139,6 @@ class Services:
     async def aclose(self) -> None:
         """Sign off (other processes take this one's chats at once), deliver pending notices, then release
         connections."""
-        if self.webapp is not None:  # first: its requests use everything below
-            await self.webapp.stop()
         await self.replica.leave()
         await self.code.aclose()
         if self.toolkit is not None:
@@ -173,16 +192,26 @@ def config_problems(settings: Settings) -> list[str]:
     return lines
 
 
-def build_services(settings: Settings) -> Services:
-    """Migrate the database to head and build the services; ValueError means a setting is unusable."""
+def build_services(settings: Settings, front: FrontEnd | None = None) -> Services:
+    """Migrate the database to head and build the services for `front` (None: no front end), each given
+    what it needs at construction, in dependency order; ValueError means a setting is unusable.
+
+    A callback that closes a cycle (the code tool's description is registered again when the toolkit or a
+    sandbox service's limits change; memory recall asks the sessions for the user's time zone) is a closure
+    over an object built further down: nothing calls it before that object exists."""
+    front = front or FrontEnd()
     search = _search(settings)
     upgrade(settings.database_url)
     engine = make_engine(settings.database_url)
+    # This process among others on the database: the code tool's jobs are this replica's.
+    lease_s = settings.replica_lease_s
+    replica = Replica(RuntimeStore(engine, timedelta(seconds=lease_s)), lease_s, front.replica)
     recall_cache.configure(settings.memory_recall_cache_mb)
     sm = make_sessionmaker(engine)
     conversations = Conversations(sm)
     usage = UsageLog(sm)
-    notifier = TelegramNotifier(conversations.topics)
+    outlets = front.outlets(conversations.topics)
+    notifier = outlets.notifier
     usage_service = UsageService(
         UsageQueries(sm),
         prices=parse_prices(settings.llm_prices),
@@ -239,7 +268,6 @@ def build_services(settings: Settings) -> Services:
             ),
         ),
     )
-    files = TelegramFiles(conversations.topics)
     registry = ToolRegistry(recorder=usage, results=ToolResults(sm))
     for media_tool in media.tools():
         registry.register(media_tool, timeout_s=settings.tool_timeout_s)
@@ -247,22 +275,45 @@ def build_services(settings: Settings) -> Services:
         registry.register(tool, timeout_s=settings.tool_timeout_s)
     log.info("%s", search.describe())
 
+    code: CodeTool | None = None  # built below, once its executor and toolkit exist
+
+    def register_code() -> None:
+        # Again whenever the toolkit's state changes (the description names only what Python has) or a
+        # sandbox service's limits become known. The sandbox has its own timeout (a service's, when one
+        # runs the code); the margin covers a generation's LLM calls until a job takes over, the wait for
+        # a run slot and the wait for a toolkit being installed.
+        if code is None:  # a service answered while being built: the code tool is registered once it exists
+            return
+        limits = executor.limits
+        registry.unregister("code")
+        registry.register(
+            code.tool(),
+            timeout_s=(limits.max_timeout_s if limits is not None else settings.code_max_timeout_s)
+            + settings.code_generate_wait_s
+            + 2 * settings.code_queue_wait_s
+            + 30,
+        )
+
     executor: Executor
     token = settings.code_sandbox_token.get_secret_value() if settings.code_sandbox_token else None
     # A sandbox service's own limits decide every run: each of these it overrules is logged once it answers.
     own = own_sandbox_limits(settings)
-    service: SandboxPool | ServiceExecutor | None = None
     if settings.sandbox_urls:
-        service = executor = SandboxPool(
+        executor = SandboxPool(
             [
                 ServiceExecutor(url, timeout_margin_s=10.0, token=token, own_limits=own)
                 for url in settings.sandbox_urls
-            ]
+            ],
+            on_limits=register_code,
         )
         log.info("%s", executor.describe())
     elif settings.code_sandbox_socket:
-        service = executor = ServiceExecutor(
-            settings.code_sandbox_socket, timeout_margin_s=10.0, token=token, own_limits=own
+        executor = ServiceExecutor(
+            settings.code_sandbox_socket,
+            timeout_margin_s=10.0,
+            token=token,
+            own_limits=own,
+            on_limits=register_code,
         )
         log.info("%s", executor.describe())
     else:
@@ -277,7 +328,7 @@ def build_services(settings: Settings) -> Services:
             ahead=settings.code_sandboxes_ahead,
         )
         log.info("%s", describe(executor))
-    toolkit = Toolkit(settings.code_python_env or None, executor)
+    toolkit = Toolkit(settings.code_python_env or None, executor, on_change=register_code)
     code = CodeTool(
         executor,
         Executions(sm),
@@ -294,30 +345,13 @@ def build_services(settings: Settings) -> Services:
             max_generations_per_user=settings.code_max_jobs_per_user,
         ),
         files_in=media.sandbox_files,
-        file_sink=files,
+        file_sink=outlets.file_sink,
         file_limits=FileLimits(settings.code_out_max_files, settings.code_out_max_mb * 1024 * 1024),
+        python_toolkit=toolkit,
+        runner=replica.id,
+        alive=replica.alive,
     )
-    code.python_toolkit = toolkit
-
-    def register_code() -> None:
-        # Again whenever the toolkit's state changes (the description names only what Python has) or a
-        # sandbox service's limits become known. The sandbox has its own timeout (a service's, when one
-        # runs the code); the margin covers a generation's LLM calls until a job takes over, the wait for
-        # a run slot and the wait for a toolkit being installed.
-        limits = executor.limits
-        registry.unregister("code")
-        registry.register(
-            code.tool(),
-            timeout_s=(limits.max_timeout_s if limits is not None else settings.code_max_timeout_s)
-            + settings.code_generate_wait_s
-            + 2 * settings.code_queue_wait_s
-            + 30,
-        )
-
     register_code()
-    toolkit.on_change = register_code
-    if service is not None:
-        service.on_limits = register_code
 
     memory = MemoryStore(
         sm,
@@ -325,6 +359,8 @@ def build_services(settings: Settings) -> Services:
         mid_ttl=timedelta(days=settings.memory_mid_ttl_days),
         short_ttl=timedelta(days=settings.memory_short_ttl_days),
         judge=MemoryJudge(llm),
+        # Dates in recall queries are the user's ("yesterday"); the sessions are built below.
+        timezone_of=lambda user_id: sessions.timezone(user_id),
     )
     extractor = MemoryExtractor(
         memory, llm, sm, enabled=settings.memory_extract, delay_s=settings.memory_extract_delay_s
@@ -342,7 +378,6 @@ def build_services(settings: Settings) -> Services:
     registry.register(
         MemoryTool(memory, sessions.start_for_model, conversations).memory, timeout_s=settings.tool_timeout_s
     )
-    memory.timezone_of = sessions.timezone  # dates in recall queries are the user's ("yesterday")
     schedules = ScheduleTool(
         ScheduleService(
             Schedules(sm),
@@ -358,7 +393,8 @@ def build_services(settings: Settings) -> Services:
                 forecast=lambda user_id, sid: usage_service.task_forecast(user_id, llm.model, sid),
                 spent_this_month=usage_service.task_spend_this_month,
             ),
-        )
+        ),
+        wake=outlets.wake,
     )
     registry.register(schedules.schedule, timeout_s=settings.tool_timeout_s)
     # Its pages are bounded by its own `length`: never stored and paged again.
@@ -425,9 +461,84 @@ def build_services(settings: Settings) -> Services:
         mcp=mcp,
         media=media,
         audio=audio,
-        files=files,
+        files=outlets.file_sink,
         toolkit=toolkit,
+        replica=replica,
     )
+
+
+def build_telegram(settings: Settings, adjust: Callable[[Services], None] | None = None) -> App:
+    """The Telegram bot, built once in dependency order: its Bot API client and job queue, the services
+    (delivering through that bot), the handlers and the turn runner, the media handlers, the schedule runner,
+    the backups, the app's web server, then the PTB Application whose typed bot data holds them.
+
+    The services reach what is built after them through closures (the replica drives chats through the turn
+    runner; the schedule tool wakes the schedule runner); nothing calls those before the application runs.
+    `adjust` sees the services before anything else takes them (tests replace a part)."""
+    from bot.adapter.app import Handlers, build_application, drive, telegram_bot
+    from bot.adapter.context import BotData
+    from bot.adapter.media import MediaHandlers
+    from bot.adapter.notify import TelegramNotifier
+    from bot.adapter.outfiles import TelegramFiles
+    from bot.runtime.backup_jobs import BackupJobs
+    from bot.runtime.schedule_jobs import ScheduleRunner, new_job_queue
+
+    bot = telegram_bot(settings)
+    job_queue = new_job_queue()
+    handlers: Handlers
+    media: MediaHandlers
+    schedule_runner: ScheduleRunner
+    app: App
+
+    def outlets(topics: Topics) -> Outlets:
+        wake = lambda: schedule_runner.wake()  # noqa: E731
+        return Outlets(TelegramNotifier(topics, bot), TelegramFiles(topics, bot), wake)
+
+    def stop_here(chat_id: int, turn: int) -> None:
+        handlers.runner.stop_here(chat_id, turn)
+
+    events = ReplicaEvents(
+        on_orphan=lambda chat_id: drive(app, handlers.runner, chat_id),
+        on_stop=stop_here,
+        on_lost=lambda chat_id: handlers.runner.lost(chat_id),
+        running_turns=lambda: handlers.runner.running(),
+        free_chats=lambda: handlers.runner.free(),
+    )
+    services = build_services(settings, FrontEnd(outlets, events))
+    if adjust is not None:
+        adjust(services)
+    # The answer to a voice note is spoken too (bot/adapter/media.py): the media handlers share the runner.
+    handlers = Handlers(services, speak=lambda bot, item, text: media.speak(bot, item, text))
+    media = MediaHandlers(services, handlers.runner)
+    schedule_runner = ScheduleRunner(bot, job_queue, services, handlers.locks)
+    data = BotData(
+        services=services,
+        handlers=handlers,
+        media=media,
+        schedule_runner=schedule_runner,
+        backups=BackupJobs(services),
+        webapp=build_webapp(services),
+    )
+    app = build_application(data, bot, job_queue)
+    return app
+
+
+def build_terminal(settings: Settings, user_id: int, out_dir: Path) -> TerminalChat:
+    """The terminal chat as `user_id`: its console and the reminders' wake-up are made first, and the services
+    deliver to them (code jobs' notices, a cap's notice to the owner, the files code runs write to
+    `out_dir`)."""
+    from bot.terminal.chat import Console, TerminalChat
+    from bot.terminal.delivery import TerminalFiles, TerminalNotifier
+
+    console = Console()
+    woken = asyncio.Event()  # the schedule tool rings it; the terminal's reminders wait on it
+
+    def outlets(topics: Topics) -> Outlets:
+        notifier = TerminalNotifier(console, user_id)
+        return Outlets(notifier, TerminalFiles(out_dir, console), woken.set)
+
+    services = build_services(settings, FrontEnd(outlets))
+    return TerminalChat(services, user_id, out_dir, console, woken)
 
 
 def build_webapp(services: Services) -> WebAppServer | None:
