@@ -473,7 +473,8 @@ def build_telegram(settings: Settings, adjust: Callable[[Services], None] | None
     the backups, the app's web server, then the PTB Application whose typed bot data holds them.
 
     The services reach what is built after them through closures (the replica drives chats through the turn
-    runner; the schedule tool wakes the schedule runner); nothing calls those before the application runs.
+    runner, which nothing asks of before the application runs; the schedule tool wakes the schedule runner,
+    once it exists).
     `adjust` sees the services before anything else takes them (tests replace a part)."""
     from bot.adapter.app import Handlers, build_application, drive, telegram_bot
     from bot.adapter.context import BotData
@@ -487,11 +488,15 @@ def build_telegram(settings: Settings, adjust: Callable[[Services], None] | None
     job_queue = new_job_queue()
     handlers: Handlers
     media: MediaHandlers
-    schedule_runner: ScheduleRunner
+    schedule_runner: ScheduleRunner | None = None
     app: App
 
+    def wake() -> None:
+        # A schedule made before the runner exists (a test's setup, `adjust`) is found when it starts.
+        if schedule_runner is not None:
+            schedule_runner.wake()
+
     def outlets(topics: Topics) -> Outlets:
-        wake = lambda: schedule_runner.wake()  # noqa: E731
         return Outlets(TelegramNotifier(topics, bot), TelegramFiles(topics, bot), wake)
 
     def stop_here(chat_id: int, turn: int) -> None:
