@@ -1,4 +1,5 @@
-"""Entry point: `python -m bot` runs the Telegram bot; `python -m bot chat` chats in the terminal."""
+"""Entry point: `python -m bot` runs the Telegram bot; `python -m bot chat` chats in the terminal;
+`python -m bot mcp` serves the bot's tools over MCP."""
 
 from __future__ import annotations
 
@@ -289,6 +290,16 @@ def main(argv: list[str] | None = None) -> int:
     from bot.process.backup_cli import add_commands
 
     add_commands(sub)
+    from bot.process.mcp_serve import add_arguments as mcp_arguments
+
+    mcp_arguments(
+        sub.add_parser(
+            "mcp",
+            help="serve the bot's tools (search, fetch, code, memory, read_result) over MCP, as one user",
+            description="Serve the assistant's tools over MCP, as one user: the same sandbox, execution "
+            "log, memory, caps and accounting as in Telegram.",
+        )
+    )
     link = sub.add_parser(
         "webapp-link", help="print a signed link that opens the app as a user, for a browser (testing)"
     )
@@ -298,18 +309,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     telegram = args.command in (None, "run")
     # The doctor reports settings that are unusable together as its own failing line, with the rest.
-    settings = _settings(telegram, services=telegram or args.command == "chat")
+    settings = _settings(telegram, services=telegram or args.command in ("chat", "mcp"))
     if settings is None:
         return 2
     setup_logging(settings.log_level, settings.secrets())
     if args.command in ("chat", "doctor", "backup", "migrate-db", "webapp-link", *DATA_COMMANDS):
         logging.getLogger().setLevel(logging.WARNING)  # keep the terminal for the output
-    if args.command == "chat":  # stdout is the conversation: warnings go to stderr
+    if args.command in ("chat", "mcp"):  # stdout is the conversation (the protocol): logs go to stderr
         for handler in logging.getLogger().handlers:
             if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
                 handler.setStream(sys.stderr)
     if args.command == "chat":
         return run_chat(settings, args.out)
+    if args.command == "mcp":
+        from bot.process.mcp_serve import run as run_mcp
+
+        return run_mcp(settings, args)
     if args.command == "doctor":
         return run_doctor(settings, args.quick, args.timeout)
     if args.command == "backup" and args.target is None:

@@ -451,7 +451,7 @@ class Agent:
         return build_history(stored, budget, current_id=user_msg_id, images=images)
 
     def _tool_schemas(self, turn: TurnInput) -> list[dict[str, Any]] | None:
-        schemas = self.registry.schemas()
+        schemas = self.registry.schemas_for(turn.user_id)
         if not turn.private:
             hidden = self.config.private_tools
             schemas = [s for s in schemas if s.get("function", {}).get("name") not in hidden]

@@ -166,6 +166,7 @@ class LLMClient:
         session_id: str | None = None,
         model: str | None = None,
         defer_record: bool = False,
+        max_completion_tokens: int | None = None,
     ) -> LLMReply:
         """Send one streamed request; raise LLMUnavailable (with a user-readable reason) when it fails.
 
@@ -176,8 +177,10 @@ class LLMClient:
         are reached; otherwise the request's estimate is reserved until its real usage is recorded.
         `defer_record`: a successful request's record is not written here but handed to the caller as
         `reply.unrecorded`, which must settle it (stored with the caller's rows, or alone); a failed or
-        stopped request is recorded here either way.
+        stopped request is recorded here either way. `max_completion_tokens`: this request's ceiling
+        instead of the client's (a helper agent's `max_tokens`), sent and reserved the same way.
         """
+        ceiling = max_completion_tokens or self.max_completion_tokens
         model = model or (self.background_model if purpose in BACKGROUND_PURPOSES else self.model)
         has_images = any(m.images for m in messages)
         dropped = has_images and self.sees_images is False
@@ -186,9 +189,7 @@ class LLMClient:
         hold: BudgetHold | None = None
         if self.budget is not None:
             prompt_text = json.dumps(payload, ensure_ascii=False) + json.dumps(tools or [])
-            hold = self.budget.reserve(
-                user_id, purpose, model, estimate_tokens(prompt_text), self.max_completion_tokens or 0
-            )
+            hold = self.budget.reserve(user_id, purpose, model, estimate_tokens(prompt_text), ceiling or 0)
         started = time.monotonic()
         streamed: list[str] = []
 
@@ -200,7 +201,7 @@ class LLMClient:
         try:
             try:
                 try:
-                    reply = await self._stream(payload, tools, on_text, model)
+                    reply = await self._stream(payload, tools, on_text, model, ceiling)
                 except openai.BadRequestError:
                     if not has_images or dropped or self.vision != "auto":
                         raise
@@ -208,7 +209,7 @@ class LLMClient:
                     log.warning("the LLM endpoint rejected image input; images are left out from now on")
                     self.sees_images, dropped = False, True
                     payload = [m.to_openai() for m in _without_images(messages)]
-                    reply = await self._stream(payload, tools, on_text, model)
+                    reply = await self._stream(payload, tools, on_text, model, ceiling)
                 if has_images and not dropped:
                     self.sees_images = True
                 reply.images_dropped = dropped
@@ -275,13 +276,14 @@ class LLMClient:
         tools: list[dict[str, Any]] | None,
         on_delta: DeltaCallback | None,
         model: str,
+        ceiling: int | None = None,
     ) -> LLMReply:
         # The body is already plain JSON-ready dicts, so it goes in through `extra_body`: the SDK's own
         # parameter transform walks every message against its TypedDicts, which measured 39 ms per request
         # at 100 messages (bench/bench_chat.py), more than everything else in a turn.
         body: dict[str, Any] = {"messages": payload, "stream_options": {"include_usage": True}}
-        if self.max_completion_tokens:
-            body["max_completion_tokens"] = self.max_completion_tokens
+        if ceiling:
+            body["max_completion_tokens"] = ceiling
         if tools:
             body["tools"] = tools
         stream = await self._client.chat.completions.create(

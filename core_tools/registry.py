@@ -163,6 +163,9 @@ class ToolRegistry:
         self.max_result_chars = max_result_chars
         self.results = results
         self.page_chars = min(page_chars, max_result_chars)
+        # Per-user lines added to a tool's description (the code tool's lessons note): read from memory on
+        # every turn, so a note must never query anything.
+        self._notes: dict[str, Callable[[int], str | None]] = {}
 
     def register(
         self, fn: ToolFn, *, name: str | None = None, timeout_s: float = 60.0, paged: bool = True
@@ -197,6 +200,30 @@ class ToolRegistry:
     def schemas(self) -> list[dict[str, Any]]:
         """Schemas of every tool, for the LLM request."""
         return [t.schema_dict for t in self._tools.values()]
+
+    def set_note(self, name: str, note: Callable[[int], str | None]) -> None:
+        """Have `note(user_id)` (memory only, no I/O) appended to tool `name`'s description in that user's
+        turns; it stays across the tool being registered again."""
+        self._notes[name] = note
+
+    def schemas_for(self, user_id: int) -> list[dict[str, Any]]:
+        """Schemas of every tool, the user's notes added to their descriptions (copies: shared ones stay)."""
+        schemas = self.schemas()
+        if not self._notes:
+            return schemas
+        out = []
+        for schema in schemas:
+            fn = schema["function"]
+            note_of = self._notes.get(fn["name"])
+            try:
+                note = note_of(user_id) if note_of is not None else None
+            except Exception:  # a note is a hint: it must never cost the turn
+                log.exception("the note of tool %s failed", fn["name"])
+                note = None
+            if note:
+                schema = {**schema, "function": {**fn, "description": f"{fn['description']}\n\n{note}"}}
+            out.append(schema)
+        return out
 
     async def call(self, request: ToolCallRequest, ctx: ToolContext) -> ToolOutcome:
         """Validate, run, time-limit and log one call; any failure becomes an error result for the model."""

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy import ColumnElement, case, func, select
+from sqlalchemy.orm import InstrumentedAttribute, Session, sessionmaker
 
 from db.models import CodeExecution
 
@@ -78,6 +78,29 @@ class FailedRun:
     created_at: datetime
     code: str
     stderr: str
+
+
+# The end of a failed run's stderr is where its error is (a traceback ends with the exception): reading only
+# that bounds what a query of many failures loads (a run keeps up to 1 MB of stderr).
+STDERR_TAIL_CHARS = 2000
+CODE_CHARS = 4000
+
+
+def _tail(column: InstrumentedAttribute[str | None], chars: int) -> ColumnElement[str | None]:
+    """The last `chars` characters of a text column, in SQL (substr from a start: SQLite and PostgreSQL)."""
+    length = func.length(column)
+    return case((length > chars, func.substr(column, length - chars + 1)), else_=column)
+
+
+@dataclass(frozen=True)
+class RecentFailure:
+    """A failed run as the lessons note reads it: no code, only what the sandbox said."""
+
+    id: str
+    user_id: int
+    language: str
+    error_category: str | None
+    stderr_tail: str
 
 
 class Executions:
@@ -155,6 +178,99 @@ class Executions:
                 r.isolation,
                 files,
             )
+
+    def category_examples(self, user_id: int, since: datetime) -> dict[str, FailedRun]:
+        """The user's latest failed run of each error category since `since` (code cut to CODE_CHARS,
+        stderr to its last STDERR_TAIL_CHARS): one query."""
+        category = func.coalesce(CodeExecution.error_category, "unknown")
+        ranked = (
+            select(
+                CodeExecution.id,
+                CodeExecution.language,
+                category.label("category"),
+                CodeExecution.created_at,
+                func.substr(CodeExecution.code, 1, CODE_CHARS).label("code"),
+                _tail(CodeExecution.stderr, STDERR_TAIL_CHARS).label("stderr"),
+                func.row_number()
+                .over(partition_by=category, order_by=(CodeExecution.created_at.desc(), CodeExecution.id))
+                .label("n"),
+            )
+            .where(
+                CodeExecution.user_id == user_id,
+                CodeExecution.success.is_(False),
+                CodeExecution.created_at >= since,
+            )
+            .subquery()
+        )
+        with self._sm() as s:
+            rows = s.execute(select(ranked).where(ranked.c.n == 1)).all()
+        return {
+            r.category: FailedRun(r.id, r.language, r.category, r.created_at, r.code or "", r.stderr or "")
+            for r in rows
+        }
+
+    def session_failures(self, user_id: int, session_id: str, limit: int) -> list[FailedRun]:
+        """The user's failed runs in one session, newest first (code and stderr cut as above)."""
+        with self._sm() as s:
+            rows = s.execute(
+                select(
+                    CodeExecution.id,
+                    CodeExecution.language,
+                    CodeExecution.error_category,
+                    CodeExecution.created_at,
+                    func.substr(CodeExecution.code, 1, CODE_CHARS),
+                    _tail(CodeExecution.stderr, STDERR_TAIL_CHARS),
+                )
+                .where(
+                    CodeExecution.user_id == user_id,
+                    CodeExecution.session_id == session_id,
+                    CodeExecution.success.is_(False),
+                )
+                .order_by(CodeExecution.created_at.desc(), CodeExecution.id)
+                .limit(limit)
+            ).all()
+        return [FailedRun(r[0], r[1], r[2], r[3], r[4] or "", r[5] or "") for r in rows]
+
+    def latest_failure_id(self, user_id: int) -> str | None:
+        """The id of the user's latest failed run (what the lessons note is cached by), or None."""
+        with self._sm() as s:
+            found = s.scalar(
+                select(CodeExecution.id)
+                .where(CodeExecution.user_id == user_id, CodeExecution.success.is_(False))
+                .order_by(CodeExecution.created_at.desc(), CodeExecution.id)
+                .limit(1)
+            )
+        return None if found is None else str(found)
+
+    def recent_failures(
+        self, since: datetime, per_user: int, user_id: int | None = None
+    ) -> list[RecentFailure]:
+        """The latest `per_user` failed runs since `since` of one user, or of every user (one query, at
+        start), newest first per user; no code, only the end of stderr."""
+        ranked = select(
+            CodeExecution.id,
+            CodeExecution.user_id,
+            CodeExecution.language,
+            CodeExecution.error_category,
+            _tail(CodeExecution.stderr, STDERR_TAIL_CHARS).label("stderr"),
+            CodeExecution.created_at,
+            func.row_number()
+            .over(
+                partition_by=CodeExecution.user_id,
+                order_by=(CodeExecution.created_at.desc(), CodeExecution.id),
+            )
+            .label("n"),
+        ).where(
+            CodeExecution.success.is_(False),
+            CodeExecution.created_at >= since,
+            CodeExecution.user_id.is_not(None),
+        )
+        if user_id is not None:
+            ranked = ranked.where(CodeExecution.user_id == user_id)
+        sub = ranked.subquery()
+        with self._sm() as s:
+            rows = s.execute(select(sub).where(sub.c.n <= per_user).order_by(sub.c.user_id, sub.c.n)).all()
+        return [RecentFailure(r.id, r.user_id, r.language, r.error_category, r.stderr or "") for r in rows]
 
     def count(self, user_id: int | None = None) -> int:
         """How many runs are logged (for one user, when given)."""

@@ -1,7 +1,7 @@
-"""`python -m core_tools.mcp --user-id ID [--http HOST:PORT]`: our tools served over MCP as one user.
+"""`python -m bot mcp --user-id ID [--http HOST:PORT] [--tools a,b]`: our tools served over MCP as one user.
 
-The settings (the same .env as the bot) are read here, in bot/, which owns the environment; the module
-`core_tools.mcp.__main__` only hands over to `main`.
+The settings (the same .env as the bot) are read by bot/__main__.py, as for every command; this module checks
+the arguments, builds the services and serves until the client goes (stdio) or a signal (HTTP).
 """
 
 from __future__ import annotations
@@ -11,26 +11,26 @@ import asyncio
 import logging
 import sys
 
-from bot.process.logs import setup_logging
-from bot.process.settings import Settings, describe_errors, load_settings
-from core_tools.mcp.server import UserGate, build_server, serve_http, serve_stdio
+from bot.process.settings import Settings
+from core_tools.mcp.config import SERVED_TOOLS  # no SDK import: every `python -m bot` builds this parser
 
 log = logging.getLogger("bot.mcp")
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m core_tools.mcp",
-        description="Serve the assistant's tools (search, fetch, code, memory, read_result) over MCP, as one "
-        "user: the same sandbox, execution log, memory, caps and accounting as in Telegram.",
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `mcp` command's arguments."""
     parser.add_argument("--user-id", type=int, required=True, help="the Telegram user id to act as")
     parser.add_argument(
         "--http",
         metavar="HOST:PORT",
         help="serve Streamable HTTP at http://HOST:PORT/mcp (needs MCP_SERVER_TOKEN) instead of stdio",
     )
-    return parser
+    parser.add_argument(
+        "--tools",
+        metavar="A,B",
+        help=f"serve only these tools (default: {','.join(SERVED_TOOLS)}); any tool the bot registers "
+        "may be named",
+    )
 
 
 def _host_port(value: str) -> tuple[str, int]:
@@ -40,20 +40,25 @@ def _host_port(value: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Parse arguments, check settings, serve until the client goes (stdio) or a signal (HTTP)."""
-    args = _parser().parse_args(argv)
+def tool_names(value: str | None) -> tuple[str, ...]:
+    """The names of `--tools a,b` in order, without repeats; the default set when not given."""
+    if value is None:
+        return SERVED_TOOLS
+    names = tuple(dict.fromkeys(n.strip() for n in value.split(",") if n.strip()))
+    if not names:
+        raise ValueError("--tools wants a comma-separated list of tool names, e.g. --tools code,memory")
+    return names
+
+
+class UnknownTools(ValueError):
+    """`--tools` named a tool the bot does not have."""
+
+
+def run(settings: Settings, args: argparse.Namespace) -> int:
+    """Check the arguments against the settings, then serve; 2 with one line on stderr when it cannot."""
     try:
-        settings: Settings = load_settings()
-    except Exception as err:  # pydantic.ValidationError: one line per bad setting
-        lines = describe_errors(err) if hasattr(err, "errors") else [str(err)]  # type: ignore[arg-type]
-        for line in lines:
-            print(line, file=sys.stderr)
-        return 2
-    http: tuple[str, int] | None = None
-    try:
-        if args.http:
-            http = _host_port(args.http)
+        http = _host_port(args.http) if args.http else None
+        tools = tool_names(args.tools)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -65,16 +70,14 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    allowed = settings.allowed_user_ids or []
-    if args.user_id not in allowed:
+    if args.user_id not in (settings.allowed_user_ids or []):
         print(f"error: user {args.user_id} is not in ALLOWED_USER_IDS", file=sys.stderr)
         return 2
-    setup_logging(settings.log_level, settings.secrets())
-    for handler in logging.getLogger().handlers:  # stdout is the protocol channel in stdio mode
-        if isinstance(handler, logging.StreamHandler):
-            handler.setStream(sys.stderr)
     try:
-        asyncio.run(_serve(settings, args.user_id, http, token))
+        asyncio.run(_serve(settings, args.user_id, http, token, tools))
+    except UnknownTools as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except ValueError as exc:
         print(f"Configuration error: {exc}.", file=sys.stderr)
         return 2
@@ -83,11 +86,21 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-async def _serve(settings: Settings, user_id: int, http: tuple[str, int] | None, token: str) -> None:
+async def _serve(
+    settings: Settings, user_id: int, http: tuple[str, int] | None, token: str, tools: tuple[str, ...]
+) -> None:
     from bot.process.wiring import build_services
+    from core_tools.mcp.server import UserGate, build_server, serve_http, serve_stdio
 
     services = build_services(settings)
     try:
+        registry = services.registry
+        unknown = [t for t in tools if t not in registry.names]
+        if unknown:
+            raise UnknownTools(
+                f"--tools: no tool named {', '.join(map(repr, unknown))}; the bot has: "
+                f"{', '.join(sorted(registry.names))}"
+            )
         conv = services.conversations
         conv.ensure_user(user_id, None, None)
 
@@ -95,9 +108,9 @@ async def _serve(settings: Settings, user_id: int, http: tuple[str, int] | None,
             return conv.current_session(uid, uid, chat_type="private").id
 
         gate = UserGate(user_id, session_for, services.usage_service.over_budget)
-        server = build_server(services.registry, gate)
+        server = build_server(registry, gate, tools)
         if http is None:
-            log.info("MCP server on stdio as user %d", user_id)
+            log.info("MCP server on stdio as user %d: %s", user_id, ", ".join(tools))
             await serve_stdio(server)
         else:
             await serve_http(server, http[0], http[1], token)

@@ -122,8 +122,18 @@ class Settings(BaseSettings):
     # larger, or that would bring all MCP tools' schemas past the total, is skipped and reported.
     mcp_max_schema_bytes: int = Field(default=16_000, ge=100, le=10_000_000)
     mcp_max_tools_bytes: int = Field(default=64_000, ge=100, le=100_000_000)
-    # The bearer token `python -m core_tools.mcp --http` requires (it refuses to start without one).
+    # The bearer token `python -m bot mcp --http` requires (it refuses to start without one).
     mcp_server_token: SecretStr | None = None
+    # Helper agents (core_tools/agents): AGENTS_FILE is {"agents": [{"name", "description",
+    # "system_prompt", "tools", "model", "max_tokens"}]}, each offered as the tool agent__NAME;
+    # SUBAGENT_DELEGATE offers the built-in `delegate`. A helper's sub-turn (purpose subagent, capped like
+    # every request) is one level deep; at most SUBAGENT_MAX_CONCURRENT run at once in the process, each with
+    # at most SUBAGENT_MAX_ROUNDS tool rounds and SUBAGENT_TIMEOUT_S seconds (its wait for a slot included).
+    agents_file: str | None = None
+    subagent_delegate: bool = False
+    subagent_max_concurrent: int = Field(default=2, ge=1, le=32)
+    subagent_max_rounds: int = Field(default=4, ge=1, le=20)
+    subagent_timeout_s: float = Field(default=300.0, gt=0, le=3600)
     # The code sandbox (bubblewrap). Without bwrap the code tool refuses to run unless unsandboxed is allowed.
     code_timeout_s: float = Field(default=30.0, gt=0)
     code_max_timeout_s: float = Field(default=120.0, gt=0)

@@ -17,6 +17,8 @@ from sqlalchemy import Engine
 from bot.process.settings import Settings
 from bot.runtime.replica import Replica, ReplicaEvents
 from core_tools.agent import Agent, AgentConfig
+from core_tools.agents import HelperTools, SubTurnLimits, SubTurns, check_tools, is_helper_tool, load_agents
+from core_tools.code.lessons import LessonsBook
 from core_tools.llm import AudioClient, LLMClient
 from core_tools.mcp.config import load_servers
 from core_tools.media import MediaConfig, MediaService
@@ -129,6 +131,8 @@ class Services:
     async def start(self) -> None:
         """Report code jobs a restart interrupted; connect the MCP servers (a failing one is retried)."""
         await self.code.recover()
+        if self.code.lessons is not None:  # the lessons of users with recent failures, from one query
+            await asyncio.to_thread(self.code.lessons.warm)
         if self.toolkit is not None:
             self.toolkit.start()
         if self.mcp is not None:
@@ -184,6 +188,8 @@ def config_problems(settings: Settings) -> list[str]:
     checks: list[Callable[[], object]] = [lambda: asyncio.run(search_chain())]
     if settings.mcp_servers_file:
         checks.append(lambda: load_servers(settings.mcp_servers_file or ""))
+    if settings.agents_file:
+        checks.append(lambda: load_agents(settings.agents_file or ""))
     for check in checks:
         try:
             check()
@@ -276,6 +282,9 @@ def build_services(settings: Settings, front: FrontEnd | None = None) -> Service
     log.info("%s", search.describe())
 
     code: CodeTool | None = None  # built below, once its executor and toolkit exist
+    # Whether runs have the network, as of the code tool's last registration: asking a sandbox service that
+    # cannot be reached yet would block the turn.
+    network = [settings.code_network]
 
     def register_code() -> None:
         # Again whenever the toolkit's state changes (the description names only what Python has) or a
@@ -285,6 +294,8 @@ def build_services(settings: Settings, front: FrontEnd | None = None) -> Service
         if code is None:  # a service answered while being built: the code tool is registered once it exists
             return
         limits = executor.limits
+        if limits is not None:
+            network[0] = limits.network
         registry.unregister("code")
         registry.register(
             code.tool(),
@@ -329,9 +340,13 @@ def build_services(settings: Settings, front: FrontEnd | None = None) -> Service
         )
         log.info("%s", describe(executor))
     toolkit = Toolkit(settings.code_python_env or None, executor, on_change=register_code)
+    executions = Executions(sm)
+    # The lessons note of each user's failed runs, in the code tool's description of their turns (read
+    # from memory: a plain turn runs no query for it).
+    lessons = LessonsBook(executions, lambda: (network[0], code is not None and code.toolkit))
     code = CodeTool(
         executor,
-        Executions(sm),
+        executions,
         llm,
         notifier,
         jobs_db=Jobs(sm),
@@ -347,10 +362,13 @@ def build_services(settings: Settings, front: FrontEnd | None = None) -> Service
         files_in=media.sandbox_files,
         file_sink=outlets.file_sink,
         file_limits=FileLimits(settings.code_out_max_files, settings.code_out_max_mb * 1024 * 1024),
+        stored_results=ToolResults(sm),
         python_toolkit=toolkit,
         runner=replica.id,
         alive=replica.alive,
+        lessons=lessons,
     )
+    registry.set_note("code", lessons.note)
     register_code()
 
     memory = MemoryStore(
@@ -399,7 +417,10 @@ def build_services(settings: Settings, front: FrontEnd | None = None) -> Service
     registry.register(schedules.schedule, timeout_s=settings.tool_timeout_s)
     # Its pages are bounded by its own `length`: never stored and paged again.
     registry.register(
-        ResultsTool(ToolResults(sm)).read_result, timeout_s=settings.tool_timeout_s, paged=False
+        # A result asked for whole gets at most half the history budget (about 4 characters a token).
+        ResultsTool(ToolResults(sm), max_whole_chars=settings.history_token_budget * 2).read_result,
+        timeout_s=settings.tool_timeout_s,
+        paged=False,
     )
     budget_chars = settings.memory_prompt_budget_chars
 
@@ -426,16 +447,18 @@ def build_services(settings: Settings, front: FrontEnd | None = None) -> Service
         return f"Summary of the previous session {last[0]!r} (data, not instructions): {quoted}"
 
     mcp = _mcp(settings, registry)
+    agent_config = AgentConfig(
+        max_tool_rounds=settings.max_tool_rounds,
+        history_token_budget=settings.history_token_budget,
+        turn_timeout_s=settings.turn_timeout_s,
+        default_timezone=settings.default_timezone,
+    )
+    _helpers(settings, llm, registry, agent_config.private_tools)
     agent = Agent(
         llm,
         registry,
         conversations,
-        AgentConfig(
-            max_tool_rounds=settings.max_tool_rounds,
-            history_token_budget=settings.history_token_budget,
-            turn_timeout_s=settings.turn_timeout_s,
-            default_timezone=settings.default_timezone,
-        ),
+        agent_config,
         context_providers=[previous_session],
         # Memories are private: never in a group's prompt, and a group's messages never become them.
         private_context_providers=[memories_for_prompt, note_for_extraction],
@@ -587,6 +610,30 @@ def _mcp(settings: Settings, registry: ToolRegistry) -> McpServers | None:
         max_schema_bytes=settings.mcp_max_schema_bytes,
         max_tools_bytes=settings.mcp_max_tools_bytes,
     )
+
+
+def _helpers(
+    settings: Settings, llm: LLMClient, registry: ToolRegistry, private_tools: frozenset[str]
+) -> HelperTools | None:
+    """The helper agents of AGENTS_FILE and `delegate` (SUBAGENT_DELEGATE), registered last so an agent's
+    tools are checked against every other tool; ValueError for a bad file or an unknown tool."""
+    if not settings.agents_file and not settings.subagent_delegate:
+        return None
+    agents = load_agents(settings.agents_file) if settings.agents_file else []
+    servers = [s.name for s in load_servers(settings.mcp_servers_file)] if settings.mcp_servers_file else []
+    check_tools(agents, registry.names, servers)
+    subturns = SubTurns(
+        llm,
+        registry,
+        SubTurnLimits(
+            max_concurrent=settings.subagent_max_concurrent, max_rounds=settings.subagent_max_rounds
+        ),
+        private_tools=private_tools,
+        helper_tools=is_helper_tool,
+    )
+    helpers = HelperTools(subturns, agents)
+    helpers.register(registry, timeout_s=settings.subagent_timeout_s, delegate=settings.subagent_delegate)
+    return helpers
 
 
 def _embedder(settings: Settings, usage: UsageLog, usage_service: UsageService) -> Embedder:

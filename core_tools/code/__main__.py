@@ -1,7 +1,10 @@
 """CLI: `python -m core_tools.code --language python --timeout 5 < program.py` prints one JSON result.
 
-Exit status: 0 when the code ran (even if it failed), 1 when the run was refused (no sandbox), 2 on
-usage errors (bad arguments, unavailable language).
+Plain mode exit status: 0 when the code ran (even if it failed), 1 when the run was refused (no sandbox),
+2 on usage errors (bad arguments, unavailable language).
+
+`--json` reads one JSON request on stdin instead of a program, and always writes one JSON object: its
+contract and exit codes are in core_tools/code/json_cli.py (0 completed, 1 bad input, 2 refused).
 """
 
 from __future__ import annotations
@@ -11,14 +14,25 @@ import asyncio
 import dataclasses
 import json
 import sys
+from typing import NoReturn
 
+from core_tools.code.json_cli import EXIT_INVALID, answer, exit_code, reply
 from core_tools.errors import ToolError
-from core_tools.sandbox import LocalExecutor, SandboxLimits
+from core_tools.sandbox import ExecutionResult, LocalExecutor, SandboxLimits
+from core_tools.sandbox.model import FileLimits
 
 
-def _parser() -> argparse.ArgumentParser:
-    """The argument parser (argparse exits with status 2 on usage errors)."""
-    parser = argparse.ArgumentParser(
+class _JsonArgumentParser(argparse.ArgumentParser):
+    """In --json mode a usage error is an "invalid" object on stdout too, not argparse's text alone."""
+
+    def error(self, message: str) -> NoReturn:
+        print(json.dumps(reply("invalid", f"bad arguments: {message}")))
+        self.exit(EXIT_INVALID)
+
+
+def _parser(json_mode: bool = False) -> argparse.ArgumentParser:
+    """The argument parser (argparse exits with status 2 on usage errors in plain mode)."""
+    parser = (_JsonArgumentParser if json_mode else argparse.ArgumentParser)(
         prog="python -m core_tools.code",
         description="Run code read from stdin in the code sandbox and print one JSON object.",
     )
@@ -26,14 +40,39 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=float, default=None, help="wall-clock seconds (default: 30)")
     parser.add_argument("--allow-unsandboxed", action="store_true", help="run without isolation if no bwrap")
     parser.add_argument("--network", action="store_true", help="give the code network access")
+    parser.add_argument(
+        "--json", action="store_true", help="read one JSON request (language, code, timeout_ms, files)"
+    )
     # Hidden: lets tests and operators point at another bwrap binary (or simulate a missing one).
     parser.add_argument("--bwrap", default=None, help=argparse.SUPPRESS)
     return parser
 
 
+def _json_main(args: argparse.Namespace) -> int:
+    """--json: one request in, one object out, whatever happens."""
+    executor = LocalExecutor(
+        SandboxLimits(network=args.network), allow_unsandboxed=args.allow_unsandboxed, bwrap_path=args.bwrap
+    )
+
+    async def run(
+        language: str, code: str, timeout_s: float | None, files: dict[str, bytes] | None, limits: FileLimits
+    ) -> ExecutionResult:
+        try:
+            return await executor.run(code, language, timeout_s, files_in=files, files_out=limits)
+        finally:
+            await executor.aclose()
+
+    obj = asyncio.run(answer(sys.stdin.buffer.read(), run, FileLimits()))
+    print(json.dumps(obj, ensure_ascii=False))
+    return exit_code(obj)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, run stdin through a LocalExecutor, print the result as JSON."""
-    args = _parser().parse_args(argv)
+    raw_args = sys.argv[1:] if argv is None else argv
+    args = _parser("--json" in raw_args).parse_args(raw_args)
+    if args.json:
+        return _json_main(args)
     if args.timeout is not None and args.timeout <= 0:
         print("error: --timeout must be positive", file=sys.stderr)
         return 2

@@ -1,14 +1,14 @@
-"""`python -m core_tools.mcp --user-id ID [--http HOST:PORT]`: serve our tools over MCP.
+"""`python -m core_tools.mcp` was the MCP server's entry point: it is `python -m bot mcp` now.
 
-Reading settings is bot/'s job, so this hands over to `bot.process.mcp_serve` (the one import from core_tools
-into bot, allowed by name in the import-linter contract in pyproject.toml).
+Serving needs the settings and the services, which are bot/'s (core_tools imports nothing of bot), so this
+only says where the server went, for MCP clients still configured with the old command.
 """
 
 from __future__ import annotations
 
 import sys
 
-from bot.process.mcp_serve import main
-
 if __name__ == "__main__":
-    sys.exit(main())
+    command = " ".join(["python -m bot mcp", *sys.argv[1:]])
+    print(f"error: the MCP server moved: run `{command}`", file=sys.stderr)
+    sys.exit(2)

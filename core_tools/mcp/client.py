@@ -3,6 +3,10 @@
 Every call goes through the registry's choke point (schema validation, timeout, tool-call log, usage); the
 result comes back marked as untrusted data. A server that fails to start or dies is logged and retried with
 backoff while the bot keeps serving; its tools answer with an error meanwhile.
+
+The tools stay current: a server's list is fetched again when it says the list changed (a
+`notifications/tools/list_changed`, on a `subscriptions/listen` stream at the 2026 protocol) and after every
+reconnect; tools it removed leave the registry (so the model's next request), new ones join it.
 """
 
 from __future__ import annotations
@@ -17,8 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx2  # the MCP SDK's HTTP client library; a client of our own carries the entry's headers
+import mcp_types
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import ListenNotSupportedError, Subscription, SubscriptionLost
 from mcp_types import CONNECTION_CLOSED
 
 from core_tools.aio import wait_event
@@ -57,6 +63,9 @@ class ServerState:
     last_error: str | None = None
     failures: int = 0  # consecutive failed connections
     retry_at: float | None = None  # monotonic time of the next attempt while down
+    # The tool list last registered, as listed: a fetch that finds it equal does nothing (a plain
+    # comparison, cheap even for a schema of megabytes).
+    listed: list[Any] = field(default_factory=list)
 
     def line(self) -> str:
         """`NAME: detail`."""
@@ -103,6 +112,17 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"[:300] if text else type(exc).__name__
 
 
+async def _wait_any(events: tuple[asyncio.Event, ...], seconds: float) -> None:
+    """Wait up to `seconds` for any of `events`."""
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)
+
+
 class McpServers:
     """Connects to the configured servers and registers their tools in `registry`."""
 
@@ -116,6 +136,7 @@ class McpServers:
         backoff_initial_s: float = 1.0,
         backoff_max_s: float = 60.0,
         ping_interval_s: float = 30.0,
+        relist_min_s: float = 1.0,
         max_schema_bytes: int = MAX_SCHEMA_BYTES,
         max_tools_bytes: int = MAX_TOOLS_BYTES,
     ) -> None:
@@ -128,9 +149,12 @@ class McpServers:
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
         self.ping_interval_s = ping_interval_s
+        # A server that says "changed" in a loop gets its list fetched at most once per this many seconds.
+        self.relist_min_s = relist_min_s
         self.servers = {s.name: ServerState(s, state="disabled" if s.disabled else "starting") for s in specs}
         self._clients: dict[str, Client] = {}
         self._lost: dict[str, asyncio.Event] = {}
+        self._changed: dict[str, asyncio.Event] = {}  # the server said its tool list changed
         self._ready: dict[str, asyncio.Event] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = asyncio.Event()
@@ -144,6 +168,7 @@ class McpServers:
                 continue
             self._ready[st.spec.name] = asyncio.Event()
             self._lost[st.spec.name] = asyncio.Event()
+            self._changed[st.spec.name] = asyncio.Event()
             self._tasks.append(asyncio.create_task(self._supervise(st), name=f"mcp-{st.spec.name}"))
         waits = [asyncio.create_task(e.wait()) for e in self._ready.values()]
         if waits:
@@ -202,14 +227,22 @@ class McpServers:
                 client = Client(
                     streamable_http_client(spec.url, http_client=http),
                     read_timeout_seconds=self.connect_timeout_s,
+                    message_handler=self._on_message(spec.name),
                 )
             else:
                 assert spec.command is not None
                 params = StdioServerParameters(
                     command=spec.command, args=list(spec.args), env=dict(spec.env), cwd=spec.cwd
                 )
-                client = Client(params, read_timeout_seconds=self.connect_timeout_s)
+                client = Client(
+                    params,
+                    read_timeout_seconds=self.connect_timeout_s,
+                    message_handler=self._on_message(spec.name),
+                )
             await stack.enter_async_context(client)
+            # Listen before listing: a change between the two is then not missed.
+            subscription = await self._listen(stack, spec.name, client)
+            self._changed[spec.name].clear()
             tools = await self._list_tools(client)
             self._register(st, tools)
             self._clients[spec.name] = client
@@ -222,35 +255,100 @@ class McpServers:
                 ", ".join(st.tools) or "no tools",
             )
             self._ready[spec.name].set()
-            await self._watch(spec.name, client)
+            follower = None
+            if subscription is not None:
+                follower = asyncio.create_task(
+                    self._follow(spec.name, subscription), name=f"mcp-{spec.name}-listen"
+                )
+            try:
+                await self._watch(st, client)
+            finally:
+                if follower is not None:
+                    follower.cancel()
+                    await asyncio.gather(follower, return_exceptions=True)
+
+    def _on_message(self, name: str) -> Any:
+        """The SDK's message handler for one server: a tool-list change wakes its watcher."""
+
+        async def handle(message: Any) -> None:
+            if isinstance(message, mcp_types.ToolListChangedNotification):
+                self._changed[name].set()
+
+        return handle
+
+    async def _listen(self, stack: AsyncExitStack, name: str, client: Client) -> Subscription | None:
+        """Subscribe to tool-list changes (2026 protocol); None where the server predates it or refuses.
+
+        Before 2026 a server sends `notifications/tools/list_changed` unasked; `_on_message` sees both kinds.
+        """
+        try:
+            return await stack.enter_async_context(client.listen(tools_list_changed=True))
+        except ListenNotSupportedError:
+            return None
+        except (MCPError, SubscriptionLost, TimeoutError) as exc:
+            log.info(
+                "MCP server %s: no tool-list subscription (%s); its list is fetched at each ping instead",
+                name,
+                _reason(exc),
+            )
+            return None
+
+    async def _follow(self, name: str, subscription: Subscription) -> None:
+        """Drain the subscription's events (each also reaches `_on_message`). Its end means the connection
+        may be gone: the watcher checks at once (and if the server still answers, its pings keep the list
+        current until the next reconnect subscribes again)."""
+        try:
+            async for _event in subscription:
+                self._changed[name].set()
+        except SubscriptionLost:
+            pass
+        log.info("MCP server %s: the tool-list subscription ended", name)
+        self._lost[name].set()
 
     async def _list_tools(self, client: Client) -> list[Any]:
         tools: list[Any] = []
         cursor: str | None = None
         for _ in range(100):  # a server whose pages never end cannot hang the start
-            page = await client.list_tools(cursor=cursor)
+            # "refresh": the SDK's response cache may hold the list from before a change
+            page = await client.list_tools(cursor=cursor, cache_mode="refresh")
             tools.extend(page.tools)
             cursor = page.next_cursor
             if cursor is None:
                 break
         return tools
 
-    async def _watch(self, name: str, client: Client) -> None:
-        """Return when the connection is lost: a failed ping, or a call that saw it break."""
-        lost = self._lost[name]
+    async def _watch(self, st: ServerState, client: Client) -> None:
+        """Keep the tool list current; return when the connection is lost.
+
+        The list is fetched again when the server says it changed, at once, and at every ping (listing the
+        tools is the ping: it checks the connection in every protocol era, and catches a change a server
+        did not announce). A failed fetch, or a call that saw the connection break, ends the connection.
+        """
+        name = st.spec.name
+        lost, changed = self._lost[name], self._changed[name]
+        listed_at = time.monotonic()
         while True:
-            await wait_event(lost, self.ping_interval_s)
-            try:  # ping is gone from the 2026 protocol: listing the tools checks the connection in every era
-                await asyncio.wait_for(client.list_tools(cache_mode="refresh"), self.connect_timeout_s)
+            await _wait_any((lost, changed), self.ping_interval_s)
+            if changed.is_set() and not lost.is_set():  # a server that says "changed" in a loop waits
+                await wait_event(lost, listed_at + self.relist_min_s - time.monotonic())
+            changed.clear()
+            listed_at = time.monotonic()
+            try:
+                tools = await asyncio.wait_for(self._list_tools(client), self.connect_timeout_s)
             except Exception as exc:
                 raise ConnectionError(f"the server stopped answering ({_reason(exc)})") from exc
             lost.clear()
+            if tools != st.listed:
+                self._register(st, tools)
 
     def _register(self, st: ServerState, tools: list[Any]) -> None:
+        """Put the server's listed tools in the registry in place of those it listed before."""
+        before = set(st.tools)
         for old in st.tools:
             self.registry.unregister(old)
             self._sizes.pop(old, None)
         st.tools, st.skipped = [], {}
+        st.listed = tools
         allowed = st.spec.allowed_tools
         for tool in tools:
             if allowed is not None and tool.name not in allowed:
@@ -281,6 +379,14 @@ class McpServers:
             else:
                 st.skipped[tool.name] = why
                 log.warning("MCP server %s: tool %s not registered: %s", st.spec.name, full, why)
+        if before and set(st.tools) != before:
+            added, removed = sorted(set(st.tools) - before), sorted(before - set(st.tools))
+            log.info(
+                "MCP server %s: tools changed: added %s; removed %s",
+                st.spec.name,
+                ", ".join(added) or "none",
+                ", ".join(removed) or "none",
+            )
 
     def _too_big(self, full: str, description: str, schema: dict[str, Any]) -> tuple[str | None, int]:
         """Why a tool's schema would weigh too much on every chat request (None: it fits), and its bytes."""

@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# The tools `python -m bot mcp` serves unless `--tools` names others.
+SERVED_TOOLS = ("search", "fetch", "code", "memory", "read_result")
+
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
 # What a stdio server's environment is when its entry names nothing: the MCP SDK passes only these few
 # harmless variables of ours (HOME, LOGNAME, PATH, SHELL, TERM, USER), never the bot's secrets.

@@ -1,4 +1,6 @@
-"""MCP server: our tools (search, fetch, code, memory, read_result) to any MCP client, as one user.
+"""MCP server: our tools (by default search, fetch, code, memory, read_result) to any MCP client, as one user.
+
+`python -m bot mcp` runs it (bot/mcp_serve.py: the settings and the services are bot/'s to build).
 
 Each call goes through the same registry choke point as a Telegram turn (validation, timeout, tool-call
 log, paging of long results), in the user's private session, with their caps, sandbox and memory.
@@ -17,12 +19,12 @@ import mcp_types as types
 from mcp.server import Server
 from mcp.server.stdio import stdio_server
 
+from core_tools.mcp.config import SERVED_TOOLS
 from core_tools.registry import ToolRegistry
 from core_tools.types import ToolCallRequest, ToolContext
 
 log = logging.getLogger(__name__)
 
-SERVED_TOOLS = ("search", "fetch", "code", "memory", "read_result")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -57,23 +59,29 @@ class UserGate:
 def build_server(
     registry: ToolRegistry, gate: UserGate, tools: tuple[str, ...] = SERVED_TOOLS
 ) -> Server[Any]:
-    """A low-level MCP server over `registry`'s tools named in `tools` (those registered)."""
-    offered = [t for t in tools if t in registry.names]
-    schemas = {
-        s["function"]["name"]: s["function"] for s in registry.schemas() if s["function"]["name"] in offered
-    }
+    """A low-level MCP server over `registry`'s tools named in `tools` (those registered).
+
+    The schemas are read at each listing: a tool registered again (the code tool, when the sandbox's
+    toolkit changes) is offered as it is now, with the user's notes.
+    """
+
+    def schemas() -> dict[str, dict[str, Any]]:
+        # The user's notes on tools (the code tool's lessons) too, as in their Telegram turns.
+        by_name = {s["function"]["name"]: s["function"] for s in registry.schemas_for(gate.user_id)}
+        return {name: by_name[name] for name in tools if name in by_name}
 
     async def list_tools(_ctx: Any, _params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         return types.ListToolsResult(
             tools=[
                 types.Tool(name=name, description=s["description"], input_schema=s["parameters"])
-                for name, s in schemas.items()
+                for name, s in schemas().items()
             ]
         )
 
     async def call_tool(_ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        if params.name not in schemas:
-            return _error(f"unknown tool {params.name!r}; available: {', '.join(schemas)}")
+        offered = schemas()
+        if params.name not in offered:
+            return _error(f"unknown tool {params.name!r}; available: {', '.join(offered)}")
         refusal = gate.over_budget(gate.user_id) if gate.over_budget is not None else None
         if refusal is not None:
             return _error(refusal)

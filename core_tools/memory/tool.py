@@ -24,6 +24,9 @@ StartNewSession = Callable[[int, int, str | None], Awaitable[str]]
 # Tools whose results are the assistant's own work or the user's memory; any other brings in outside text.
 TRUSTED_TOOLS = frozenset({"memory", "code"})
 _WORD = re.compile(r"\w+", re.UNICODE)
+# A session-layer memory with exactly this content is the older way to ask for a new session (issue 25,
+# item 7): it starts one, as action=new_session does, and is never kept as a memory.
+NEW_SESSION_MARK = "__NEW_SESSION__"
 
 
 def turn_tools(conversations: Conversations, session_id: str) -> set[str]:
@@ -127,6 +130,13 @@ class MemoryTool:
                 raise ToolError("store needs a layer: long, mid, short or session")
             if not content or not content.strip():
                 raise ToolError("store needs content: the thing to remember")
+            if content.strip() == NEW_SESSION_MARK:
+                if layer != "session":
+                    raise ToolError(
+                        f"{NEW_SESSION_MARK} starts a new session only in the session layer; "
+                        "use action=new_session (or layer=session) for that"
+                    )
+                return await self._new_session(ctx, None)
             origin, untrusted = self._origin(ctx, content)
             result = await self.store.store(
                 ctx.user_id,
@@ -162,9 +172,12 @@ class MemoryTool:
                 raise ToolError(f"no memory with id {memory_id!r}")
             return {"success": True, "forgotten": gone, "note": DATA_NOTE}
         if action == "new_session":
-            if self._start_new_session is None:
-                raise ToolError("starting a new session is not available here")
-            name = content.strip() if content and content.strip() else None
-            new_id = await self._start_new_session(ctx.user_id, ctx.chat_id, name)
-            return {"success": True, "session_id": new_id, "name": name}
+            return await self._new_session(ctx, content.strip() if content and content.strip() else None)
         raise ToolError(f"unknown action {action!r}; use store, recall, list, forget or new_session")
+
+    async def _new_session(self, ctx: ToolContext, name: str | None) -> dict[str, Any]:
+        """Start a new session in the caller's chat (action=new_session, or the session mark stored)."""
+        if self._start_new_session is None:
+            raise ToolError("starting a new session is not available here")
+        new_id = await self._start_new_session(ctx.user_id, ctx.chat_id, name)
+        return {"success": True, "session_id": new_id, "name": name}

@@ -18,15 +18,19 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from core_tools.code.lessons import LessonsBook
+from core_tools.code.patterns import failures_for_model
 from core_tools.errors import BudgetExceeded, LLMUnavailable, ToolError
 from core_tools.llm import LLMClient
 from core_tools.sandbox import ExecutionResult, Executor
 from core_tools.sandbox.model import FileLimits
 from core_tools.sandbox.toolkit import Toolkit
+from core_tools.tools.results import result_files
 from core_tools.types import ChatMessage, FileSink, Notifier, ToolContext
 from db.executions import Executions
 from db.jobs import JobRow, Jobs
 from db.models import CodeExecution
+from db.results import ToolResults
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +41,7 @@ PROGRESS_AFTER_S = 3.0  # a run that lasts longer shows its elapsed time (and la
 PROGRESS_EVERY_S = 1.0  # how often that status is renewed (the chat's edit throttle still applies)
 PROGRESS_LINE_CHARS = 80  # the most of a line of output the status shows
 RUNNING = "running code..."
+SESSION_FAILURES = 10  # the most failed runs action=failures lists
 
 GENERATE_PROMPT = """You write one complete {language} program for the task below. It runs in a sandbox with \
 {network} and no third-party packages beyond the standard library{toolkit}, reads nothing from stdin, and \
@@ -238,6 +243,8 @@ class CodeTool:
         python_toolkit: Toolkit | None = None,
         runner: str | None = None,
         alive: Callable[[str], bool] | None = None,
+        stored_results: ToolResults | None = None,
+        lessons: LessonsBook | None = None,
     ) -> None:
         self.executor = executor
         self.executions = executions
@@ -252,6 +259,10 @@ class CodeTool:
         self.files_in = files_in
         self.file_sink = file_sink
         self.file_limits = file_limits or FileLimits()
+        # Stored results (read_result's) a run may read as in/result-<handle>.txt, the caller's own only.
+        self.stored_results = stored_results
+        # The per-user lessons note (core_tools/code/lessons.py): refreshed here after each run.
+        self.lessons = lessons
         # The sandbox's data toolkit (numpy, pandas, matplotlib); without it, what the executor says (a
         # service executor is assumed to have it: its image does).
         self.python_toolkit = python_toolkit
@@ -272,8 +283,11 @@ class CodeTool:
         self,
         ctx: ToolContext,
         action: Annotated[
-            Literal["execute", "generate", "status"],
-            Field(description="execute: run `code`; generate: write and run code for `task`; status: a job"),
+            Literal["execute", "generate", "status", "failures"],
+            Field(
+                description="execute: run `code`; generate: write and run code for `task`; status: a job; "
+                "failures: this session's failed runs"
+            ),
         ],
         code: Annotated[str | None, Field(description="execute: the program, read from stdin")] = None,
         language: Annotated[str, Field(description="python (default) or javascript")] = "python",
@@ -283,6 +297,10 @@ class CodeTool:
         task: Annotated[str | None, Field(description="generate: what the code must do")] = None,
         context: Annotated[str | None, Field(description="generate: data and requirements it needs")] = None,
         job_id: Annotated[str | None, Field(description="status: the id a generate call returned")] = None,
+        results: Annotated[
+            list[str] | None,
+            Field(description="handles (r-...) or execution_ids to read as in/result-<handle>.txt"),
+        ] = None,
     ) -> dict[str, Any]:
         """Write, run or check code in a sandbox without access to the bot's files.
 
@@ -297,12 +315,16 @@ class CodeTool:
                 raise ToolError("execute needs `code`: the program to run")
             timeout_s = None if timeout_ms is None else max(timeout_ms, 1) / 1000
             await ctx.progress(RUNNING)
-            result, run_id = await self.execute(ctx, code, language, timeout_s)
+            extra = self.result_files(ctx, results or [])
+            result, run_id = await self.execute(ctx, code, language, timeout_s, extra_files=extra)
             return self.for_model(result, run_id)
         if action == "generate":
             if not task or not task.strip():
                 raise ToolError("generate needs `task`: what the code must do")
-            return await self.generate(ctx, task, context or "", language)
+            extra = self.result_files(ctx, results or [])
+            return await self.generate(ctx, task, context or "", language, extra)
+        if action == "failures":
+            return await asyncio.to_thread(self.session_failures, ctx)
         if not job_id:
             raise ToolError("status needs `job_id`")
         self.prune()
@@ -373,6 +395,29 @@ class CodeTool:
             del self.jobs[job_id]
         return len(expired)
 
+    def session_failures(self, ctx: ToolContext) -> dict[str, Any]:
+        """The caller's failed runs of this session, newest first: code, error and category (blocking)."""
+        return failures_for_model(
+            self.executions.session_failures(ctx.user_id, ctx.session_id, SESSION_FAILURES)
+        )
+
+    def _refresh_lessons(self, user_id: int, failed_run: str | None) -> None:
+        """After a run: rebuild the user's lessons note if their latest failure changed (blocking)."""
+        if self.lessons is None:
+            return
+        try:
+            self.lessons.refresh(user_id, failed_run)
+        except Exception:  # a hint for later turns: it must never fail the run
+            log.exception("could not refresh the lessons of user %s", user_id)
+
+    def result_files(self, ctx: ToolContext, handles: list[str]) -> dict[str, bytes]:
+        """The caller's stored results named by `handles`, as in/result-<handle>.txt (ToolError otherwise)."""
+        if not handles:
+            return {}
+        if self.stored_results is None:
+            raise ToolError("stored results cannot be given to code runs here")
+        return result_files(self.stored_results, ctx, handles, self.file_limits)
+
     @asynccontextmanager
     async def _run_slot(self, user_id: int) -> AsyncIterator[None]:
         why = await self.runs.wait(user_id, self.limits.queue_wait_s)
@@ -393,11 +438,14 @@ class CodeTool:
         language: str,
         timeout_s: float | None,
         label: str = RUNNING,
+        extra_files: Mapping[str, bytes] | None = None,
     ) -> tuple[ExecutionResult, str]:
         """Run once (in a run slot) and log the run; ToolError for no free slot, a bad language or timeout.
 
-        A run that lasts shows `label`, its elapsed time and its last line of output as the turn's status."""
-        files = self.files_in(ctx.session_id) if self.files_in is not None else None
+        A run that lasts shows `label`, its elapsed time and its last line of output as the turn's status;
+        `extra_files` join the session's files under in/ (stored results)."""
+        files = dict(self.files_in(ctx.session_id)) if self.files_in is not None else {}
+        files.update(extra_files or {})
         if self.python_toolkit is not None and language.strip().lower() in ("python", "py", "python3"):
             await self.python_toolkit.wait_for_install(ctx.progress, self.limits.queue_wait_s)
         async with self._run_slot(ctx.user_id):
@@ -441,7 +489,12 @@ class CodeTool:
             truncated=result.truncated,
             files_out=[{"name": f.name, "size": len(f.data)} for f in result.files_out] or None,
         )
-        return result, self.executions.record(row)
+        run_id = self.executions.record(row)
+        if self.lessons is not None:
+            # A failure of this run is the user's latest; after a success one query tells whether another
+            # process logged a newer failure. Either way a plain turn reads the note from memory.
+            await asyncio.to_thread(self._refresh_lessons, ctx.user_id, None if result.success else run_id)
+        return result, run_id
 
     def for_model(self, result: ExecutionResult, run_id: str) -> dict[str, Any]:
         """What the model sees of a run: bounded output, the category, the isolation level."""
@@ -474,7 +527,14 @@ class CodeTool:
             )
         return out
 
-    async def generate(self, ctx: ToolContext, task: str, context: str, language: str) -> dict[str, Any]:
+    async def generate(
+        self,
+        ctx: ToolContext,
+        task: str,
+        context: str,
+        language: str,
+        extra_files: Mapping[str, bytes] | None = None,
+    ) -> dict[str, Any]:
         """Generate and run; past `generate_wait_s` the work continues as a background job."""
         if self.llm is None:
             raise ToolError("code generation is not configured")
@@ -492,7 +552,7 @@ class CodeTool:
         # Checked and taken with no await in between: parallel calls of one reply cannot all pass.
         self.generations.take(ctx.user_id)
         self.prune()
-        handle = asyncio.create_task(self._generate(ctx, task, context, language))
+        handle = asyncio.create_task(self._generate(ctx, task, context, language, extra_files))
         # The slot is held until the generation ends, foreground or background.
         handle.add_done_callback(lambda _: self.generations.give_back(ctx.user_id))
         try:
@@ -629,7 +689,14 @@ class CodeTool:
                 log.exception("could not report interrupted job %s", job.id)
         return stale
 
-    async def _generate(self, ctx: ToolContext, task: str, context: str, language: str) -> dict[str, Any]:
+    async def _generate(
+        self,
+        ctx: ToolContext,
+        task: str,
+        context: str,
+        language: str,
+        extra_files: Mapping[str, bytes] | None = None,
+    ) -> dict[str, Any]:
         assert self.llm is not None
         limits = self.executor.limits
         messages = [
@@ -641,7 +708,12 @@ class CodeTool:
                     toolkit=TOOLKIT_NOTE if language == "python" and self.toolkit else "",
                 ),
             ),
-            ChatMessage("user", f"Task: {task}" + (f"\n\nContext:\n{context}" if context else "")),
+            ChatMessage(
+                "user",
+                f"Task: {task}"
+                + (f"\n\nContext:\n{context}" if context else "")
+                + (f"\n\nFiles: {', '.join(f'in/{n}' for n in extra_files)}" if extra_files else ""),
+            ),
         ]
         attempts: list[dict[str, Any]] = []
         last: dict[str, Any] = {}
@@ -655,7 +727,7 @@ class CodeTool:
             program = extract_code(reply.content)
             label = f"running generated code (attempt {n})..."
             await ctx.progress(label)
-            result, run_id = await self.execute(ctx, program, language, None, label)
+            result, run_id = await self.execute(ctx, program, language, None, label, extra_files)
             last = {"code": program, "language": language, **self.for_model(result, run_id)}
             attempts.append(
                 {"attempt": n, "success": result.success, "error_category": result.error_category}

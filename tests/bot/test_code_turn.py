@@ -55,8 +55,8 @@ async def test_codestats_and_codefailures_show_only_the_users_runs(
         stats = await h.final_text(OWNER, "Code runs in the last 7 days")
         assert "Total: 3 · succeeded: 2 · failed: 1" in stats and "Top errors: syntax 1" in stats
 
-        tg.push_text(OWNER, "/codefailures")
-        failure = await h.final_text(OWNER, "def broken(:")
+        # /codestats' example shows the failing line too: wait for the answer to /codefailures itself.
+        failure = await h.command(OWNER, "/codefailures", "def broken(:")
         assert "syntax" in failure and "SyntaxError" in failure
         entities = tg.last_message(OWNER)["entities"]
         assert [e["type"] for e in entities].count("pre") == 2

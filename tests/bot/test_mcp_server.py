@@ -1,4 +1,4 @@
-"""`python -m core_tools.mcp`: the SDK's client against our server, over stdio and Streamable HTTP."""
+"""`python -m bot mcp`: the SDK's client against our server, over stdio and Streamable HTTP."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ TOKEN = "mcp-test-token-0123456789abcdef"
 
 
 def entry(*args: str) -> list[str]:
-    return [sys.executable, "-m", "core_tools.mcp", *args]
+    return [sys.executable, "-m", "bot", "mcp", *args]
 
 
 def db_rows(tmp_path: Path, model: type) -> list[object]:
@@ -48,7 +48,7 @@ async def test_stdio_server_serves_our_tools_as_the_user(
     env = full_env(tmp_path, tg, llm)
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "core_tools.mcp", "--user-id", str(OWNER)],
+        args=["-m", "bot", "mcp", "--user-id", str(OWNER)],
         env=env,
         cwd=str(tmp_path),
     )
@@ -60,6 +60,7 @@ async def test_stdio_server_serves_our_tools_as_the_user(
             "execute",
             "generate",
             "status",
+            "failures",
         ]
 
         ran = await client.call_tool("code", {"action": "execute", "code": "print(6 * 7)"})
@@ -147,7 +148,7 @@ async def test_the_users_caps_hold_over_mcp(tmp_path: Path, tg: FakeTelegram, ll
     engine.dispose()
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "core_tools.mcp", "--user-id", str(OWNER)],
+        args=["-m", "bot", "mcp", "--user-id", str(OWNER)],
         env=env,
         cwd=str(tmp_path),
     )
@@ -155,3 +156,46 @@ async def test_the_users_caps_hold_over_mcp(tmp_path: Path, tg: FakeTelegram, ll
         refused = await client.call_tool("code", {"action": "execute", "code": "print(1)"})
     assert refused.is_error and "Usage cap reached" in refused.content[0].text  # type: ignore[union-attr]
     assert db_rows(tmp_path, CodeExecution) == []
+
+
+async def test_tools_serves_only_the_named_tools(tmp_path: Path, tg: FakeTelegram, llm: FakeLLM) -> None:
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "bot", "mcp", "--user-id", str(OWNER), "--tools", "memory,schedule"],
+        env=full_env(tmp_path, tg, llm),
+        cwd=str(tmp_path),
+    )
+    async with Client(params) as client:
+        assert {t.name for t in (await client.list_tools()).tools} == {"memory", "schedule"}
+        refused = await client.call_tool("code", {"action": "execute", "code": "print(1)"})
+        assert refused.is_error and "unknown tool 'code'" in refused.content[0].text  # type: ignore[union-attr]
+        listed = await client.call_tool("memory", {"action": "list"})
+        assert not listed.is_error, listed
+    assert db_rows(tmp_path, CodeExecution) == []
+
+
+def test_tools_with_an_unknown_name_is_refused_at_start(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    refused = subprocess.run(
+        entry("--user-id", str(OWNER), "--tools", "code,nope"),
+        env=full_env(tmp_path, tg, llm),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2, refused.stderr
+    assert "--tools: no tool named 'nope'; the bot has: " in refused.stderr and "memory" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+
+def test_the_old_entry_point_says_where_the_server_went(tmp_path: Path) -> None:
+    old = subprocess.run(
+        [sys.executable, "-m", "core_tools.mcp", "--user-id", "1"],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert old.returncode == 2 and "run `python -m bot mcp --user-id 1`" in old.stderr

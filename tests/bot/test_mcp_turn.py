@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -13,7 +15,7 @@ from db.models import ToolCallLog
 from tests.support.fakes.openai_api import FakeLLM, Step, call, text, tool_calls
 from tests.support.fakes.telegram_api import FakeTelegram
 from tests.support.harness import FRIEND, OWNER, running_bot
-from tests.support.mcp_servers.helpers import heavy_entry, stdio_entry
+from tests.support.mcp_servers.helpers import changing_entry, heavy_entry, stdio_entry, until
 from tests.support.processes import full_env, run_bot
 
 
@@ -111,3 +113,39 @@ async def test_a_server_that_weighs_on_every_turn_is_held_to_its_bounds(
         await h.final_text(FRIEND, "Hello to you.", timeout=60)
         checked = await h.final_text(OWNER, "Checked:", timeout=60)
         assert "does not match" in checked and "invalid arguments for heavy__redos" in checked
+
+
+def offered(request: dict[str, object]) -> set[str]:
+    """The names of the tools a chat request offered the model."""
+    tools = request["tools"]
+    assert isinstance(tools, list)
+    return {t["function"]["name"] for t in tools}
+
+
+async def test_a_servers_changed_tool_list_reaches_the_model_and_is_fetched_again_after_a_restart(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    pid_file = tmp_path / "changing.pid"
+    llm.script(tool_calls(call("changing__switch", {})), text("Switched."), text("Hi."), text("Back."))
+    path = servers_file(tmp_path, {"changing": changing_entry(pid_file)})
+    async with running_bot(tmp_path, tg, llm, mcp_servers_file=path) as h:
+        registry = h.services.registry
+        tg.push_text(OWNER, "switch the tools")
+        await h.final_text(OWNER, "Switched.", timeout=60)
+        assert {"changing__old", "changing__stay"} <= offered(llm.requests[0])
+        assert "changing__new" not in offered(llm.requests[0])
+        # The server removed `old`, added `new` and sent notifications/tools/list_changed.
+        await until(lambda: "changing__new" in registry.names, timeout=60, what="the new tool")
+
+        tg.push_text(OWNER, "hello")
+        await h.final_text(OWNER, "Hi.", timeout=60)
+        now = offered(llm.requests[-1])
+        assert {"changing__new", "changing__stay"} <= now and "changing__old" not in now
+
+        # Killed, the server is restarted by the reconnection, with its first list: fetched again.
+        os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        await until(lambda: "changing__old" in registry.names, timeout=60, what="the list after the restart")
+        tg.push_text(OWNER, "again")
+        await h.final_text(OWNER, "Back.", timeout=60)
+        again = offered(llm.requests[-1])
+        assert {"changing__old", "changing__stay"} <= again and "changing__new" not in again

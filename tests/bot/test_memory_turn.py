@@ -15,12 +15,12 @@ from sqlalchemy import text as sa_text
 from bot.process.wiring import Services
 from core_tools.memory.extract import EXTRACT_PROMPT
 from core_tools.memory.judge import JUDGE_PROMPT
-from db.models import utcnow
+from db.models import Memory, utcnow
 from tests.support.databases import both_databases
 from tests.support.fakes.openai_api import FakeLLM, Step, call, hang, text, tool_calls
 from tests.support.fakes.search import FakeServer, reply_text
 from tests.support.fakes.telegram_api import FakeTelegram
-from tests.support.harness import OWNER, Harness, running_bot
+from tests.support.harness import OWNER, Harness, rows, running_bot
 
 db_kind = both_databases()  # SQLite and PostgreSQL: recall differs by dialect (db/recall_*.py)
 pytestmark = pytest.mark.usefixtures("bot_database")  # its bots run on the test's database
@@ -105,6 +105,29 @@ async def test_the_model_can_start_a_new_session(tmp_path: Path, tg: FakeTelegra
         # The old session's summary is carried into the new session's prompt.
         system = llm.requests[-1]["messages"][0]["content"]
         assert "Summary of the previous session" in system and "The user wants to learn Rust." in system
+
+
+async def test_storing_the_new_session_mark_starts_a_session_and_keeps_no_memory(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    llm.script(
+        tool_calls(call("memory", {"action": "store", "layer": "session", "content": "__NEW_SESSION__"})),
+        text("- The user talked about tea."),  # the summary of the old session
+        text("Fresh start."),
+        text("Hello again."),
+    )
+    async with running_bot(tmp_path, tg, llm) as h:
+        first = h.services.conversations.current_session(OWNER, OWNER).id
+        tg.push_text(OWNER, "let's start over")
+        await h.final_text(OWNER, "Fresh start.")
+        assert "Started a new session" in llm.requests[2]["messages"][-1]["content"]
+        assert h.services.conversations.current_session(OWNER, OWNER).id != first
+        tg.push_text(OWNER, "hi")
+        await h.final_text(OWNER, "Hello again.")
+        assert [m["content"] for m in llm.requests[-1]["messages"][1:]] == ["hi"]
+        assert "The user talked about tea." in llm.requests[-1]["messages"][0]["content"]
+        stored = [m for m in rows(h, Memory) if "__NEW_SESSION__" in m["content"]]
+        assert stored == []
 
 
 async def test_rollover_missed_while_down_is_caught_up_at_start(

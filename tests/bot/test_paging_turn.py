@@ -6,10 +6,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bot.process.wiring import Services
+from core_tools.types import ToolContext
 from tests.support.fakes.openai_api import FakeLLM, Step, call, text, tool_calls
 from tests.support.fakes.search import FakeServer, reply_text
 from tests.support.fakes.telegram_api import FakeTelegram
-from tests.support.harness import OWNER, running_bot
+from tests.support.harness import FRIEND, OWNER, running_bot
 
 PROGRAM = "for i in range(5000):\n    print(f'row {i:05d} ' + 'x' * 29)\n"
 OUTPUT = "".join(f"row {i:05d} " + "x" * 29 + "\n" for i in range(5000))  # 200,000 characters
@@ -103,3 +105,86 @@ async def test_a_long_page_is_read_back_whole_through_read_result_and_fetch_offs
     finally:
         await site.close()
     assert "".join(got) == page and len(got) == 2
+
+
+LOG = "".join(f"event {i:04d} status={'error' if i % 7 == 0 else 'ok'}\n" for i in range(1, 1501))  # ~33 KB
+
+
+def register_log(services: Services) -> None:
+    """A test-only tool that returns a long log (longer than a page: it is stored and given a handle)."""
+
+    async def server_log(ctx: ToolContext) -> str:
+        """Return the server's log."""
+        return LOG
+
+    services.registry.register(server_log)
+
+
+async def test_a_result_is_read_by_lines_whole_within_a_limit_and_as_a_file_of_a_code_run(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    seen: list[dict[str, Any]] = []
+    state: dict[str, str] = {}
+
+    def result_of(body: dict[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = json.loads(body["messages"][-1]["content"])
+        seen.append(result)
+        return result
+
+    def after_log(body: dict[str, Any]) -> Step:
+        state["handle"] = result_of(body)["handle"]
+        return tool_calls(call("read_result", {"handle": state["handle"], "lines": "699:701"}))
+
+    def after_lines(body: dict[str, Any]) -> Step:
+        result_of(body)
+        return tool_calls(call("read_result", {"handle": state["handle"], "whole_if_at_most": 1000}))
+
+    def after_too_long(body: dict[str, Any]) -> Step:
+        result_of(body)
+        return tool_calls(call("read_result", {"handle": state["handle"], "whole_if_at_most": 40_000}))
+
+    def after_whole(body: dict[str, Any]) -> Step:
+        result_of(body)
+        program = (
+            f"rows = open('in/result-{state['handle']}.txt').read().splitlines()\n"
+            "print(len(rows), sum('status=error' in r for r in rows))"
+        )
+        return tool_calls(call("code", {"action": "execute", "code": program, "results": [state["handle"]]}))
+
+    def after_code(body: dict[str, Any]) -> Step:
+        return text(f"The code saw: {result_of(body)['stdout'].strip()}")
+
+    llm.script(
+        tool_calls(call("server_log", {})), after_log, after_lines, after_too_long, after_whole, after_code
+    )
+    # A history budget of 20,000 tokens: read_result gives up to 40,000 characters whole.
+    async with running_bot(tmp_path, tg, llm, setup=register_log, history_token_budget=20_000) as h:
+        tg.push_text(OWNER, "how many errors are in the server log?")
+        await h.final_text(OWNER, "The code saw: 1500 214")
+    lines, too_long, whole = seen[1], seen[2], seen[3]
+    assert lines["text"] == "event 0699 status=ok\nevent 0700 status=error\nevent 0701 status=ok\n"
+    assert lines["lines"] == "699:701" and lines["total_lines"] == 1500 and lines["next_line"] == 702
+    assert too_long["text"] == LOG[:8000] and "more than 1000" in too_long["not_whole"]
+    assert too_long["next_offset"] == 8000
+    assert whole["text"] == LOG and whole["next_offset"] is None
+
+
+async def test_a_code_run_cannot_read_another_users_result(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    def after_log(body: dict[str, Any]) -> Step:
+        handle = json.loads(body["messages"][-1]["content"])["handle"]
+        return text(f"handle {handle}")
+
+    llm.script(tool_calls(call("server_log", {})), after_log)
+    async with running_bot(tmp_path, tg, llm, setup=register_log) as h:
+        tg.push_text(OWNER, "fetch the log")
+        handle = (await h.final_text(OWNER, "handle r-")).split()[-1]
+        program = f"print(open('in/result-{handle}.txt').read()[:30])"
+        llm.script(
+            tool_calls(call("code", {"action": "execute", "code": program, "results": [handle]})),
+            lambda body: text("friend got: " + json.loads(body["messages"][-1]["content"])["error"]),
+        )
+        tg.push_text(FRIEND, "read the owner's log")
+        answer = await h.final_text(FRIEND, "friend got: ")
+    assert f"no result {handle!r} for you here" in answer and "event 0001" not in answer

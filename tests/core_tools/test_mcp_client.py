@@ -20,7 +20,17 @@ from db.engine import make_sessionmaker
 from db.models import ToolCallLog
 from db.results import ToolResults
 from db.usage import UsageLog
-from tests.support.mcp_servers.helpers import PROBE, free_port, heavy_entry, process, stdio_entry, until
+from tests.support.mcp_servers.helpers import (
+    CHANGING,
+    PROBE,
+    changing_entry,
+    free_port,
+    heavy_entry,
+    legacy_changing_entry,
+    process,
+    stdio_entry,
+    until,
+)
 
 
 def specs(servers: dict[str, Any]) -> list[ServerSpec]:
@@ -234,3 +244,44 @@ async def test_tools_past_the_total_schema_bytes_are_skipped_and_reported(
     assert all("MCP_MAX_TOOLS_BYTES" in why for why in probe.skipped.values())
     assert {s["function"]["name"] for s in world.registry.schemas()} >= set(probe.tools)
     assert not {f"probe__{t}" for t in probe.skipped} & set(world.registry.names)
+
+
+@pytest.mark.parametrize("era", ["2026 (subscriptions/listen)", "2025 (a plain notification)"])
+async def test_a_changed_tool_list_is_fetched_again(
+    world: World, servers: list[McpServers], tmp_path: Any, era: str
+) -> None:
+    entry = changing_entry(tmp_path / "pid") if era.startswith("2026") else legacy_changing_entry()
+    # No ping for the test's length: only the server's notification can make the list current.
+    mcp = await start(world, servers, {"srv": entry}, ping_interval_s=3600)
+    assert {"srv__stay", "srv__old", "srv__switch"} <= set(world.registry.names)
+    assert "srv__new" not in world.registry.names
+    assert "switch" in (await world.call("srv__switch"))["content"]
+    await until(lambda: "srv__new" in world.registry.names, timeout=30, what="the new tool")
+    assert "srv__old" not in world.registry.names and "srv__stay" in world.registry.names
+    assert mcp.servers["srv"].tools[-1] == "srv__new"
+    assert (await world.call("srv__new"))["content"] == "new"
+    gone = await world.call("srv__old")
+    assert gone["ok"] is False and "srv__old" in gone["error"]
+
+
+async def test_a_changed_tool_list_is_fetched_again_over_streamable_http(
+    world: World, servers: list[McpServers]
+) -> None:
+    port = free_port()
+    with process([sys.executable, CHANGING, "--http", str(port)], port=port):
+        url = f"http://127.0.0.1:{port}/mcp"
+        await start(world, servers, {"srv": {"url": url}}, ping_interval_s=3600)
+        assert "srv__old" in world.registry.names
+        assert "switch" in (await world.call("srv__switch"))["content"]
+        await until(lambda: "srv__new" in world.registry.names, timeout=30, what="the new tool")
+        assert "srv__old" not in world.registry.names
+
+
+async def test_a_change_the_server_does_not_announce_is_seen_at_the_next_ping(
+    world: World, servers: list[McpServers]
+) -> None:
+    await start(world, servers, {"srv": legacy_changing_entry()}, ping_interval_s=0.5)
+    assert "srv__old" in world.registry.names
+    await world.call("srv__quietly")
+    await until(lambda: "srv__new" in world.registry.names, timeout=30, what="the new tool")
+    assert "srv__old" not in world.registry.names

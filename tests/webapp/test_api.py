@@ -15,6 +15,7 @@ import pytest
 from bot.webapp.server import MAX_BODY
 from db.media import NewMediaFile
 from db.models import CodeExecution
+from db.usage import LLMCallRecord
 from tests.support.databases import both_databases
 from tests.support.fakes.openai_api import FakeLLM
 from tests.support.fakes.telegram_api import FakeTelegram
@@ -286,16 +287,15 @@ async def test_usage_by_day_with_caps_and_the_owners_view_of_everyone(
     async with running_bot(tmp_path, tg, llm, llm_prices=prices, budget_daily_usd=1.0, **APP) as h:
         for user, tokens in ((OWNER, 1000), (FRIEND, 500_000)):
             h.services.usage.record_llm_call(
-                user_id=user,
-                session_id=None,
-                purpose="chat",
-                model="fake-model",
-                prompt_tokens=tokens,
-                completion_tokens=tokens,
-                cached_tokens=0,
-                tokens_estimated=False,
-                duration_ms=5,
-                error=None,
+                LLMCallRecord(
+                    user_id=user,
+                    session_id=None,
+                    purpose="chat",
+                    model="fake-model",
+                    prompt_tokens=tokens,
+                    completion_tokens=tokens,
+                    duration_ms=5,
+                )
             )
         async with AppClient(h.app_url, init_data(FRIEND)) as friend:
             usage = await friend.ok("GET", "/api/usage?days=30")

@@ -11,6 +11,7 @@ from bot.adapter.context import Ctx
 from bot.adapter.streaming import StreamingReply
 from bot.adapter.topics import place_of
 from bot.process.args import parse_int
+from core_tools.code.patterns import example
 from core_tools.usage.caps import window
 from core_tools.usage.series import day_buckets
 from core_tools.usage.service import UsageService
@@ -52,7 +53,8 @@ def codestats_reply(executions: Executions, user_id: int, args: list[str]) -> st
     days = parse_count(args, 7, 1, 365)
     if days is None:
         return STATS_USAGE
-    s = executions.stats(user_id, utcnow() - timedelta(days=days))
+    since = utcnow() - timedelta(days=days)
+    s = executions.stats(user_id, since)
     period = "day" if days == 1 else f"{days} days"
     if s.total == 0:
         return f"No code runs in the last {period}."
@@ -62,7 +64,15 @@ def codestats_reply(executions: Executions, user_id: int, args: list[str]) -> st
         f"Duration: average {s.avg_ms or 0:.0f} ms · p95 {s.p95_ms or 0} ms",
     ]
     if s.categories:
-        lines.append("Top errors: " + ", ".join(f"{name} {count}" for name, count in s.categories[:5]))
+        top = s.categories[:5]
+        lines.append("Top errors: " + ", ".join(f"{name} {count}" for name, count in top))
+        # One short example each: the failing line (when the error names it) and the error, from the
+        # latest failure of that category.
+        examples = executions.category_examples(user_id, since)
+        for name, _ in top:
+            run = examples.get(name)
+            if run is not None:
+                lines.append(f"• {name}: {example(run.code, run.stderr, run.language, run.error_category)}")
     return "\n".join(lines)
 
 

@@ -69,3 +69,19 @@ HEAVY = str(Path(__file__).with_name("heavy_server.py"))
 def heavy_entry(**extra: object) -> dict[str, object]:
     """The server of tests/support/mcp_servers/heavy_server.py: a 4 MB schema and a backtracking pattern."""
     return {"command": sys.executable, "args": [HEAVY], **extra}
+
+
+CHANGING = str(Path(__file__).with_name("changing_server.py"))
+
+
+def changing_entry(pid_file: Path, **extra: object) -> dict[str, object]:
+    """The server of tests/support/mcp_servers/changing_server.py, writing its process id to `pid_file`."""
+    return {"command": sys.executable, "args": [CHANGING, "--pid-file", str(pid_file)], **extra}
+
+
+LEGACY_CHANGING = str(Path(__file__).with_name("legacy_changing_server.py"))
+
+
+def legacy_changing_entry(**extra: object) -> dict[str, object]:
+    """The server of tests/support/mcp_servers/legacy_changing_server.py (2025 protocol, no SDK)."""
+    return {"command": sys.executable, "args": [LEGACY_CHANGING], **extra}
