@@ -90,7 +90,7 @@ def run_bot(settings: Settings) -> int:
     """Run the Telegram bot with long polling (or a webhook) until SIGINT/SIGTERM; 1 if it cannot start."""
     from telegram.error import TelegramError
 
-    from bot.process.wiring import build_telegram
+    from bot.process.fronts import build_telegram
 
     app = _build(lambda: build_telegram(settings))
     if app is None:
@@ -202,7 +202,7 @@ def _url_secrets(url: str) -> list[str]:
 def run_chat(settings: Settings, out_dir: str | None = None) -> int:
     """Chat in the terminal as the owner (OWNER_USER_ID, else the first allowed user; user 0 without any);
     files of code runs go to `out_dir` (default TERMINAL_OUT_DIR)."""
-    from bot.process.wiring import build_terminal
+    from bot.process.fronts import build_terminal
 
     chat = _build(
         lambda: build_terminal(settings, settings.owner_id or 0, Path(out_dir or settings.terminal_out_dir))

@@ -1,4 +1,5 @@
-"""The composition root: builds every object once; everything else receives what it needs."""
+"""The composition root: builds every object once; everything else receives what it needs, at construction.
+The front ends (the Telegram bot, the terminal chat: bot/process/fronts.py) build around `build_services`."""
 
 from __future__ import annotations
 
@@ -63,8 +64,6 @@ from db.usage import UsageLog, UsageQueries
 
 # The MCP SDK is imported only where MCP_SERVERS_FILE is set: it was the largest share of a start's imports.
 if TYPE_CHECKING:
-    from bot.adapter.context import App
-    from bot.terminal.chat import TerminalChat
     from bot.webapp.server import WebAppServer
     from core_tools.mcp.client import McpServers
 
@@ -488,85 +487,6 @@ def build_services(settings: Settings, front: FrontEnd | None = None) -> Service
         toolkit=toolkit,
         replica=replica,
     )
-
-
-def build_telegram(settings: Settings, adjust: Callable[[Services], None] | None = None) -> App:
-    """The Telegram bot, built once in dependency order: its Bot API client and job queue, the services
-    (delivering through that bot), the handlers and the turn runner, the media handlers, the schedule runner,
-    the backups, the app's web server, then the PTB Application whose typed bot data holds them.
-
-    The services reach what is built after them through closures (the replica drives chats through the turn
-    runner, which nothing asks of before the application runs; the schedule tool wakes the schedule runner,
-    once it exists).
-    `adjust` sees the services before anything else takes them (tests replace a part)."""
-    from bot.adapter.app import Handlers, build_application, drive, telegram_bot
-    from bot.adapter.context import BotData
-    from bot.adapter.media import MediaHandlers
-    from bot.adapter.notify import TelegramNotifier
-    from bot.adapter.outfiles import TelegramFiles
-    from bot.runtime.backup_jobs import BackupJobs
-    from bot.runtime.schedule_jobs import ScheduleRunner, new_job_queue
-
-    bot = telegram_bot(settings)
-    job_queue = new_job_queue()
-    handlers: Handlers
-    media: MediaHandlers
-    schedule_runner: ScheduleRunner | None = None
-    app: App
-
-    def wake() -> None:
-        # A schedule made before the runner exists (a test's setup, `adjust`) is found when it starts.
-        if schedule_runner is not None:
-            schedule_runner.wake()
-
-    def outlets(topics: Topics) -> Outlets:
-        return Outlets(TelegramNotifier(topics, bot), TelegramFiles(topics, bot), wake)
-
-    def stop_here(chat_id: int, turn: int) -> None:
-        handlers.runner.stop_here(chat_id, turn)
-
-    events = ReplicaEvents(
-        on_orphan=lambda chat_id: drive(app, handlers.runner, chat_id),
-        on_stop=stop_here,
-        on_lost=lambda chat_id: handlers.runner.lost(chat_id),
-        running_turns=lambda: handlers.runner.running(),
-        free_chats=lambda: handlers.runner.free(),
-    )
-    services = build_services(settings, FrontEnd(outlets, events))
-    if adjust is not None:
-        adjust(services)
-    # The answer to a voice note is spoken too (bot/adapter/media.py): the media handlers share the runner.
-    handlers = Handlers(services, speak=lambda bot, item, text: media.speak(bot, item, text))
-    media = MediaHandlers(services, handlers.runner)
-    schedule_runner = ScheduleRunner(bot, job_queue, services, handlers.locks)
-    data = BotData(
-        services=services,
-        handlers=handlers,
-        media=media,
-        schedule_runner=schedule_runner,
-        backups=BackupJobs(services),
-        webapp=build_webapp(services),
-    )
-    app = build_application(data, bot, job_queue)
-    return app
-
-
-def build_terminal(settings: Settings, user_id: int, out_dir: Path) -> TerminalChat:
-    """The terminal chat as `user_id`: its console and the reminders' wake-up are made first, and the services
-    deliver to them (code jobs' notices, a cap's notice to the owner, the files code runs write to
-    `out_dir`)."""
-    from bot.terminal.chat import Console, TerminalChat
-    from bot.terminal.delivery import TerminalFiles, TerminalNotifier
-
-    console = Console()
-    woken = asyncio.Event()  # the schedule tool rings it; the terminal's reminders wait on it
-
-    def outlets(topics: Topics) -> Outlets:
-        notifier = TerminalNotifier(console, user_id)
-        return Outlets(notifier, TerminalFiles(out_dir, console), woken.set)
-
-    services = build_services(settings, FrontEnd(outlets))
-    return TerminalChat(services, user_id, out_dir, console, woken)
 
 
 def build_webapp(services: Services) -> WebAppServer | None:
