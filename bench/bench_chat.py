@@ -146,7 +146,7 @@ class Probe:
         self._wrap_module(streaming_mod, "render", "render Markdown (bot.adapter.render.render)")
         self._wrap_module(agent_mod, "build_history", "build_history")
         memory = services.memory
-        recall = memory.context_for_prompt
+        recall = memory.prompt_section  # what the turn's memory section calls (bot/process/wiring.py)
 
         async def timed_recall(*args: Any, **kwargs: Any) -> Any:
             t = time.perf_counter()
@@ -155,7 +155,7 @@ class Probe:
             finally:  # a user without memories: two reads and no await (with memories: an embedding)
                 self.seconds["memory recall for the prompt"] += time.perf_counter() - t
 
-        memory.context_for_prompt = timed_recall  # type: ignore[method-assign]
+        memory.prompt_section = timed_recall  # type: ignore[method-assign]
         self.llm_called: list[float] = []
         self.llm_returned: list[float] = []
         complete = services.llm.complete

@@ -18,6 +18,7 @@ from core_tools.llm import LLMClient, estimate_tokens
 from core_tools.media import MediaService
 from core_tools.prompts import FINAL_ANSWER_NOTES, system_prompt
 from core_tools.registry import ToolRegistry
+from core_tools.turn_info import CostOf, PromptSection, TurnTally
 from core_tools.types import (
     ChatMessage,
     LLMReply,
@@ -61,9 +62,10 @@ class TurnBudget(Protocol):
 
 
 class ContextProvider(Protocol):
-    """Adds a section to the system prompt for a turn (memories, for example)."""
+    """Adds a section to the system prompt for a turn (memories, for example); a PromptSection also says
+    which memories it put there (the turn's "why this answer")."""
 
-    async def __call__(self, user_id: int, session_id: str, message: str) -> str: ...
+    async def __call__(self, user_id: int, session_id: str, message: str) -> str | PromptSection: ...
 
 
 @dataclass
@@ -90,6 +92,8 @@ class TurnResult:
     outcomes: list[ToolOutcome] = field(default_factory=list)
     # Images were left out because the model cannot see them (LLM_VISION=off, or auto after a refusal).
     images_dropped: bool = False
+    # The stored answer's message id (the key of its "why this answer" record), None when none was stored.
+    answer_id: int | None = None
 
 
 @dataclass
@@ -307,8 +311,10 @@ class Agent:
         budget: TurnBudget | None = None,
         private_context_providers: Sequence[ContextProvider] = (),
         media: MediaService | None = None,
+        cost_of: CostOf | None = None,
     ) -> None:
         self.media = media
+        self.cost_of = cost_of  # USD of an LLM request, for a turn's record (None: cost unknown)
         self.llm = llm
         self.registry = registry
         self.conversations = conversations
@@ -326,15 +332,20 @@ class Agent:
         except (ZoneInfoNotFoundError, ValueError):
             return ZoneInfo("UTC"), "UTC"
 
-    async def _system(self, turn: TurnInput, session_id: str) -> ChatMessage:
+    async def _system(self, turn: TurnInput, session_id: str, tally: TurnTally) -> ChatMessage:
         tz, tz_name = self._timezone(turn.user_id)
         sections: list[str] = []
         providers = self.context_providers + (self.private_context_providers if turn.private else [])
         for provider in providers:
             try:
-                sections.append(await provider(turn.user_id, session_id, turn.all_text))
+                section = await provider(turn.user_id, session_id, turn.all_text)
             except Exception:  # context is a bonus: a failing provider must not stop the turn
                 log.exception("context provider failed")
+                continue
+            if isinstance(section, PromptSection):
+                tally.add_memories(section.memories)
+                section = section.text
+            sections.append(section)
         return ChatMessage("system", system_prompt(self.clock().astimezone(tz), tz_name, sections))
 
     async def run_turn(
@@ -405,15 +416,19 @@ class Agent:
         status: str,
         answer: Answer | None = None,
         llm_call: LLMCallRecord | None = None,
-    ) -> None:
-        """Store how the turn ended (its user messages' status, its last answer and that answer's usage)
-        and clear its mark from the chat's lease, in one transaction."""
+        tally: TurnTally | None = None,
+    ) -> int | None:
+        """Store how the turn ended (its user messages' status, its last answer with that answer's usage
+        and the turn's record) and clear its mark from the chat's lease, in one transaction; returns the
+        answer's id."""
         mark = control.mark if control.published else None
+        info = tally.record(turn.user_id, turn.chat_id, ids[0]) if tally is not None and ids else None
         closing = TurnClosing(
-            session_id, turn.user_id, turn.chat_id, tuple(ids), status, answer, llm_call, mark
+            session_id, turn.user_id, turn.chat_id, tuple(ids), status, answer, llm_call, mark, info
         )
-        await self._db(lambda: self.conversations.close_turn(closing))
+        answer_id = await self._db(lambda: self.conversations.close_turn(closing))
         control.published = False
+        return answer_id
 
     async def _stopped(
         self, turn: TurnInput, session_id: str, ids: list[int], control: TurnControl
@@ -462,7 +477,8 @@ class Agent:
     ) -> TurnResult:
         conv = self.conversations
         user_msg_id = ids[0]
-        system = await self._system(turn, session_id)
+        tally = TurnTally(self.cost_of)
+        system = await self._system(turn, session_id, tally)
 
         async def on_delta(partial: str) -> None:
             control.partial = partial  # what a stop keeps
@@ -492,6 +508,7 @@ class Agent:
                 defer_record=True,  # stored with the reply below, in one transaction
             )
             usage = reply.unrecorded
+            tally.add_call(usage.record if usage is not None else None, turn.model or self.llm.model)
             try:
                 if control.checkpoint is not None:
                     await control.checkpoint()
@@ -503,7 +520,9 @@ class Agent:
                 if not calls:  # the answer: stored with its usage and the turn's end
                     result.text = texts[-1] if texts else ""
                     answer = Answer(reply.content or None)
-                    await self._close(turn, session_id, ids, control, "answered", answer, record)
+                    result.answer_id = await self._close(
+                        turn, session_id, ids, control, "answered", answer, record, tally
+                    )
                     if usage is not None:
                         usage.stored()
                     break
@@ -524,7 +543,8 @@ class Agent:
             finally:
                 if usage is not None:  # not stored with the reply (the turn stopped here): alone
                     usage.store_alone()
-            outcomes = await self._run_calls(turn, session_id, user_msg_id, reply, calls, seen, sink)
+            outcomes = await self._run_calls(turn, session_id, user_msg_id, reply, calls, seen, sink, tally)
+            tally.add_tools(calls, outcomes)
             result.tool_calls += len(calls)
             result.outcomes.extend(outcomes)
             rounds += 1
@@ -548,6 +568,7 @@ class Agent:
         calls: list[ToolCallRequest],
         seen: set[str],
         sink: TurnSink,
+        tally: TurnTally,
     ) -> list[ToolOutcome]:
         ctx = ToolContext(
             user_id=turn.user_id,
@@ -558,6 +579,7 @@ class Agent:
             progress=sink.status,
             chat_type=turn.kind,
             turn_id=user_msg_id,
+            recalled=tally.add_views,  # memories the memory tool brings in: the turn's "why this answer"
         )
 
         async def one(call: ToolCallRequest) -> ToolOutcome:

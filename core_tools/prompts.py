@@ -86,8 +86,15 @@ def memory_line(m: dict[str, Any], max_chars: int = 300) -> str:
 
 def memory_block(relevant: list[dict[str, Any]], session: list[dict[str, Any]], budget_chars: int) -> str:
     """The <memories> block: relevant long/mid memories and this session's, within budget; "" if none fit."""
+    return memory_block_with(relevant, session, budget_chars)[0]
+
+
+def memory_block_with(
+    relevant: list[dict[str, Any]], session: list[dict[str, Any]], budget_chars: int
+) -> tuple[str, list[dict[str, Any]]]:
+    """`memory_block` and the memories that went into it, in the block's order."""
     if not relevant and not session:
-        return ""
+        return "", []
     head = f'<memories note="{MEMORY_NOTE}">'
     tail = "</memories>"
     used = len(head) + len(tail) + 2
@@ -95,6 +102,7 @@ def memory_block(relevant: list[dict[str, Any]], session: list[dict[str, Any]], 
     # when both exist; whatever one leaves is the other's.
     sections = [("Relevant to this message:", relevant), ("This session:", session)]
     picked: dict[str, list[str]] = {}
+    chosen: list[dict[str, Any]] = []
     share = (budget_chars - used) // 2 if relevant and session else budget_chars - used
     for title, items in sections:
         lines: list[str] = []
@@ -105,11 +113,12 @@ def memory_block(relevant: list[dict[str, Any]], session: list[dict[str, Any]], 
             if cost + len(entry) + 1 > room:
                 break
             lines.append(entry)
+            chosen.append(m)
             cost += len(entry) + 1
         if lines:
             picked[title] = lines
             used += cost
     if not picked:
-        return ""
+        return "", []
     body = "\n".join(f"{title}\n" + "\n".join(lines) for title, lines in picked.items())
-    return f"{head}\n{body}\n{tail}"
+    return f"{head}\n{body}\n{tail}", chosen

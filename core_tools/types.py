@@ -60,6 +60,9 @@ class ToolContext:
     chat_type: str = ChatType.PRIVATE.value
     # The turn's first user message id: background work started by the turn is cancelled with it (/stop).
     turn_id: int | None = None
+    # Memories (as core_tools/memory/views.py shows them) a tool put before the model: the turn's "why
+    # this answer" lists them with those recalled into its prompt (core_tools/turn_info.py).
+    recalled: Callable[[Sequence[dict[str, Any]]], None] | None = None
 
 
 @dataclass(frozen=True)

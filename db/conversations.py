@@ -15,6 +15,7 @@ from db.models import ChatSession, ChatSettings, Message, User, new_id, utcnow
 from db.runtime.inbox import Inbox, discard_in, move_into_history
 from db.runtime.store import TurnMark, clear_turn, publish_turn
 from db.topics import Topics
+from db.turn_info import TurnInfoRecord, insert_turn_info
 from db.usage import LLMCallRecord, insert_llm_call
 
 LAST_SEEN_RESOLUTION = timedelta(minutes=1)
@@ -189,7 +190,8 @@ class Answer:
 @dataclass(frozen=True)
 class TurnClosing:
     """How a turn ended: its user messages' status, the assistant message that ends it (if any), the usage
-    of the LLM request that wrote it, and the turn's mark to clear from its chat's lease."""
+    of the LLM request that wrote it, the turn's mark to clear from its chat's lease, and what the turn
+    used (`info`: stored keyed by the answer, for its "why this answer" view)."""
 
     session_id: str
     user_id: int
@@ -199,6 +201,7 @@ class TurnClosing:
     answer: Answer | None = None
     llm_call: LLMCallRecord | None = None
     mark: TurnMark | None = None
+    info: TurnInfoRecord | None = None
 
 
 class Conversations:
@@ -431,8 +434,8 @@ class Conversations:
 
     def close_turn(self, c: TurnClosing) -> int | None:
         """Store how a turn ended, in one transaction: its last assistant message (if any) with the usage
-        of the request that wrote it, its user messages' status, and its mark cleared from the chat's lease;
-        returns the assistant message's id."""
+        of the request that wrote it and the turn's record (db/turn_info.py), its user messages' status, and
+        its mark cleared from the chat's lease; returns the assistant message's id."""
         now = utcnow()
         msg_id = None
         with self._engine.begin() as conn:
@@ -441,6 +444,8 @@ class Conversations:
                 row = self._message_row(c.session_id, c.user_id, c.chat_id, "assistant", content, now)
                 row["status"] = c.answer.status
                 msg_id = self._insert_message(conn, row, now)
+                if c.info is not None:
+                    insert_turn_info(conn, msg_id, c.info)
             if c.llm_call is not None:
                 insert_llm_call(conn, c.llm_call)
             if c.message_ids:

@@ -289,6 +289,37 @@ class LLMCall(Base):
     firing_id: Mapped[int | None] = mapped_column(Integer)
 
 
+class TurnInfo(Base):
+    """What went into one answered turn, for its "why this answer" view (migration 0020): the memories
+    recalled into it (prompt or memory tool), the tools it called, its model, LLM requests, tokens, cost
+    and duration.
+
+    Keyed by the answer it describes and deleted with it, or with the turn's user message (ON DELETE
+    CASCADE on both): it lives exactly as long as the turn's messages."""
+
+    __tablename__ = "turn_info"
+    __table_args__ = (Index("ix_turn_info_user_message", "user_message_id"),)
+
+    answer_id: Mapped[int] = mapped_column(
+        Integer, ForeignKey("messages.id", ondelete="CASCADE"), primary_key=True, autoincrement=False
+    )
+    user_message_id: Mapped[int] = mapped_column(Integer, ForeignKey("messages.id", ondelete="CASCADE"))
+    user_id: Mapped[int] = mapped_column(BigInteger)
+    chat_id: Mapped[int] = mapped_column(BigInteger)
+    model: Mapped[str] = mapped_column(String(255))
+    api_calls: Mapped[int] = mapped_column(Integer)
+    tool_calls: Mapped[int] = mapped_column(Integer)
+    duration_ms: Mapped[int] = mapped_column(Integer)
+    prompt_tokens: Mapped[int] = mapped_column(Integer)
+    completion_tokens: Mapped[int] = mapped_column(Integer)
+    cached_tokens: Mapped[int] = mapped_column(Integer)
+    tokens_estimated: Mapped[bool] = mapped_column()
+    cost_usd: Mapped[float | None] = mapped_column()  # NULL: a model without a price
+    memories: Mapped[list[Any]] = mapped_column(JSON)  # [{"id", "content"}], as recalled into the turn
+    tools: Mapped[list[Any]] = mapped_column(JSON)  # [{"name", "arguments", "ok"}], in call order
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class ToolCallLog(Base):
     """One tool call that passed the registry's choke point."""
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from telegram import MessageEntity
 
+from bot.adapter.answer_info import info_markup
 from bot.adapter.render import TELEGRAM_LIMIT, Rendered, render, utf16_len
 from bot.adapter.streaming import StreamingReply
 from core_tools.agent import TurnResult
@@ -79,8 +80,10 @@ async def deliver(
     task: asyncio.Task[TurnResult],
     with_media: bool,
     heard: Sequence[str],
+    info_button: bool = False,
 ) -> str | None:
-    """Show how the turn ended; returns the answer when there is one."""
+    """Show how the turn ended; returns the answer when there is one. `info_button`: an answered turn's
+    last message carries the ⓘ button of its "why this answer" view (bot/adapter/answer_info.py)."""
     if task.cancelled():  # stopped before the turn began
         await reply.finish_plain(STOPPED_MARK)
         return None
@@ -100,9 +103,10 @@ async def deliver(
             answer = f"{answer}\n\n{STOP_NOTES[result.stopped_by]}"
         if result.images_dropped and with_media:
             answer = f"{answer}\n\n{NO_VISION_NOTE}"
+        markup = info_markup(result.answer_id) if info_button and result.answer_id is not None else None
         if heard:
-            await reply.finish_rendered(with_heard(" / ".join(heard), answer))
+            await reply.finish_rendered(with_heard(" / ".join(heard), answer), markup)
         else:
-            await reply.finish(answer)
+            await reply.finish(answer, markup)
         return answer
     return None

@@ -23,6 +23,7 @@ from telegram.ext import (
     filters,
 )
 
+from bot.adapter.answer_info import register_answer_info, shown_in
 from bot.adapter.commands.catalog import audience_of, help_text, new_session_text
 from bot.adapter.commands.code import CodeCommands
 from bot.adapter.commands.data import register_data_commands
@@ -44,6 +45,7 @@ from bot.runtime.leases import ChatLocks
 from bot.runtime.queue import Incoming
 from bot.runtime.runner import TurnRunner
 from bot.webapp.telegram import AppCommand, set_menu_button
+from db.turn_info import TurnInfos
 
 if TYPE_CHECKING:
     from bot.webapp.server import WebAppServer
@@ -99,6 +101,7 @@ class Handlers:
             max_chats=settings.max_concurrent_turns,
             on_free=replica.kick,
             speak=speak,
+            info_button=lambda kind: shown_in(settings.answer_info_button, kind),
         )
         self._albums_for_bot: dict[str, None] = {}  # insertion-ordered: the oldest is forgotten first
 
@@ -370,6 +373,7 @@ def build_application(data: BotData, bot: ExtBot[None], job_queue: JobQueue[Ctx]
     app.add_handler(CommandHandler("stop", h.stop))
     app.add_handler(CommandHandler("retry", h.retry))
     app.add_handler(CallbackQueryHandler(h.stop_pressed, pattern=r"^stop:"))
+    register_answer_info(app, TurnInfos(services.engine), services.memory, services.conversations.topics)
     model_commands = ModelCommands(h.models, h.access)
     app.add_handler(CommandHandler("model", model_commands.model))
     app.add_handler(CallbackQueryHandler(model_commands.pressed, pattern=r"^model:"))

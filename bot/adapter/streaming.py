@@ -155,16 +155,19 @@ class StreamingReply:
             except TelegramError as exc:  # a preview is not essential; the final text is
                 log.info("chat %s: preview update failed: %s", self.chat_id, exc)
 
-    async def finish(self, markdown: str) -> list[int]:
-        """Deliver the final answer (rendered Markdown); returns the ids of the messages that carry it."""
-        return await self.finish_rendered(render(markdown) or [Rendered("(empty answer)", ())])
+    async def finish(self, markdown: str, markup: InlineKeyboardMarkup | None = None) -> list[int]:
+        """Deliver the final answer (rendered Markdown); returns the ids of the messages that carry it.
+        `markup`: buttons under its last message (the answer's ⓘ)."""
+        return await self.finish_rendered(render(markdown) or [Rendered("(empty answer)", ())], markup)
 
     async def finish_plain(self, text: str) -> list[int]:
         """Deliver a plain-text final message (errors, notices)."""
         return await self.finish_rendered([Rendered(t, ()) for t in plain_chunks(text)])
 
-    async def finish_rendered(self, parts: list[Rendered]) -> list[int]:
-        """Deliver already rendered parts.
+    async def finish_rendered(
+        self, parts: list[Rendered], markup: InlineKeyboardMarkup | None = None
+    ) -> list[int]:
+        """Deliver already rendered parts (`markup`: buttons under the last one).
 
         Whatever Telegram refuses, the rest still goes: a part refused with formatting goes as plain text, one
         refused as too long goes in smaller pieces, a preview that cannot take the text is replaced by new
@@ -180,7 +183,8 @@ class StreamingReply:
             refused: list[BadRequest] = []
             for i, part in enumerate(parts):
                 try:
-                    ids.extend(await self._deliver(part, self.message_id if i == 0 else None))
+                    last = markup if i == len(parts) - 1 else None
+                    ids.extend(await self._deliver(part, self.message_id if i == 0 else None, last))
                 except BadRequest as exc:  # (network trouble that outlasted the retries still raises)
                     log.error(
                         "chat %s: part %d of %d of the answer was refused: %s",
@@ -212,7 +216,9 @@ class StreamingReply:
             return [msg.message_id]
         return []
 
-    async def _deliver(self, part: Rendered, edit_id: int | None) -> list[int]:
+    async def _deliver(
+        self, part: Rendered, edit_id: int | None, markup: InlineKeyboardMarkup | None = None
+    ) -> list[int]:
         entities: tuple[MessageEntity, ...] | None = part.entities or None
         for _attempt in range(FINAL_ATTEMPTS):
             try:
@@ -222,6 +228,7 @@ class StreamingReply:
                         self.chat_id,
                         edit_id,
                         entities=entities,
+                        reply_markup=markup,
                     )
                     return [edit_id]
                 msg = await self.bot.send_message(
@@ -230,6 +237,7 @@ class StreamingReply:
                     entities=entities,
                     reply_parameters=self._reply,
                     message_thread_id=self.thread_id,
+                    reply_markup=markup,
                 )
                 self._reply = None  # only the first message refers to the question
                 return [msg.message_id]
@@ -254,7 +262,7 @@ class StreamingReply:
                     self._stale_preview, edit_id = edit_id, None
                     continue
                 if _too_long(text):
-                    pieces = await self._deliver_in_pieces(Rendered(part.text, entities or ()), exc)
+                    pieces = await self._deliver_in_pieces(Rendered(part.text, entities or ()), exc, markup)
                     if pieces is not None:
                         return pieces
                 if entities:  # refused for another reason: plain text may still pass
@@ -267,7 +275,9 @@ class StreamingReply:
                 await asyncio.sleep(1.0)
         raise TelegramError(f"could not deliver a message to chat {self.chat_id}")
 
-    async def _deliver_in_pieces(self, part: Rendered, exc: BadRequest) -> list[int] | None:
+    async def _deliver_in_pieces(
+        self, part: Rendered, exc: BadRequest, markup: InlineKeyboardMarkup | None = None
+    ) -> list[int] | None:
         """Telegram counted the text longer than we did (see `_too_long`): resend it in halves; None when it
         cannot be cut smaller."""
         half = utf16_len(part.text) // 2
@@ -281,8 +291,8 @@ class StreamingReply:
             len(pieces),
         )
         ids: list[int] = []
-        for piece in pieces:
-            ids.extend(await self._deliver(piece, None))
+        for k, piece in enumerate(pieces):
+            ids.extend(await self._deliver(piece, None, markup if k == len(pieces) - 1 else None))
         return ids
 
 

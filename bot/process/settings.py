@@ -86,6 +86,10 @@ class Settings(BaseSettings):
     # while a turn runs go into the next turn together (MESSAGE_MERGE_BURSTS=false: one turn each).
     message_debounce_ms: int = Field(default=1500, ge=0, le=60_000)
     message_merge_bursts: bool = True
+    # The ⓘ button under each final answer: "why this answer" (the memories recalled into it, the tools it
+    # called, its model, tokens and cost), shown only to the person who asked. private: in private chats;
+    # all: in groups too; off: no button.
+    answer_info_button: Literal["private", "all", "off"] = "private"
     # LLM
     openai_api_key: SecretStr = Field(min_length=1)
     openai_base_url: AnyHttpUrl = AnyHttpUrl("https://api.openai.com/v1")

@@ -45,6 +45,7 @@ from core_tools.sessions import SessionManager
 from core_tools.tools.code import CodeLimits, CodeTool
 from core_tools.tools.results import ResultsTool
 from core_tools.tools.search import SearchTool, build_search_tool
+from core_tools.turn_info import PromptSection
 from core_tools.types import FileSink, Notifier
 from core_tools.usage import Caps, UsageService, parse_prices
 from db import recall_cache
@@ -423,10 +424,11 @@ def build_services(settings: Settings, front: FrontEnd | None = None) -> Service
     )
     budget_chars = settings.memory_prompt_budget_chars
 
-    async def memories_for_prompt(user_id: int, session_id: str, message: str) -> str:
+    async def memories_for_prompt(user_id: int, session_id: str, message: str) -> str | PromptSection:
         if not budget_chars:
             return ""
-        return await memory.context_for_prompt(user_id, session_id, message, budget_chars)
+        # With the memories it used: a turn's "why this answer" lists them (core_tools/turn_info.py).
+        return await memory.prompt_section(user_id, session_id, message, budget_chars)
 
     async def note_for_extraction(user_id: int, session_id: str, message: str) -> str:
         # Not a prompt section: the turn's start is where the agent shows a user message to the outside.
@@ -463,6 +465,9 @@ def build_services(settings: Settings, front: FrontEnd | None = None) -> Service
         private_context_providers=[memories_for_prompt, note_for_extraction],
         budget=usage_service,
         media=media,
+        cost_of=lambda r: usage_service.prices.cost(
+            r.model, r.prompt_tokens, r.completion_tokens, r.cached_tokens
+        ),
     )
     return Services(
         settings=settings,

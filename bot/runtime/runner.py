@@ -90,6 +90,7 @@ class TurnRunner:
         speak: Callable[[Bot, Incoming, str], Awaitable[None]] | None = None,
         max_chats: int = 0,
         on_free: Callable[[], None] = lambda: None,
+        info_button: Callable[[str], bool] = lambda kind: False,
     ) -> None:
         self.agent = agent
         self.conversations = conversations
@@ -105,6 +106,9 @@ class TurnRunner:
         self.speak = speak  # the answer to a voice note as a voice note too (bot/adapter/media.py)
         self.max_chats = max_chats  # chats driven at once here (MAX_CONCURRENT_TURNS; 0: no limit)
         self.on_free = on_free  # a slot came free after one was refused: look for chats nobody drives
+        # Whether an answer in a chat of this kind (private, group...) carries the ⓘ
+        # (bot/adapter/answer_info.py).
+        self.info_button = info_button
         self._states: dict[int, ChatState] = {}
         self._typing: dict[int, float] = {}  # inbox id -> when "typing" was shown for it here
         self._refused = False  # a chat was left undriven for want of a slot
@@ -353,7 +357,9 @@ class TurnRunner:
         if task.cancelled() and turn.inbox_ids and not control.message_ids:
             await self._db(lambda: self._keep_unstarted(turn, head.chat_type))
         heard = [b.heard for b in batch if b.heard is not None]
-        answer = await deliver(reply, task, any(b.media_ids for b in batch), heard)
+        answer = await deliver(
+            reply, task, any(b.media_ids for b in batch), heard, info_button=self.info_button(turn.kind)
+        )
         if answer is not None and self.speak is not None and any(b.speak for b in batch):
             await self.speak(bot, head, answer)  # still in the chat's lock: before the next turn's answer
 

@@ -27,7 +27,8 @@ from core_tools.memory.embedding import MemoryEmbedding, in_worker
 from core_tools.memory.judge import ADD, Candidate, Decision, MemoryJudge, content_tokens, key_tokens, overlap
 from core_tools.memory.views import change_view, iso, memory_view
 from core_tools.memory.write import Write, apply_undo, apply_write
-from core_tools.prompts import MEMORY_NOTE, memory_block
+from core_tools.prompts import MEMORY_NOTE, memory_block_with
+from core_tools.turn_info import PromptSection, recalled
 from db import memories as q
 from db import memory_history as h
 from db import memory_search, memory_words
@@ -448,6 +449,13 @@ class MemoryStore:
 
         return await self._db(work)
 
+    async def still_kept(self, user_id: int, memory_ids: Sequence[str]) -> set[str]:
+        """Which of these ids are still the user's memories (not forgotten since)."""
+        ids = list(memory_ids)
+        if not ids:
+            return set()
+        return await self._db(lambda s: {i for i in ids if q.get_memory(s, user_id, i) is not None})
+
     async def history(self, user_id: int, memory_id: str) -> list[dict[str, Any]]:
         """A memory's changes, newest first (empty for an unknown id or another user's)."""
         return await self._db(lambda s: [change_view(c) for c in h.history(s, user_id, memory_id)])
@@ -522,6 +530,12 @@ class MemoryStore:
         self, user_id: int, session_id: str, message_text: str, budget_chars: int = 2000
     ) -> str:
         """Relevant long/mid memories and this session's, as a quoted-data block in budget; "" if none."""
+        return (await self.prompt_section(user_id, session_id, message_text, budget_chars)).text
+
+    async def prompt_section(
+        self, user_id: int, session_id: str, message_text: str, budget_chars: int = 2000
+    ) -> PromptSection:
+        """`context_for_prompt` with the memories that went into the block (a turn's "why this answer")."""
         now = self.now()
         # Two small indexed reads, made on the event loop like the conversation reads: a worker thread
         # waits for the GIL behind the busy loop, which measured 2.5-3 ms a hop (bench/bench_chat.py).
@@ -532,7 +546,8 @@ class MemoryStore:
         relevant = (
             await self.recall(user_id, message_text, layers=["long", "mid"], limit=8) if has_relevant else []
         )
-        return memory_block(relevant, session, budget_chars)
+        text, used = memory_block_with(relevant, session, budget_chars)
+        return PromptSection(text, recalled(used))
 
     # -- embedder changes -----------------------------------------------------------------------------
 

@@ -156,6 +156,8 @@ class MemoryTool:
             found = await self.store.recall(
                 ctx.user_id, query, layer=layer, limit=limit, session_id=ctx.session_id
             )
+            if ctx.recalled is not None:
+                ctx.recalled(found)
             return {"success": True, "memories": found, "note": DATA_NOTE}
         if action == "list":
             if layer is not None:
