@@ -1,7 +1,7 @@
 """What every handler and job of the Telegram application reads from its context: `context.bot_data`, typed.
 
-The composition root (bot/process/wiring.py) builds these objects before the PTB Application and binds them
-to a subclass of `BotData` (`bound`): PTB instantiates bot_data with no arguments."""
+The composition root (bot/process/fronts.py, `build_telegram`) builds these objects before the PTB Application
+and binds them to a subclass of `BotData` (`bound`): PTB instantiates bot_data with no arguments."""
 
 from __future__ import annotations
 

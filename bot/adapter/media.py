@@ -478,7 +478,7 @@ def _audio_item(msg: Message) -> tuple[str, Any, str]:
 
 def register_media_handlers(app: Application[Any, Any, Any, Any, Any, Any], h: MediaHandlers) -> None:
     """Add the handlers of `h` for everything that is not text or a command (after those handlers); their
-    turns go through the turn runner, which also speaks the answers to voice notes (bot/process/wiring.py)."""
+    turns go through the turn runner, which also speaks the answers to voice notes (bot/process/fronts.py)."""
     app.add_handler(MessageHandler(filters.VOICE | filters.AUDIO | filters.VIDEO_NOTE, h.audio_in))
     app.add_handler(MessageHandler(filters.PHOTO, h.photo_in))
     app.add_handler(MessageHandler(filters.Document.ALL, h.document_in))

@@ -107,7 +107,7 @@ def _no_turn(chat_id: int, turn: int) -> None:
 
 @dataclass(frozen=True)
 class ReplicaEvents:
-    """What the replica tells the front end that drives chats (bot/process/wiring.py gives it closures over
+    """What the replica tells the front end that drives chats (bot/process/fronts.py gives it closures over
     the turn runner, built after the replica), and asks it how busy it is. Without a front end that drives
     chats (the terminal, the MCP server), nothing is driven from here."""
 

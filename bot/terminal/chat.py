@@ -163,7 +163,7 @@ class TerminalChat:
         console: Console,
         woken: asyncio.Event,
     ) -> None:
-        """`console` and `woken` are the ones the services deliver to (bot/process/wiring.py, build_terminal):
+        """`console` and `woken` are the ones the services deliver to (bot/process/fronts.py, build_terminal):
         the notices and files of code runs, and the schedule tool's wake-up of the reminders."""
         self.services = services
         self.user_id = self.chat_id = user_id  # the user's private chat, as in Telegram
@@ -180,7 +180,7 @@ class TerminalChat:
         self._echoed = os.isatty(0)
 
     async def start(self) -> None:
-        """Start the services (they deliver to this terminal: bot/process/wiring.py, build_terminal)."""
+        """Start the services (they deliver to this terminal: bot/process/fronts.py, build_terminal)."""
         s = self.services
         await s.start()
         owner = " (the owner)" if s.usage_service.is_owner(self.user_id) else ""

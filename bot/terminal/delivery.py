@@ -111,7 +111,7 @@ class TerminalReminders:
         hold: Callable[[int], AbstractAsyncContextManager[None]],
         woken: asyncio.Event,
     ) -> None:
-        """`woken` is set when something may be due sooner (the schedule tool rings it: bot/process/wiring.py
+        """`woken` is set when something may be due sooner (the schedule tool rings it: bot/process/fronts.py
         gave the tool its `set`)."""
         self.services = services
         self.service = services.schedules.service
