@@ -221,7 +221,7 @@ async def api_and_page(
         FakeLLM() as llm,
         running_bot(base_dir / "api", tg, llm, webapp_listen="127.0.0.1:0") as h,
     ):
-        webapp = h.services.webapp
+        webapp = h.webapp
         assert webapp is not None
         webapp.limiter.limit = 10**9  # the bench's own requests are many more than a person's 60 a minute
         await asyncio.to_thread(seed, h, memories)  # the bot goes on heart-beating meanwhile
@@ -340,7 +340,7 @@ async def chat_turns(base_dir: Path, turns: int, warmup: int, results: dict[str,
             running_bot(base_dir / "off", tg_off, llm_off, **settings),
             running_bot(base_dir / "on", tg_on, llm_on, webapp_listen="127.0.0.1:0", **settings) as on,
         ):
-            assert on.services.webapp is not None
+            assert on.webapp is not None
             for i in range(warmup):
                 await one_turn(tg_off, OWNER, f"warm-up {i}", expected, llm_off)
                 await one_turn(tg_on, OWNER, f"warm-up {i}", expected, llm_on)

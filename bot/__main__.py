@@ -8,8 +8,9 @@ import asyncio
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import urlparse
 
 from pydantic import ValidationError
@@ -18,7 +19,9 @@ from bot.process.logs import Redactor, setup_logging
 from bot.process.settings import Settings, bad_fields, describe_errors, load_settings, settings_without
 
 if TYPE_CHECKING:
-    from bot.process.wiring import Services
+    from bot.adapter.context import App
+
+T = TypeVar("T")
 
 log = logging.getLogger("bot")
 
@@ -48,11 +51,10 @@ def _settings(telegram: bool, services: bool) -> Settings | None:
     return None if lines else settings
 
 
-def _build(settings: Settings) -> Services | None:
-    from bot.process.wiring import build_services
-
+def _build(build: Callable[[], T]) -> T | None:
+    """What `build` builds (a composition root of bot/process/wiring.py), or None after one line."""
     try:
-        return build_services(settings)
+        return build()
     except ValueError as exc:  # an unusable combination of settings, e.g. a provider without its key
         print(f"Configuration error: {exc}.", file=sys.stderr)
         return None
@@ -88,13 +90,15 @@ def run_bot(settings: Settings) -> int:
     """Run the Telegram bot with long polling (or a webhook) until SIGINT/SIGTERM; 1 if it cannot start."""
     from telegram.error import TelegramError
 
-    services = _build(settings)
-    if services is None:
+    from bot.process.fronts import build_telegram
+
+    app = _build(lambda: build_telegram(settings))
+    if app is None:
         return 2
     ptb_log = logging.getLogger("telegram.ext")
     ptb_log.addFilter(_HidePTBStartupTraceback())
     try:
-        _serve(settings, services)
+        _serve(settings, app)
     except TelegramError as exc:  # bad token, wrong base URL, no network: one line, no traceback
         print(startup_failure(exc, settings), file=sys.stderr)
         return 1
@@ -102,12 +106,9 @@ def run_bot(settings: Settings) -> int:
     return 0
 
 
-def _serve(settings: Settings, services: Services) -> None:
+def _serve(settings: Settings, app: App) -> None:
     from telegram import Update
 
-    from bot.adapter.app import build_application
-
-    app = build_application(services)
     log.info(
         "starting: model %s at %s, %d allowed user(s), database %s",
         settings.llm_model,
@@ -201,14 +202,16 @@ def _url_secrets(url: str) -> list[str]:
 def run_chat(settings: Settings, out_dir: str | None = None) -> int:
     """Chat in the terminal as the owner (OWNER_USER_ID, else the first allowed user; user 0 without any);
     files of code runs go to `out_dir` (default TERMINAL_OUT_DIR)."""
-    from bot.terminal.chat import TerminalChat
+    from bot.process.fronts import build_terminal
 
-    services = _build(settings)
-    if services is None:
+    chat = _build(
+        lambda: build_terminal(settings, settings.owner_id or 0, Path(out_dir or settings.terminal_out_dir))
+    )
+    if chat is None:
         return 2
+    services = chat.services
 
     async def go() -> None:
-        chat = TerminalChat(services, settings.owner_id or 0, Path(out_dir or settings.terminal_out_dir))
         try:
             await chat.start()
             await chat.run()

@@ -21,8 +21,9 @@ from typing import Any
 
 from telegram import InlineKeyboardButton, InlineKeyboardMarkup, ReplyParameters, Update
 from telegram.error import TelegramError
-from telegram.ext import CallbackQueryHandler, ContextTypes
+from telegram.ext import CallbackQueryHandler
 
+from bot.adapter.context import Ctx
 from bot.adapter.topics import conversation_of, place_of
 from core_tools.memory.store import MemoryStore
 from core_tools.types import ChatType
@@ -31,8 +32,6 @@ from db.topics import Topics
 from db.turn_info import StoredTurnInfo, TurnInfos
 
 log = logging.getLogger(__name__)
-
-Ctx = ContextTypes.DEFAULT_TYPE
 
 INFO_BUTTON = "ⓘ"
 INFO_DATA = "ai:"

@@ -84,8 +84,14 @@ async def deliver(
 ) -> str | None:
     """Show how the turn ended; returns the answer when there is one. `info_button`: an answered turn's
     last message carries the ⓘ button of its "why this answer" view (bot/adapter/answer_info.py)."""
-    if task.cancelled():  # stopped before the turn began
-        await reply.finish_plain(STOPPED_MARK)
+    if task.cancelled():
+        # Stopped before the turn began, or at a point where the turn could not end itself (a database
+        # call it was waiting for): what was already streamed stays, as when the turn stops itself.
+        partial = reply.streamed.strip()
+        if partial:
+            await reply.finish(f"{partial}\n\n{STOPPED_MARK}")
+        else:
+            await reply.finish_plain(STOPPED_MARK)
         return None
     exc = task.exception()
     if exc is not None:

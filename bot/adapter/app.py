@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
-from telegram import Message, Update, User
+from telegram import Bot, Message, Update, User
 from telegram.error import TelegramError
 from telegram.ext import (
     Application,
     ApplicationHandlerStop,
+    CallbackContext,
     CallbackQueryHandler,
     CommandHandler,
     ContextTypes,
+    ExtBot,
+    JobQueue,
     MessageHandler,
     TypeHandler,
     filters,
@@ -28,12 +32,14 @@ from bot.adapter.commands.memory import MemoryCommands
 from bot.adapter.commands.model import ModelChoice, ModelCommands
 from bot.adapter.commands.schedules import register_schedule_handlers
 from bot.adapter.commands.usage import register_usage_handlers
+from bot.adapter.context import App, BotData, Ctx, bound
 from bot.adapter.groups import Access, addressed, is_group, turn_text
 from bot.adapter.media import register_media_handlers
 from bot.adapter.menu import publish
 from bot.adapter.telegram_http import AiohttpRequest
 from bot.adapter.topics import conversation_of, place_of
-from bot.process.wiring import Services, build_webapp
+from bot.process.settings import Settings
+from bot.process.wiring import Services
 from bot.runtime.backup_jobs import register_backup_jobs
 from bot.runtime.jobs import register_jobs
 from bot.runtime.leases import ChatLocks
@@ -42,9 +48,10 @@ from bot.runtime.runner import TurnRunner
 from bot.webapp.telegram import AppCommand, set_menu_button
 from db.turn_info import TurnInfos
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from bot.webapp.server import WebAppServer
 
-Ctx = ContextTypes.DEFAULT_TYPE
+log = logging.getLogger(__name__)
 
 # A plain text message: its update is recorded as seen in the transaction that queues it (bot/runtime/).
 QUEUED_TEXT = filters.UpdateType.MESSAGE & filters.TEXT & ~filters.COMMAND
@@ -62,7 +69,12 @@ USER_REFUSAL = (
 class Handlers:
     """The update handlers; they translate Telegram updates into agent turns and back."""
 
-    def __init__(self, services: Services) -> None:
+    def __init__(
+        self,
+        services: Services,
+        speak: Callable[[Bot, Incoming, str], Awaitable[None]] | None = None,
+    ) -> None:
+        """`speak` says an answer to a voice note as a voice note too (bot/adapter/media.py)."""
         self.services = services
         self.settings = settings = services.settings
         self.access = Access.of(
@@ -89,6 +101,7 @@ class Handlers:
             locks=self.locks,
             max_chats=settings.max_concurrent_turns,
             on_free=replica.kick,
+            speak=speak,
             info_button=lambda kind: shown_in(settings.answer_info_button, kind),
         )
         self._albums_for_bot: dict[str, None] = {}  # insertion-ordered: the oldest is forgotten first
@@ -269,31 +282,19 @@ class Handlers:
                 log.warning("could not send the apology to chat %s", update.effective_chat.id)
 
 
-async def on_startup(app: Application[Any, Any, Any, Any, Any, Any]) -> None:
+async def on_startup(app: App) -> None:
     """Join the other processes on the database (if any), publish the command menu, and start looking for
     chats nobody drives: messages a stopped process left waiting, and turns it could not finish (their
     users are told), are answered from here on."""
-    services: Services = app.bot_data["services"]
-    h: Handlers = app.bot_data["handlers"]
+    data = app.bot_data
+    services = data.services
     replica = services.replica
     replica.join()
     await services.start()
     await publish(app.bot, services.settings.owner_id)  # the command menus and missing descriptions
-    await start_webapp(services)
+    await start_webapp(data.webapp, services)
     await set_menu_button(app.bot, services.settings.webapp_url)
     drop_unserved(app)
-
-    def drive(chat_id: int) -> None:
-        if app.running:  # not while stopping: what still waits is answered by the next start, or another
-            app.create_task(h.runner.drive(app.bot, chat_id), name=f"drive-{chat_id}")
-
-    def stop(chat_id: int, turn: int) -> None:
-        h.runner.stop_here(chat_id, turn)
-
-    replica.on_orphan = drive
-    replica.on_stop = stop
-    replica.running_turns = h.runner.running
-    replica.free_chats = h.runner.free
 
     async def begin(context: Ctx) -> None:
         replica.start()  # once the application runs: the chats it drives are tasks PTB waits for at stop
@@ -302,23 +303,26 @@ async def on_startup(app: Application[Any, Any, Any, Any, Any, Any]) -> None:
     app.job_queue.run_once(begin, 0, name="replica", job_kwargs={"misfire_grace_time": None})
 
 
-async def start_webapp(services: Services) -> None:
+def drive(app: App, runner: TurnRunner, chat_id: int) -> None:
+    """Drive a chat nobody drives (the replica found it), as a task of the application."""
+    if app.running:  # not while stopping: what still waits is answered by the next start, or another
+        app.create_task(runner.drive(app.bot, chat_id), name=f"drive-{chat_id}")
+
+
+async def start_webapp(webapp: WebAppServer | None, services: Services) -> None:
     """Start the app's web server when WEBAPP_LISTEN is set; one that cannot listen is logged, and the chat
     goes on without it."""
-    services.webapp = build_webapp(services)
-    if services.webapp is None:
+    if webapp is None:
         return
     try:
-        await services.webapp.start()
+        await webapp.start()
     except OSError as exc:
         log.error("the app's web server could not listen on %s: %s", services.settings.webapp_listen, exc)
-        services.webapp = None
 
 
-def drop_unserved(app: Application[Any, Any, Any, Any, Any, Any]) -> None:
+def drop_unserved(app: App) -> None:
     """Messages left waiting by users or chats no longer allowed are refused, as the gate would now."""
-    services: Services = app.bot_data["services"]
-    h: Handlers = app.bot_data["handlers"]
+    services, h = app.bot_data.services, app.bot_data.handlers
     waiting = services.conversations.inbox.waiting()
     chat_of = services.conversations.topics.place  # a forum topic's messages: their forum decides
     gone = [q.id for q in waiting if not h.access.serves(chat_of(q.chat_id).chat_id, q.chat_type, q.user_id)]
@@ -327,33 +331,41 @@ def drop_unserved(app: Application[Any, Any, Any, Any, Any, Any]) -> None:
         services.conversations.inbox.discard(gone)
 
 
-async def on_shutdown(app: Application[Any, Any, Any, Any, Any, Any]) -> None:
+async def on_shutdown(app: App) -> None:
     """Close HTTP clients and the database inside the event loop that used them."""
-    services: Services = app.bot_data["services"]
-    await services.aclose()
+    if app.bot_data.webapp is not None:  # first: its requests use everything the services hold
+        await app.bot_data.webapp.stop()
+    await app.bot_data.services.aclose()
 
 
-def build_application(services: Services) -> Application[Any, Any, Any, Any, Any, Any]:
-    """Build the PTB Application with every handler."""
-    settings = services.settings
+def telegram_bot(settings: Settings) -> ExtBot[None]:
+    """The Bot API client of the settings: built before the services, which deliver through it."""
     assert settings.telegram_bot_token is not None
     base_url = settings.telegram_api_base_url
-    app = (
-        Application.builder()
-        .token(settings.telegram_bot_token.get_secret_value())
-        .base_url(base_url)
-        .base_file_url(base_url.replace("/bot", "/file/bot", 1))
+    return ExtBot(
+        settings.telegram_bot_token.get_secret_value(),
+        base_url=base_url,
+        base_file_url=base_url.replace("/bot", "/file/bot", 1),
         # aiohttp, not PTB's httpx: far less CPU per Bot API call when many chats are answered at once.
-        .request(AiohttpRequest())
-        .get_updates_request(AiohttpRequest(connection_pool_size=1))
+        request=AiohttpRequest(),
+        get_updates_request=AiohttpRequest(connection_pool_size=1),
+    )
+
+
+def build_application(data: BotData, bot: ExtBot[None], job_queue: JobQueue[Ctx]) -> App:
+    """Build the PTB Application on `bot` and `job_queue` with every handler; its bot data is `data`."""
+    services, h = data.services, data.handlers
+    settings = services.settings
+    app: App = (
+        Application.builder()
+        .bot(bot)
+        .job_queue(job_queue)
+        .context_types(ContextTypes(context=CallbackContext, bot_data=bound(data)))
         .concurrent_updates(True)  # order within a chat comes from the inbox and the chat's lease
         .post_init(on_startup)
         .post_shutdown(on_shutdown)
         .build()
     )
-    app.bot_data["services"] = services
-    services.notifier.bot = app.bot
-    h = Handlers(services)
     app.add_handler(TypeHandler(Update, h.once), group=-3)  # first of all: a duplicate goes no further
     app.add_handler(TypeHandler(Update, h.gate), group=-1)
     app.add_handler(CommandHandler("start", h.start))
@@ -362,7 +374,7 @@ def build_application(services: Services) -> Application[Any, Any, Any, Any, Any
     app.add_handler(CommandHandler("stop", h.stop))
     app.add_handler(CommandHandler("retry", h.retry))
     app.add_handler(CallbackQueryHandler(h.stop_pressed, pattern=r"^stop:"))
-    register_approval_handlers(app, services.approvals)
+    register_approval_handlers(app, services.approvals, services.conversations.topics)
     register_answer_info(app, TurnInfos(services.engine), services.memory, services.conversations.topics)
     model_commands = ModelCommands(h.models, h.access)
     app.add_handler(CommandHandler("model", model_commands.model))
@@ -375,10 +387,10 @@ def build_application(services: Services) -> Application[Any, Any, Any, Any, Any
     app.add_handler(CommandHandler("timezone", memory_commands.timezone))
     app.add_handler(CommandHandler("app", AppCommand(settings.webapp_url).app))
     register_usage_handlers(app, services.usage_service)
-    register_schedule_handlers(app, services, h.locks)
+    register_schedule_handlers(app, services, data.schedule_runner)
     register_jobs(app)
     register_data_commands(app, services)  # /export, /forget_me
-    register_backup_jobs(app, services)  # BACKUP_SCHEDULE
+    register_backup_jobs(app, data.backups)  # BACKUP_SCHEDULE
     new = filters.UpdateType.MESSAGE
     app.add_handler(
         MessageHandler(filters.UpdateType.EDITED_MESSAGE & filters.TEXT & ~filters.COMMAND, h.edited)
@@ -386,7 +398,6 @@ def build_application(services: Services) -> Application[Any, Any, Any, Any, Any
     app.add_handler(MessageHandler(QUEUED_TEXT, h.text))
     app.add_handler(MessageHandler(new & filters.COMMAND, h.help))  # an unknown command: show what exists
     # Voice, photos, files; and everything else gets a clear "not supported" (bot/adapter/media.py).
-    register_media_handlers(app, services, h.runner)
+    register_media_handlers(app, data.media)
     app.add_error_handler(h.on_error)
-    app.bot_data["handlers"] = h
     return app

@@ -8,11 +8,10 @@ import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from telegram import InlineKeyboardButton, InlineKeyboardMarkup, Update
+from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, Update
 from telegram.error import TelegramError
 from telegram.ext import Application, CallbackQueryHandler, ContextTypes
 
-from bot.adapter.notify import TelegramNotifier
 from core_tools.aio import settled
 from core_tools.approval import ApprovalGate, ApprovalRequest
 from db.approvals import PENDING, Approvals
@@ -59,19 +58,17 @@ def keyboard(approval_id: int) -> InlineKeyboardMarkup:
 class TelegramApprovals:
     """The front end of core_tools.approval: asks in the chat, and handles the buttons' presses."""
 
-    def __init__(self, store: Approvals, topics: Topics, notifier: TelegramNotifier) -> None:
+    def __init__(self, store: Approvals, topics: Topics, bot: Bot) -> None:
         self.store = store
         self.topics = topics
-        self.notifier = notifier
+        self.bot = bot
 
     async def _db(self, call: Callable[[], T]) -> T:
         return await settled(call, off_loop=self.store.over_network)
 
     async def ask(self, request: ApprovalRequest) -> int | None:
         """Show the request with its buttons in the chat (or forum topic) of the turn."""
-        bot = self.notifier.bot
-        if bot is None:
-            raise RuntimeError("the Telegram bot is not started yet")
+        bot = self.bot
         place = self.topics.place(request.chat_id)
         sent = await bot.send_message(
             place.chat_id,
@@ -83,8 +80,8 @@ class TelegramApprovals:
 
     async def settled(self, request: ApprovalRequest, message_id: int | None, status: str) -> None:
         """Take the buttons away from a request that ended without a press, saying how it ended."""
-        bot = self.notifier.bot
-        if bot is None or message_id is None:
+        bot = self.bot
+        if message_id is None:
             return
         place = self.topics.place(request.chat_id)
         text = prompt_text(request, await self._db(lambda: self.store.name_of(request.user_id)))
@@ -95,9 +92,7 @@ class TelegramApprovals:
 
     async def tell(self, chat_id: int, text: str) -> None:
         """A plain message to the chat (or forum topic)."""
-        bot = self.notifier.bot
-        if bot is None:
-            raise RuntimeError("the Telegram bot is not started yet")
+        bot = self.bot
         place = self.topics.place(chat_id)
         await bot.send_message(place.chat_id, text, message_thread_id=place.thread_id)
 
@@ -145,12 +140,11 @@ async def _answer(call: Any) -> None:
 
 
 def register_approval_handlers(
-    app: Application[Any, Any, Any, Any, Any, Any], approvals: ApprovalGate | None
+    app: Application[Any, Any, Any, Any, Any, Any], approvals: ApprovalGate | None, topics: Topics
 ) -> None:
     """The approval buttons' handler; the gate (services.approvals) asks through Telegram from now on."""
     if approvals is None:
         return
-    services = app.bot_data["services"]
-    front = TelegramApprovals(approvals.store, services.conversations.topics, services.notifier)
+    front = TelegramApprovals(approvals.store, topics, app.bot)
     approvals.asker = front
     app.add_handler(CallbackQueryHandler(front.pressed, pattern=rf"^{PREFIX}"))

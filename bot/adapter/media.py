@@ -16,8 +16,9 @@ from typing import Any, TypeVar
 
 from telegram import Bot, InputFile, Message, Update
 from telegram.error import BadRequest, TelegramError
-from telegram.ext import Application, ContextTypes, MessageHandler, filters
+from telegram.ext import Application, MessageHandler, filters
 
+from bot.adapter.context import Ctx
 from bot.adapter.groups import frame, is_group, without_mention
 from bot.adapter.streaming import status_note, typing_indicator
 from bot.adapter.topics import conversation_of, thread_of
@@ -32,7 +33,6 @@ from db.media import NewMediaFile
 
 log = logging.getLogger(__name__)
 
-Ctx = ContextTypes.DEFAULT_TYPE
 T = TypeVar("T")
 
 MAX_DOWNLOAD_BYTES = 20 * 1024 * 1024  # the Bot API's getFile limit
@@ -476,16 +476,10 @@ def _audio_item(msg: Message) -> tuple[str, Any, str]:
     return "video_note", msg.video_note, "video_note.mp4"
 
 
-def register_media_handlers(
-    app: Application[Any, Any, Any, Any, Any, Any], services: Services, runner: TurnRunner
-) -> MediaHandlers:
-    """Add the handlers for everything that is not text or a command (after those handlers); their turns
-    go through `runner`, which also speaks the answers to voice notes."""
-    h = MediaHandlers(services, runner)
-    runner.speak = h.speak
-    services.files.bot = app.bot
+def register_media_handlers(app: Application[Any, Any, Any, Any, Any, Any], h: MediaHandlers) -> None:
+    """Add the handlers of `h` for everything that is not text or a command (after those handlers); their
+    turns go through the turn runner, which also speaks the answers to voice notes (bot/process/fronts.py)."""
     app.add_handler(MessageHandler(filters.VOICE | filters.AUDIO | filters.VIDEO_NOTE, h.audio_in))
     app.add_handler(MessageHandler(filters.PHOTO, h.photo_in))
     app.add_handler(MessageHandler(filters.Document.ALL, h.document_in))
     app.add_handler(MessageHandler(~filters.TEXT & ~filters.StatusUpdate.ALL, h.other_in))
-    return h

@@ -21,8 +21,8 @@ NOTE_LINE_CHARS = 200
 class TelegramFiles:
     """Implements core_tools' FileSink: files of a code run go to the chat, images as photos."""
 
-    def __init__(self, topics: Topics | None = None) -> None:
-        self.bot: Bot | None = None
+    def __init__(self, topics: Topics | None, bot: Bot) -> None:
+        self.bot = bot
         self.topics = topics  # where a forum topic's conversation key is answered
 
     async def send_files(
@@ -30,8 +30,6 @@ class TelegramFiles:
     ) -> list[str]:
         """Send each file to the chat (or forum topic), then one note naming the files not sent and why; a
         line per file that failed."""
-        if self.bot is None:
-            return [f"{f.name}: the bot is not started" for f in files]
         place = self.topics.place(chat_id) if self.topics is not None else Place(chat_id)
         thread = place.thread_id
         failed: list[str] = []

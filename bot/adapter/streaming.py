@@ -76,6 +76,11 @@ class StreamingReply:
         self._finished = False
         self._stale_preview: int | None = None  # a preview the final answer could not be edited into
 
+    @property
+    def streamed(self) -> str:
+        """The answer streamed so far (what the preview shows, without its status line)."""
+        return self._text
+
     async def text(self, partial: str) -> None:
         """The answer so far."""
         self._text = partial

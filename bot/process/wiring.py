@@ -1,4 +1,5 @@
-"""The composition root: builds every object once; everything else receives what it needs."""
+"""The composition root: builds every object once; everything else receives what it needs, at construction.
+The front ends (the Telegram bot, the terminal chat: bot/process/fronts.py) build around `build_services`."""
 
 from __future__ import annotations
 
@@ -14,10 +15,8 @@ from typing import TYPE_CHECKING
 from pydantic import SecretStr
 from sqlalchemy import Engine
 
-from bot.adapter.notify import TelegramNotifier
-from bot.adapter.outfiles import TelegramFiles
 from bot.process.settings import Settings
-from bot.runtime.replica import Replica
+from bot.runtime.replica import Replica, ReplicaEvents
 from core_tools.agent import Agent, AgentConfig
 from core_tools.agents import HelperTools, SubTurnLimits, SubTurns, check_tools, is_helper_tool, load_agents
 from core_tools.approval import ApprovalGate, ApprovalPolicy
@@ -48,6 +47,7 @@ from core_tools.tools.code import CodeLimits, CodeTool
 from core_tools.tools.results import ResultsTool
 from core_tools.tools.search import SearchTool, build_search_tool
 from core_tools.turn_info import PromptSection
+from core_tools.types import FileSink, Notifier
 from core_tools.usage import Caps, UsageService, parse_prices
 from db import recall_cache
 from db.approvals import Approvals
@@ -62,6 +62,7 @@ from db.runtime import RuntimeStore
 from db.schedules import Schedules
 from db.series import Series
 from db.task_costs import TaskCosts
+from db.topics import Topics
 from db.usage import UsageLog, UsageQueries
 
 # The MCP SDK is imported only where MCP_SERVERS_FILE is set: it was the largest share of a start's imports.
@@ -70,6 +71,35 @@ if TYPE_CHECKING:
     from core_tools.mcp.client import McpServers
 
 log = logging.getLogger(__name__)
+
+
+def _no_wake() -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Outlets:
+    """What the front end running the services (Telegram, the terminal) gives them at construction: where
+    code jobs' notices, a cap's notice to the owner and the files code writes go outside a turn, and how the
+    schedule tool tells the front end's clock that something may be due sooner."""
+
+    notifier: Notifier | None = None
+    file_sink: FileSink | None = None
+    wake: Callable[[], None] = _no_wake
+
+
+def _no_outlets(topics: Topics) -> Outlets:
+    return Outlets()
+
+
+@dataclass(frozen=True)
+class FrontEnd:
+    """The front end the services are built for: its outlets (made from the forum topics, which the services
+    own: a topic's messages go to its forum) and the replica's events (the chats it drives). Without one
+    (the MCP server, the operator's commands) nothing is delivered outside a turn and no chat is driven."""
+
+    outlets: Callable[[Topics], Outlets] = _no_outlets
+    replica: ReplicaEvents = field(default_factory=ReplicaEvents)
 
 
 @dataclass
@@ -86,31 +116,21 @@ class Services:
     sessions: SessionManager
     search: SearchTool
     code: CodeTool
-    notifier: TelegramNotifier
     memory: MemoryStore
     usage_service: UsageService
     extractor: MemoryExtractor
     schedules: ScheduleTool
+    replica: Replica
+    # The front end's (Outlets): where notices and code files go outside a turn.
+    notifier: Notifier | None = None
+    files: FileSink | None = None
     mcp: McpServers | None = None
     media: MediaService | None = None
     audio: AudioClient | None = None
-    files: TelegramFiles = field(default_factory=TelegramFiles)
-    replica: Replica = field(default=None)  # type: ignore[assignment]  # set in __post_init__ when not given
     # The sandbox's data toolkit, installed in the background at start when missing.
     toolkit: Toolkit | None = None
     # Asks the user before the calls APPROVE_TOOLS or MCP `confirm` names (bot/adapter/approvals.py).
     approvals: ApprovalGate | None = None
-    # The app's web server (WEBAPP_LISTEN), started with the Telegram bot (bot/adapter/app.py).
-    webapp: WebAppServer | None = None
-
-    def __post_init__(self) -> None:
-        if self.replica is None:
-            self.replica = Replica(
-                RuntimeStore(self.engine, timedelta(seconds=self.settings.replica_lease_s)),
-                self.settings.replica_lease_s,
-            )
-        self.code.alive = self.replica.alive
-        self.code.runner = self.replica.id
 
     async def start(self) -> None:
         """Report code jobs a restart interrupted; connect the MCP servers (a failing one is retried)."""
@@ -127,8 +147,6 @@ class Services:
     async def aclose(self) -> None:
         """Sign off (other processes take this one's chats at once), deliver pending notices, then release
         connections."""
-        if self.webapp is not None:  # first: its requests use everything below
-            await self.webapp.stop()
         await self.replica.leave()
         await self.code.aclose()
         if self.toolkit is not None:
@@ -184,16 +202,26 @@ def config_problems(settings: Settings) -> list[str]:
     return lines
 
 
-def build_services(settings: Settings) -> Services:
-    """Migrate the database to head and build the services; ValueError means a setting is unusable."""
+def build_services(settings: Settings, front: FrontEnd | None = None) -> Services:
+    """Migrate the database to head and build the services for `front` (None: no front end), each given
+    what it needs at construction, in dependency order; ValueError means a setting is unusable.
+
+    A callback that closes a cycle (the code tool's description is registered again when the toolkit or a
+    sandbox service's limits change; memory recall asks the sessions for the user's time zone) is a closure
+    over an object built further down: nothing calls it before that object exists."""
+    front = front or FrontEnd()
     search = _search(settings)
     upgrade(settings.database_url)
     engine = make_engine(settings.database_url)
+    # This process among others on the database: the code tool's jobs are this replica's.
+    lease_s = settings.replica_lease_s
+    replica = Replica(RuntimeStore(engine, timedelta(seconds=lease_s)), lease_s, front.replica)
     recall_cache.configure(settings.memory_recall_cache_mb)
     sm = make_sessionmaker(engine)
     conversations = Conversations(sm)
     usage = UsageLog(sm)
-    notifier = TelegramNotifier(conversations.topics)
+    outlets = front.outlets(conversations.topics)
+    notifier = outlets.notifier
     usage_service = UsageService(
         UsageQueries(sm),
         prices=parse_prices(settings.llm_prices),
@@ -250,7 +278,6 @@ def build_services(settings: Settings) -> Services:
             ),
         ),
     )
-    files = TelegramFiles(conversations.topics)
     registry = ToolRegistry(recorder=usage, results=ToolResults(sm))
     for media_tool in media.tools():
         registry.register(media_tool, timeout_s=settings.tool_timeout_s)
@@ -258,22 +285,50 @@ def build_services(settings: Settings) -> Services:
         registry.register(tool, timeout_s=settings.tool_timeout_s)
     log.info("%s", search.describe())
 
+    code: CodeTool | None = None  # built below, once its executor and toolkit exist
+    # Whether runs have the network, as of the code tool's last registration: asking a sandbox service that
+    # cannot be reached yet would block the turn.
+    network = [settings.code_network]
+
+    def register_code() -> None:
+        # Again whenever the toolkit's state changes (the description names only what Python has) or a
+        # sandbox service's limits become known. The sandbox has its own timeout (a service's, when one
+        # runs the code); the margin covers a generation's LLM calls until a job takes over, the wait for
+        # a run slot and the wait for a toolkit being installed.
+        if code is None:  # a service answered while being built: the code tool is registered once it exists
+            return
+        limits = executor.limits
+        if limits is not None:
+            network[0] = limits.network
+        registry.unregister("code")
+        registry.register(
+            code.tool(),
+            timeout_s=(limits.max_timeout_s if limits is not None else settings.code_max_timeout_s)
+            + settings.code_generate_wait_s
+            + 2 * settings.code_queue_wait_s
+            + 30,
+        )
+
     executor: Executor
     token = settings.code_sandbox_token.get_secret_value() if settings.code_sandbox_token else None
     # A sandbox service's own limits decide every run: each of these it overrules is logged once it answers.
     own = own_sandbox_limits(settings)
-    service: SandboxPool | ServiceExecutor | None = None
     if settings.sandbox_urls:
-        service = executor = SandboxPool(
+        executor = SandboxPool(
             [
                 ServiceExecutor(url, timeout_margin_s=10.0, token=token, own_limits=own)
                 for url in settings.sandbox_urls
-            ]
+            ],
+            on_limits=register_code,
         )
         log.info("%s", executor.describe())
     elif settings.code_sandbox_socket:
-        service = executor = ServiceExecutor(
-            settings.code_sandbox_socket, timeout_margin_s=10.0, token=token, own_limits=own
+        executor = ServiceExecutor(
+            settings.code_sandbox_socket,
+            timeout_margin_s=10.0,
+            token=token,
+            own_limits=own,
+            on_limits=register_code,
         )
         log.info("%s", executor.describe())
     else:
@@ -288,10 +343,14 @@ def build_services(settings: Settings) -> Services:
             ahead=settings.code_sandboxes_ahead,
         )
         log.info("%s", describe(executor))
-    toolkit = Toolkit(settings.code_python_env or None, executor)
+    toolkit = Toolkit(settings.code_python_env or None, executor, on_change=register_code)
+    executions = Executions(sm)
+    # The lessons note of each user's failed runs, in the code tool's description of their turns (read
+    # from memory: a plain turn runs no query for it).
+    lessons = LessonsBook(executions, lambda: (network[0], code is not None and code.toolkit))
     code = CodeTool(
         executor,
-        Executions(sm),
+        executions,
         llm,
         notifier,
         jobs_db=Jobs(sm),
@@ -305,39 +364,16 @@ def build_services(settings: Settings) -> Services:
             max_generations_per_user=settings.code_max_jobs_per_user,
         ),
         files_in=media.sandbox_files,
-        file_sink=files,
+        file_sink=outlets.file_sink,
         file_limits=FileLimits(settings.code_out_max_files, settings.code_out_max_mb * 1024 * 1024),
         stored_results=ToolResults(sm),
+        python_toolkit=toolkit,
+        runner=replica.id,
+        alive=replica.alive,
+        lessons=lessons,
     )
-    code.python_toolkit = toolkit
-    # The lessons note of each user's failed runs, in the code tool's description of their turns (read
-    # from memory: a plain turn runs no query for it). Whether runs have the network is kept as of the
-    # tool's last registration: asking a sandbox service that cannot be reached yet would block the turn.
-    network = [settings.code_network]
-    code.lessons = LessonsBook(code.executions, lambda: (network[0], code.toolkit))
-    registry.set_note("code", code.lessons.note)
-
-    def register_code() -> None:
-        # Again whenever the toolkit's state changes (the description names only what Python has) or a
-        # sandbox service's limits become known. The sandbox has its own timeout (a service's, when one
-        # runs the code); the margin covers a generation's LLM calls until a job takes over, the wait for
-        # a run slot and the wait for a toolkit being installed.
-        limits = executor.limits
-        if limits is not None:
-            network[0] = limits.network
-        registry.unregister("code")
-        registry.register(
-            code.tool(),
-            timeout_s=(limits.max_timeout_s if limits is not None else settings.code_max_timeout_s)
-            + settings.code_generate_wait_s
-            + 2 * settings.code_queue_wait_s
-            + 30,
-        )
-
+    registry.set_note("code", lessons.note)
     register_code()
-    toolkit.on_change = register_code
-    if service is not None:
-        service.on_limits = register_code
 
     memory = MemoryStore(
         sm,
@@ -345,6 +381,8 @@ def build_services(settings: Settings) -> Services:
         mid_ttl=timedelta(days=settings.memory_mid_ttl_days),
         short_ttl=timedelta(days=settings.memory_short_ttl_days),
         judge=MemoryJudge(llm),
+        # Dates in recall queries are the user's ("yesterday"); the sessions are built below.
+        timezone_of=lambda user_id: sessions.timezone(user_id),
     )
     extractor = MemoryExtractor(
         memory, llm, sm, enabled=settings.memory_extract, delay_s=settings.memory_extract_delay_s
@@ -362,7 +400,6 @@ def build_services(settings: Settings) -> Services:
     registry.register(
         MemoryTool(memory, sessions.start_for_model, conversations).memory, timeout_s=settings.tool_timeout_s
     )
-    memory.timezone_of = sessions.timezone  # dates in recall queries are the user's ("yesterday")
     schedules = ScheduleTool(
         ScheduleService(
             Schedules(sm),
@@ -378,7 +415,8 @@ def build_services(settings: Settings) -> Services:
                 forecast=lambda user_id, sid: usage_service.task_forecast(user_id, llm.model, sid),
                 spent_this_month=usage_service.task_spend_this_month,
             ),
-        )
+        ),
+        wake=outlets.wake,
     )
     registry.register(schedules.schedule, timeout_s=settings.tool_timeout_s)
     # Its pages are bounded by its own `length`: never stored and paged again.
@@ -463,9 +501,10 @@ def build_services(settings: Settings) -> Services:
         mcp=mcp,
         media=media,
         audio=audio,
-        files=files,
+        files=outlets.file_sink,
         toolkit=toolkit,
         approvals=approvals,
+        replica=replica,
     )
 
 

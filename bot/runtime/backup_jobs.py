@@ -16,8 +16,8 @@ from zoneinfo import ZoneInfo
 from cronsim import CronSim
 from telegram import Bot
 from telegram.error import BadRequest, Forbidden, RetryAfter, TelegramError
-from telegram.ext import Application, ContextTypes
 
+from bot.adapter.context import App, Ctx
 from bot.process.settings import Settings
 from bot.process.wiring import Services
 from bot.runtime.jobs import Job, register_jobs
@@ -29,7 +29,6 @@ from core_tools.backup.worker import run_worker
 
 log = logging.getLogger(__name__)
 
-Ctx = ContextTypes.DEFAULT_TYPE
 
 CHECK_S = 30.0  # how often the schedule is looked at
 DRILL_EVERY = timedelta(days=7)
@@ -244,10 +243,9 @@ class BackupJobs:
         return await self.drill(bot, backups[-1][0])
 
 
-def register_backup_jobs(app: Application[Any, Any, Any, Any, Any, Any], services: Services) -> None:
-    """The periodic backup check when BACKUP_SCHEDULE is set, in one process at a time (job lease)."""
-    jobs = BackupJobs(services)
-    app.bot_data["backups"] = jobs
-    if not services.settings.backups_on or app.job_queue is None:
+def register_backup_jobs(app: App, jobs: BackupJobs) -> None:
+    """The periodic backup check of `jobs` when BACKUP_SCHEDULE is set, in one process at a time (job
+    lease)."""
+    if not jobs.settings.backups_on or app.job_queue is None:
         return
     register_jobs(app, (Job("backup", timedelta(seconds=CHECK_S), CHECK_S, "backup", jobs.tick),))

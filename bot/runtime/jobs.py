@@ -18,15 +18,11 @@ from datetime import timedelta
 from typing import Any
 
 from telegram.error import TelegramError
-from telegram.ext import Application, ContextTypes
 
-from bot.process.wiring import Services
-from bot.runtime.replica import Replica
-from bot.runtime.schedule_jobs import LOOK_S, SAFETY_INTERVAL_S, ScheduleRunner
+from bot.adapter.context import App, Ctx
+from bot.runtime.schedule_jobs import LOOK_S, SAFETY_INTERVAL_S
 
 log = logging.getLogger(__name__)
-
-Ctx = ContextTypes.DEFAULT_TYPE
 
 
 @dataclass(frozen=True)
@@ -41,16 +37,6 @@ class Job:
     run: Callable[[Ctx], Coroutine[Any, Any, None]]
 
 
-def _services(context: Ctx) -> Services:
-    services: Services = context.application.bot_data["services"]
-    return services
-
-
-def _reminders(context: Ctx) -> ScheduleRunner:
-    runner: ScheduleRunner = context.application.bot_data["schedule_runner"]
-    return runner
-
-
 def rollover_notice(name: str, carried: str | None) -> str:
     """The one short message a user gets when their session rolls over."""
     text = f"New day, new session ({name})."
@@ -62,7 +48,7 @@ def rollover_notice(name: str, carried: str | None) -> str:
 
 async def rollover(context: Ctx) -> None:
     """Archive sessions past their boundary and tell their users (at start too, to catch up)."""
-    services = _services(context)
+    services = context.bot_data.services
     for result in await services.sessions.rollover_due():
         place = services.conversations.topics.place(result.new.chat_id)  # a forum topic: that topic
         try:
@@ -77,25 +63,25 @@ async def rollover(context: Ctx) -> None:
 
 async def expire_memories(context: Ctx) -> None:
     """Delete mid/short memories past their TTL (recall hides them before that anyway)."""
-    removed = await _services(context).memory.delete_expired()
+    removed = await context.bot_data.services.memory.delete_expired()
     if removed:
         log.info("removed %d expired memories", removed)
 
 
 async def prune(context: Ctx) -> None:
     """Forget processes dead long ago and Telegram update ids past the retry window."""
-    _services(context).replica.prune()
+    context.bot_data.services.replica.prune()
 
 
 async def report_dead_code_jobs(context: Ctx) -> None:
     """Report background code jobs whose process died (another process of several, or this one's past)."""
-    await _services(context).code.recover()
+    await context.bot_data.services.code.recover()
 
 
 async def reembed(context: Ctx) -> None:
     """Embed memories stored without a vector or with another embedder."""
     try:
-        count = await _services(context).memory.reembed()
+        count = await context.bot_data.services.memory.reembed()
     except Exception:  # recall still works by keyword; the next start tries again
         log.exception("re-embedding memories failed")
         return
@@ -105,24 +91,24 @@ async def reembed(context: Ctx) -> None:
 
 async def extraction_catch_up(context: Ctx) -> None:
     """Extract what sessions said before a restart cut their pending extraction."""
-    count = await _services(context).extractor.catch_up()
+    count = await context.bot_data.services.extractor.catch_up()
     if count:
         log.info("scheduled memory extraction of %d sessions left from before the restart", count)
 
 
 async def reminders_startup(context: Ctx) -> None:
     """The reminders at start: recover what a restart cut, deliver what is due (the lease holder only)."""
-    await _reminders(context).startup_job(context)
+    await context.bot_data.schedule_runner.startup_job(context)
 
 
 async def reminders_look(context: Ctx) -> None:
     """Re-arm for schedules another process created; a new holder of the lease recovers first."""
-    await _reminders(context).look_job(context)
+    await context.bot_data.schedule_runner.look_job(context)
 
 
 async def reminders_safety(context: Ctx) -> None:
     """The safety net: apply /timezone changes, deliver what is due even if a wake-up was missed."""
-    await _reminders(context).safety_job(context)
+    await context.bot_data.schedule_runner.safety_job(context)
 
 
 JOBS: tuple[Job, ...] = (
@@ -140,12 +126,12 @@ JOBS: tuple[Job, ...] = (
 )
 
 
-def register_jobs(app: Application[Any, Any, Any, Any, Any, Any], jobs: tuple[Job, ...] = JOBS) -> None:
+def register_jobs(app: App, jobs: tuple[Job, ...] = JOBS) -> None:
     """Register `jobs` on the application's JobQueue, each leased one wrapped to run in one process."""
     jq = app.job_queue
     if jq is None:
         raise RuntimeError("python-telegram-bot was installed without its job-queue extra")
-    replica: Replica = app.bot_data["services"].replica
+    replica = app.bot_data.services.replica
     for job in jobs:
         run = job.run if job.lease is None else replica.exclusive(job.lease, job.run)
         if job.every is None:

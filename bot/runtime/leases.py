@@ -49,7 +49,15 @@ class ChatLeases:
     """The chats this process holds, counted: the driver of a chat and anything else holding it here (a
     /newsession, a scheduled task's turn) share one lease, kept a while after the last lets go."""
 
-    def __init__(self, store: RuntimeStore, me: str, kick: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self,
+        store: RuntimeStore,
+        me: str,
+        kick: Callable[[], None] = lambda: None,
+        *,
+        settle: Callable[[], Awaitable[None]] = _nothing,
+        on_lost: Callable[[int], None] = lambda chat_id: None,
+    ) -> None:
         self.store = store
         self.me = me
         self.kick = kick  # look for chats nobody drives (a chat given back with messages waiting)
@@ -59,10 +67,10 @@ class ChatLeases:
         self._claim: dict[int, int] = {}
         self._idle_since: dict[int, float] = {}  # lingering chats: when the last holder let go (monotonic)
         self._claims = itertools.count(1)
-        # Set by Replica: wait until this process knows it was not taken for dead (see the module).
-        self.settle: Callable[[], Awaitable[None]] = _nothing
+        # Wait until this process knows it was not taken for dead (the replica's, see the module).
+        self.settle = settle
         # Called with a chat this process found taken over (by Replica, and by a give_back that finds it).
-        self.on_lost: Callable[[int], None] = lambda chat_id: None
+        self.on_lost = on_lost
 
     def holds(self, chat_id: int) -> bool:
         """Whether this process holds the chat (a lingering lease too)."""

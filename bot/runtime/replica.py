@@ -31,6 +31,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import suppress
+from dataclasses import dataclass
 from functools import wraps
 from pathlib import Path
 from typing import Any, TypeVar
@@ -96,21 +97,37 @@ def provably_gone(pid: int, started: str) -> bool:
     return bool(now and started and now != started)
 
 
+def _no_chat(chat_id: int) -> None:
+    return None
+
+
+def _no_turn(chat_id: int, turn: int) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class ReplicaEvents:
+    """What the replica tells the front end that drives chats (bot/process/fronts.py gives it closures over
+    the turn runner, built after the replica), and asks it how busy it is. Without a front end that drives
+    chats (the terminal, the MCP server), nothing is driven from here."""
+
+    on_orphan: Callable[[int], None] = _no_chat  # drive a chat nobody drives
+    on_stop: Callable[[int, int], None] = _no_turn  # stop a turn here (a /stop sent to another process)
+    on_lost: Callable[[int], None] = _no_chat  # a chat this process found taken over: stop without a word
+    running_turns: Callable[[], int] = lambda: 0
+    free_chats: Callable[[], int] = lambda: 1000
+
+
 class Replica:
     """This process as a replica: its heartbeat, its job leases, and the loop that passes it stops, lets
     its lingering chat leases go and finds chats nobody drives."""
 
-    def __init__(self, store: RuntimeStore, lease_s: float) -> None:
+    def __init__(self, store: RuntimeStore, lease_s: float, events: ReplicaEvents | None = None) -> None:
         self.store = store
         self.lease_s = lease_s
+        self.events = events or ReplicaEvents()
         self.id = f"{socket.gethostname()[:40]}-{uuid.uuid4().hex[:12]}"
-        self.chats = ChatLeases(store, self.id, self.kick)
-        self.chats.settle = self.settle
-        # Set by the application (bot/adapter/app.py): drive an undriven chat, stop a turn, how busy this is.
-        self.on_orphan: Callable[[int], None] = lambda chat_id: None
-        self.on_stop: Callable[[int, int], None] = lambda chat_id, turn: None
-        self.running_turns: Callable[[], int] = lambda: 0
-        self.free_chats: Callable[[], int] = lambda: 1000
+        self.chats = ChatLeases(store, self.id, self.kick, settle=self.settle, on_lost=self.events.on_lost)
         self._jobs: set[str] = set()
         self._kicked = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -286,10 +303,10 @@ class Replica:
         if not self.chats.lingering():
             return
         for chat_id in self.store.waiting_for(self.id) & set(self.chats.lingering()):
-            self.on_orphan(chat_id)
+            self.events.on_orphan(chat_id)
         for chat_id in self.chats.idle_past(self.chats.linger_s):
-            if not self.chats.let_go(chat_id, only_if_idle=self.free_chats() > 0):
-                self.on_orphan(chat_id)
+            if not self.chats.let_go(chat_id, only_if_idle=self.events.free_chats() > 0):
+                self.events.on_orphan(chat_id)
 
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -298,14 +315,14 @@ class Replica:
             try:
                 now = loop.time()
                 self.check_chats()
-                if self.running_turns():
+                if self.events.running_turns():
                     for chat_id, turn in self.store.stops_for(self.id):
-                        self.on_stop(chat_id, turn)
+                        self.events.on_stop(chat_id, turn)
                 self._lingering()
                 if now >= next_sweep or self._kicked.is_set():
                     self._kicked.clear()
-                    for chat_id in self.store.orphans(self.free_chats()):
-                        self.on_orphan(chat_id)
+                    for chat_id in self.store.orphans(self.events.free_chats()):
+                        self.events.on_orphan(chat_id)
                     next_sweep = now + SWEEP_S
             except asyncio.CancelledError:
                 raise

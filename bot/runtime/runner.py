@@ -112,7 +112,6 @@ class TurnRunner:
         self._states: dict[int, ChatState] = {}
         self._typing: dict[int, float] = {}  # inbox id -> when "typing" was shown for it here
         self._refused = False  # a chat was left undriven for want of a slot
-        chats.on_lost = self.lost
 
     def place(self, chat_id: int) -> Place:
         """Where a conversation (a chat, or a forum topic's key: db/topics.py) is answered in Telegram."""

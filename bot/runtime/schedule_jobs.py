@@ -21,8 +21,9 @@ from typing import Any
 
 from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup
 from telegram.error import BadRequest, Forbidden, RetryAfter, TelegramError
-from telegram.ext import Application, ContextTypes, Job
+from telegram.ext import Job, JobQueue
 
+from bot.adapter.context import Ctx
 from bot.adapter.render import render
 from bot.process.wiring import Services
 from bot.runtime.leases import ChatLocks
@@ -36,7 +37,6 @@ from db.schedules import FiringRow
 
 log = logging.getLogger(__name__)
 
-Ctx = ContextTypes.DEFAULT_TYPE
 SAFETY_INTERVAL_S = 30.0
 LOOK_S = 5.0  # how often the process holding the reminders looks for schedules other processes created
 LEASE = "reminders"  # the job lease: one process fires and delivers at a time (bot/runtime/replica.py)
@@ -206,13 +206,18 @@ def _retry_seconds(exc: RetryAfter) -> float:
     return float(ra) if isinstance(ra, int | float) else ra.total_seconds()
 
 
+def new_job_queue() -> JobQueue[Ctx]:
+    """The application's job queue, made before it (the schedule runner arms its jobs on it)."""
+    return JobQueue()
+
+
 class ScheduleRunner:
     """Fires due schedules and delivers their firings through the Bot API."""
 
-    def __init__(
-        self, app: Application[Any, Any, Any, Any, Any, Any], services: Services, locks: ChatLocks
-    ) -> None:
-        self.app = app
+    def __init__(self, bot: Bot, job_queue: JobQueue[Ctx], services: Services, locks: ChatLocks) -> None:
+        """`job_queue` is the application's (it runs once the application does)."""
+        self.bot = bot
+        self.job_queue = job_queue
         self.services = services
         self.locks = locks
         self.service: ScheduleService = services.schedules.service
@@ -223,12 +228,6 @@ class ScheduleRunner:
         self._tasks: set[asyncio.Task[None]] = set()
         self._send_slots = asyncio.Semaphore(SEND_CONCURRENCY)
 
-    @property
-    def bot(self) -> Bot:
-        """The application's bot."""
-        bot: Bot = self.app.bot
-        return bot
-
     # ------------------------------------------------------------------ the clock
 
     def wake(self) -> None:
@@ -237,8 +236,8 @@ class ScheduleRunner:
 
     def arm(self, when: datetime | None) -> None:
         """Make sure a look happens at `when` (or sooner); one job at a time is armed."""
-        jq = self.app.job_queue
-        if jq is None or when is None:
+        jq = self.job_queue
+        if when is None:
             return
         # Compared on the event loop's monotonic clock: a jump of the wall clock cannot strand the job.
         delay = min(max(0.0, (when - self.service.clock()).total_seconds()), MAX_WAIT_S)

@@ -26,7 +26,7 @@ from bot.adapter.commands.model import ModelChoice
 from bot.process.wiring import Services
 from bot.runtime.leases import ChatLocks
 from bot.terminal.commands import TerminalCommands
-from bot.terminal.delivery import TerminalFiles, TerminalNotifier, TerminalReminders
+from bot.terminal.delivery import TerminalReminders
 from core_tools.agent import TurnControl, TurnInput, TurnResult
 from core_tools.errors import BudgetExceeded, LLMUnavailable
 from core_tools.types import ChatType
@@ -156,30 +156,32 @@ class TerminalChat:
     """The chat loop: typed lines become turns or commands, in order; /stop and Ctrl-C stop a turn."""
 
     def __init__(
-        self, services: Services, user_id: int, out_dir: Path, console: Console | None = None
+        self,
+        services: Services,
+        user_id: int,
+        out_dir: Path,
+        console: Console,
+        woken: asyncio.Event,
     ) -> None:
+        """`console` and `woken` are the ones the services deliver to (bot/process/fronts.py, build_terminal):
+        the notices and files of code runs, and the schedule tool's wake-up of the reminders."""
         self.services = services
         self.user_id = self.chat_id = user_id  # the user's private chat, as in Telegram
         self.out_dir = out_dir
-        self.console = console or Console()
+        self.console = console
         settings = services.settings
         self.locks = ChatLocks(services.replica.chats)  # turns and scheduled tasks take turns in the chat
         self.models = ModelChoice(settings.models, services.conversations, services.usage_service.prices)
         self.commands = TerminalCommands(services, user_id, self.models)
-        self.reminders = TerminalReminders(services, self.chat_id, self.console, self.locks.hold)
+        self.reminders = TerminalReminders(services, self.chat_id, self.console, self.locks.hold, woken)
         self._lines: asyncio.Queue[str | None] = asyncio.Queue()
         self._running: tuple[asyncio.Task[TurnResult], TurnControl] | None = None
         self._quitting = False
         self._echoed = os.isatty(0)
 
     async def start(self) -> None:
-        """Route what the services deliver outside a turn to the terminal, then start them."""
+        """Start the services (they deliver to this terminal: bot/process/fronts.py, build_terminal)."""
         s = self.services
-        notifier = TerminalNotifier(self.console, self.chat_id)
-        s.code.notifier = notifier  # background code jobs
-        s.usage_service.notifier = notifier  # the owner's notice that someone reached a cap
-        s.code.file_sink = TerminalFiles(self.out_dir, self.console)
-        s.schedules.wake = self.reminders.wake
         await s.start()
         owner = " (the owner)" if s.usage_service.is_owner(self.user_id) else ""
         self.console.line(

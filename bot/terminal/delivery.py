@@ -109,7 +109,10 @@ class TerminalReminders:
         chat_id: int,
         out: Notices,
         hold: Callable[[int], AbstractAsyncContextManager[None]],
+        woken: asyncio.Event,
     ) -> None:
+        """`woken` is set when something may be due sooner (the schedule tool rings it: bot/process/fronts.py
+        gave the tool its `set`)."""
         self.services = services
         self.service = services.schedules.service
         self.store = services.replica.store
@@ -119,7 +122,7 @@ class TerminalReminders:
         self.hold = hold
         self.delivering: bool | None = None  # None until the first look
         self._stopping = False
-        self._woken = asyncio.Event()
+        self._woken = woken
         self._loop_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._in_flight: set[int] = set()

@@ -10,7 +10,8 @@ import logging
 
 from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, MenuButtonWebApp, Update, WebAppInfo
 from telegram.error import TelegramError
-from telegram.ext import ContextTypes
+
+from bot.adapter.context import Ctx
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ class AppCommand:
     def __init__(self, url: str | None) -> None:
         self.url = url
 
-    async def app(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+    async def app(self, update: Update, context: Ctx) -> None:
         """/app."""
         msg, chat = update.effective_message, update.effective_chat
         assert msg is not None and chat is not None

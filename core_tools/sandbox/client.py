@@ -127,6 +127,7 @@ class ServiceExecutor:
         *,
         token: str | None = None,
         own_limits: Sequence[OwnLimit] = (),
+        on_limits: Callable[[], None] | None = None,
     ) -> None:
         """Ask the service for its hello now if it is up; a service that is not up yet is asked later.
 
@@ -141,7 +142,7 @@ class ServiceExecutor:
         self.connect_timeout_s = connect_timeout_s
         self.own_limits = tuple(own_limits)
         # Told when the service's limits are first known or change (the code tool describes them again).
-        self.on_limits: Callable[[], None] | None = None
+        self.on_limits = on_limits
         self._info: ServiceInfo | None = None
         self._seen_limits: SandboxLimits | None = None
         self._pinned: Isolation | None = None

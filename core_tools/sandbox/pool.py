@@ -28,8 +28,14 @@ RETRY_AFTER_S = 5.0
 class SandboxPool:
     """Several sandbox services behind the `Executor` protocol."""
 
-    def __init__(self, members: Sequence[ServiceExecutor], retry_after_s: float = RETRY_AFTER_S) -> None:
-        """`members`: one client per service, in the order the operator listed them."""
+    def __init__(
+        self,
+        members: Sequence[ServiceExecutor],
+        retry_after_s: float = RETRY_AFTER_S,
+        on_limits: Callable[[], None] | None = None,
+    ) -> None:
+        """`members`: one client per service, in the order the operator listed them; `on_limits` is told
+        when a service's limits are first known or change."""
         if not members:
             raise ValueError("a sandbox pool needs at least one service")
         self.members = list(members)
@@ -40,7 +46,7 @@ class SandboxPool:
         self._pinned: Isolation | None = None
         self._last_known = [m.info for m in self.members if m.info is not None]
         # Told when a service's limits are first known or change (the code tool describes them again).
-        self.on_limits: Callable[[], None] | None = None
+        self.on_limits = on_limits
         for member in self.members:
             member.on_limits = self._limits_changed
 

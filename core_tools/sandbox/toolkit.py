@@ -178,9 +178,15 @@ class Toolkit:
     """The data toolkit of the code tool's executor: used when installed, installed in the background when
     not (`start`), and described to the model as it is."""
 
-    def __init__(self, env: str | None, executor: Executor, requirements: Path = REQUIREMENTS) -> None:
+    def __init__(
+        self,
+        env: str | None,
+        executor: Executor,
+        requirements: Path = REQUIREMENTS,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
         """`env` is CODE_PYTHON_ENV (None: no toolkit); `executor` runs the code (a sandbox service has its
-        own toolkit, which is only checked here)."""
+        own toolkit, which is only checked here); `on_change` is told when the state changes."""
         self.env = Path(env).expanduser().absolute() if env else None
         self.executor = executor
         self.requirements = requirements
@@ -188,7 +194,7 @@ class Toolkit:
         self.reason = ""
         self.versions = ""
         # Told when the state changes (the code tool's description is registered again).
-        self.on_change: Callable[[], None] | None = None
+        self.on_change = on_change
         self._task: asyncio.Task[None] | None = None
         self._done = asyncio.Event()
         self.state: State

@@ -241,7 +241,11 @@ class CodeTool:
         files_in: Callable[[str], Mapping[str, bytes]] | None = None,
         file_sink: FileSink | None = None,
         file_limits: FileLimits | None = None,
+        python_toolkit: Toolkit | None = None,
+        runner: str | None = None,
+        alive: Callable[[str], bool] | None = None,
         stored_results: ToolResults | None = None,
+        lessons: LessonsBook | None = None,
     ) -> None:
         self.executor = executor
         self.executions = executions
@@ -259,17 +263,18 @@ class CodeTool:
         # Stored results (read_result's) a run may read as in/result-<handle>.txt, the caller's own only.
         self.stored_results = stored_results
         # The per-user lessons note (core_tools/code/lessons.py): refreshed here after each run.
-        self.lessons: LessonsBook | None = None
-        # The sandbox's data toolkit (numpy, pandas, matplotlib): set by the wiring; without it, what the
-        # executor says (a service executor is assumed to have it: its image does).
-        self.python_toolkit: Toolkit | None = None
+        self.lessons = lessons
+        # The sandbox's data toolkit (numpy, pandas, matplotlib); without it, what the executor says (a
+        # service executor is assumed to have it: its image does).
+        self.python_toolkit = python_toolkit
         self.jobs: dict[str, Job] = {}
-        # Background jobs as rows (their state survives a restart), and who runs them: "host:pid".
+        # Background jobs as rows (their state survives a restart), and who runs them: the replica's id
+        # where several processes share the database (bot/runtime/replica.py), else "host:pid".
         self.jobs_db = jobs_db
-        self.runner = f"{socket.gethostname()}:{os.getpid()}"
-        # Whether the process that runs a job (by `runner`) is alive; set where several processes share the
-        # database (bot/runtime/replica.py), else the host:pid test below.
-        self.alive: Callable[[str], bool] | None = None
+        self.runner = runner or f"{socket.gethostname()}:{os.getpid()}"
+        # Whether the process that runs a job (by `runner`) is alive: the replicas' heartbeats where given,
+        # else the host:pid test below.
+        self.alive = alive
         self._closing = False
         # Parallel tool calls of one reply run concurrently: these bound what they can start at once.
         self.runs = Slots(self.limits.max_runs, self.limits.max_runs_per_user)

@@ -107,7 +107,7 @@ class UsageService:
         self.owner_id = owner_id
         self.default_timezone = default_timezone
         self.clock = clock
-        self.notifier = notifier  # set by the bot once it exists
+        self.notifier = notifier  # the front end's: where a cap's notice to the owner goes
         self._tasks: set[asyncio.Task[None]] = set()
         self._reservations = Reservations()
         # Scheduled tasks' own monthly limits: a second ledger, keyed by schedule id. Without `task_costs`

@@ -63,7 +63,7 @@ async def usage_bot(
 
     async with running_bot(tmp_path, tg, llm, setup=setup) as h:
         assert svc is not None
-        yield UsageHarness(tg, llm, h.services, h.settings, svc)
+        yield UsageHarness(tg, llm, h.app, h.settings, svc)
 
 
 async def test_usage_shows_tokens_cost_turns_tools_and_purposes(

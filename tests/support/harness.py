@@ -6,17 +6,22 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field
 from sqlalchemy import select
 
-from bot.adapter.app import build_application, on_startup
+from bot.adapter.app import on_shutdown, on_startup
+from bot.adapter.context import App
+from bot.process.fronts import build_telegram
 from bot.process.settings import Settings
-from bot.process.wiring import Services, build_services
+from bot.process.wiring import Services
 from core_tools.types import ToolContext
 from tests.support.fakes.openai_api import FakeLLM
 from tests.support.fakes.telegram_api import FakeTelegram
+
+if TYPE_CHECKING:
+    from bot.webapp.server import WebAppServer
 
 TOKEN = "123456:TEST-TOKEN-abcdef"
 OWNER = 111
@@ -59,13 +64,23 @@ class Harness:
 
     tg: FakeTelegram
     llm: FakeLLM
-    services: Services
+    app: App
     settings: Settings
+
+    @property
+    def services(self) -> Services:
+        """The running bot's services."""
+        return self.app.bot_data.services
+
+    @property
+    def webapp(self) -> WebAppServer | None:
+        """The app's web server (None without WEBAPP_LISTEN)."""
+        return self.app.bot_data.webapp
 
     @property
     def app_url(self) -> str:
         """The address of the app's page (the bot started with webapp_listen="127.0.0.1:0")."""
-        webapp = self.services.webapp
+        webapp = self.webapp
         assert webapp is not None, "start the bot with webapp_listen to use the app"
         return webapp.local_url
 
@@ -103,22 +118,19 @@ async def running_bot(
 ) -> AsyncIterator[Harness]:
     """Start the bot with long polling against the fakes, as `python -m bot` would; stop it afterwards."""
     settings = make_settings(tmp_path, tg, llm, **overrides)
-    services = build_services(settings)
-    if setup is not None:
-        setup(services)
-    app = build_application(services)
+    app = build_telegram(settings, adjust=setup)
     await app.initialize()
     await on_startup(app)
     await app.start()
     assert app.updater is not None
     await app.updater.start_polling(poll_interval=0, timeout=1)
     try:
-        yield Harness(tg, llm, services, settings)
+        yield Harness(tg, llm, app, settings)
     finally:
         await app.updater.stop()
         await app.stop()
         await app.shutdown()
-        await services.aclose()
+        await on_shutdown(app)  # as run_polling would: the app's web server, then the services
 
 
 def rows(h: Harness, model: type) -> list[Any]:

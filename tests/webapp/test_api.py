@@ -165,7 +165,7 @@ async def test_a_large_body_is_refused_before_it_is_read(
 ) -> None:
     async with running_bot(tmp_path, tg, llm, **APP) as h:
         memory_id = await _memory(h, OWNER, "Unchanged")
-        webapp = h.services.webapp
+        webapp = h.webapp
         assert webapp is not None
         auth = init_data(OWNER)
         # 10 MB announced; only the headers and the first 64 KB are sent: the answer comes all the same.
@@ -206,7 +206,7 @@ async def test_a_large_body_is_refused_before_it_is_read(
 
 async def test_sixty_requests_a_minute_then_429(tmp_path: Path, tg: FakeTelegram, llm: FakeLLM) -> None:
     async with running_bot(tmp_path, tg, llm, **APP) as h:
-        webapp = h.services.webapp
+        webapp = h.webapp
         assert webapp is not None
         now = [1000.0]
         webapp.limiter.clock = lambda: now[0]  # time stands still: only the count decides
@@ -418,6 +418,6 @@ async def test_without_webapp_settings_nothing_listens_and_app_says_so(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
 ) -> None:
     async with running_bot(tmp_path, tg, llm) as h:
-        assert h.services.webapp is None
+        assert h.webapp is None
         assert tg.menu_button_for(OWNER) == {"type": "default"}
         await h.command(OWNER, "/app", "The app is not set up")

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 from telegram import Update
-from telegram.ext import ContextTypes
 
 from bot.adapter.chart_replies import ChartReplies
+from bot.adapter.context import Ctx
 from bot.adapter.streaming import StreamingReply
 from bot.adapter.topics import place_of
 from bot.process.args import parse_int
@@ -118,7 +118,7 @@ class CodeCommands:
         self.usage = usage
         self.charts = ChartReplies()
 
-    async def codestats(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+    async def codestats(self, update: Update, context: Ctx) -> None:
         """/codestats [days]."""
         assert update.effective_message and update.effective_user
         user_id, args = update.effective_user.id, context.args or []
@@ -135,7 +135,7 @@ class CodeCommands:
             "Code runs per day",
         )
 
-    async def codefailures(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+    async def codefailures(self, update: Update, context: Ctx) -> None:
         """/codefailures [n]."""
         assert update.effective_message and update.effective_user and update.effective_chat
         replies, markdown = codefailures_replies(

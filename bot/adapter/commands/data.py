@@ -13,15 +13,15 @@ from typing import Any
 
 from telegram import InlineKeyboardButton, InlineKeyboardMarkup, Update
 from telegram.error import TelegramError
-from telegram.ext import Application, CallbackQueryHandler, CommandHandler, ContextTypes
+from telegram.ext import Application, CallbackQueryHandler, CommandHandler
 
+from bot.adapter.context import Ctx
 from bot.process.wiring import Services
 from core_tools.backup.manifest import BackupError
 from core_tools.backup.userdata import export_user, forget_user, split_file, summary
 
 log = logging.getLogger(__name__)
 
-Ctx = ContextTypes.DEFAULT_TYPE
 PRIVATE_ONLY = "Send this in a private chat with me: it is about your own data."
 CONFIRM = (
     "This deletes everything I store about you: your conversations, memories, reminders, usage, code runs "

@@ -8,15 +8,14 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from telegram import Update
-from telegram.ext import ContextTypes
 
+from bot.adapter.context import Ctx
 from bot.process.wiring import Services
 from core_tools.types import ChatType
 from db.models import utcnow
 
 log = logging.getLogger(__name__)
 
-Ctx = ContextTypes.DEFAULT_TYPE
 
 MEMORY_USAGE = (
     "Usage: /memory (list), /memory search TEXT, /memory recent, /memory forget ID, /memory history ID, "

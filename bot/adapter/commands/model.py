@@ -7,15 +7,14 @@ from collections.abc import Awaitable
 
 from telegram import InlineKeyboardButton, InlineKeyboardMarkup, Update
 from telegram.error import TelegramError
-from telegram.ext import ContextTypes
 
+from bot.adapter.context import Ctx
 from bot.adapter.groups import Access, is_group
 from core_tools.usage.prices import PriceTable
 from db.conversations import Conversations
 
 log = logging.getLogger(__name__)
 
-Ctx = ContextTypes.DEFAULT_TYPE
 PREFIX = "model:"
 
 

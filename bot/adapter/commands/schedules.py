@@ -13,13 +13,12 @@ from telegram.ext import (
     ApplicationHandlerStop,
     CallbackQueryHandler,
     CommandHandler,
-    ContextTypes,
     TypeHandler,
 )
 
+from bot.adapter.context import Ctx
 from bot.adapter.topics import conversation_of
 from bot.process.wiring import Services
-from bot.runtime.leases import ChatLocks
 from bot.runtime.schedule_jobs import ScheduleRunner
 from core_tools.schedule.costs import usd
 from core_tools.schedule.rules import ScheduleInputError
@@ -28,7 +27,6 @@ from core_tools.types import ChatType
 
 log = logging.getLogger(__name__)
 
-Ctx = ContextTypes.DEFAULT_TYPE
 SNOOZE_MINUTES = {"s10": 10, "s60": 60}
 LIST_LIMIT = 30
 EMPTY = (
@@ -217,17 +215,12 @@ class ScheduleCommands:
 
 
 def register_schedule_handlers(
-    app: Application[Any, Any, Any, Any, Any, Any], services: Services, locks: ChatLocks
-) -> ScheduleRunner:
-    """Add /reminders and the button handlers; the tool's wake-up goes to the runner, whose periodic jobs
-    are registered with the others (bot/runtime/jobs.py). A task's turn takes the chat's lock (`locks`,
-    shared with the message handlers)."""
-    runner = ScheduleRunner(app, services, locks)
-    services.schedules.wake = runner.wake
+    app: Application[Any, Any, Any, Any, Any, Any], services: Services, runner: ScheduleRunner
+) -> None:
+    """Add /reminders and the button handlers of `runner` (the tool's wake-up goes to it; its periodic
+    jobs are registered with the others, bot/runtime/jobs.py)."""
     commands = ScheduleCommands(services, runner)
     # Before the global allowlist gate (group -1), so a refused button press is still answered.
     app.add_handler(TypeHandler(Update, commands.gate), group=-2)
     app.add_handler(CommandHandler("reminders", commands.reminders))
     app.add_handler(CallbackQueryHandler(commands.button, pattern=r"^sch:"))
-    app.bot_data["schedule_runner"] = runner
-    return runner

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from telegram import Update
-from telegram.ext import Application, CommandHandler, ContextTypes
+from telegram.ext import Application, CommandHandler
 
 from bot.adapter.chart_replies import ChartReplies
 from bot.adapter.commands.usage_report import format_all, format_budgets, format_report, window_label
+from bot.adapter.context import Ctx
 from bot.adapter.render import plain_chunks
 from bot.process.args import parse_decimal, parse_user_id
 from core_tools.usage.caps import PERIODS, REPORT_PERIODS, window
@@ -20,7 +21,6 @@ from core_tools.usage.service import UsageService
 
 log = logging.getLogger(__name__)
 
-Ctx = ContextTypes.DEFAULT_TYPE
 
 USAGE_HELP = "Usage: /usage [today|week|month] (the owner also: /usage all [today|week|month])"
 BUDGET_HELP = (

@@ -1,0 +1,48 @@
+"""What every handler and job of the Telegram application reads from its context: `context.bot_data`, typed.
+
+The composition root (bot/process/fronts.py, `build_telegram`) builds these objects before the PTB Application
+and binds them to a subclass of `BotData` (`bound`): PTB instantiates bot_data with no arguments."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
+
+from telegram.ext import Application, CallbackContext, ExtBot, JobQueue
+
+if TYPE_CHECKING:
+    from bot.adapter.app import Handlers
+    from bot.adapter.media import MediaHandlers
+    from bot.process.wiring import Services
+    from bot.runtime.backup_jobs import BackupJobs
+    from bot.runtime.schedule_jobs import ScheduleRunner
+    from bot.webapp.server import WebAppServer
+
+
+@dataclass(frozen=True)
+class BotData:
+    """The Telegram application's objects, built once by the composition root."""
+
+    services: Services
+    handlers: Handlers
+    media: MediaHandlers
+    schedule_runner: ScheduleRunner
+    backups: BackupJobs
+    # The app's web server (WEBAPP_LISTEN), started with the bot; None when it is not set up.
+    webapp: WebAppServer | None = None
+
+
+def bound(data: BotData) -> type[BotData]:
+    """A BotData class whose instances (PTB makes one, with no arguments) are `data`'s copy."""
+
+    class Bound(BotData):
+        def __init__(self) -> None:
+            super().__init__(**{f.name: getattr(data, f.name) for f in fields(data)})
+
+    return Bound
+
+
+# The context of every handler, error handler and job callback.
+Ctx = CallbackContext[ExtBot[None], dict[Any, Any], dict[Any, Any], BotData]
+# The Telegram application, with that context.
+App = Application[ExtBot[None], Ctx, dict[Any, Any], dict[Any, Any], BotData, JobQueue[Ctx]]
