@@ -13,6 +13,7 @@ from typing import Any, Protocol, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from core_tools.aio import settled
+from core_tools.approval import ApprovalGate
 from core_tools.errors import BudgetExceeded
 from core_tools.llm import LLMClient, estimate_tokens
 from core_tools.media import MediaService
@@ -112,6 +113,30 @@ class TurnControl:
     # with its outcome, in the same transactions. `published` while the lease still shows it.
     mark: TurnMark | None = None
     published: bool = False
+    # The turn's time limit, suspended while calls wait for the user's approval (`suspend_limit`).
+    limit: asyncio.Timeout | None = None
+    _waiting: int = 0  # calls waiting for approval now
+    _left_s: float | None = None  # what was left of the time limit when the first of them began
+
+    def suspend_limit(self) -> None:
+        """A call begins waiting for the user: the turn's time limit stops running until none waits."""
+        self._waiting += 1
+        limit = self.limit
+        if self._waiting != 1 or limit is None or limit.expired():
+            return
+        when = limit.when()
+        if when is not None:
+            self._left_s = when - asyncio.get_running_loop().time()
+            limit.reschedule(None)
+
+    def resume_limit(self) -> None:
+        """A call ended its wait: the time limit runs again (with what was left) once none waits."""
+        self._waiting -= 1
+        limit, left = self.limit, self._left_s
+        if self._waiting == 0 and limit is not None and left is not None:
+            self._left_s = None
+            if not limit.expired():
+                limit.reschedule(asyncio.get_running_loop().time() + left)
 
 
 @dataclass(frozen=True)
@@ -312,8 +337,10 @@ class Agent:
         private_context_providers: Sequence[ContextProvider] = (),
         media: MediaService | None = None,
         cost_of: CostOf | None = None,
+        approvals: ApprovalGate | None = None,
     ) -> None:
         self.media = media
+        self.approvals = approvals  # asks the user before the calls that need it (APPROVE_TOOLS)
         self.cost_of = cost_of  # USD of an LLM request, for a turn's record (None: cost unknown)
         self.llm = llm
         self.registry = registry
@@ -388,7 +415,7 @@ class Agent:
                 await self._close(turn, session.id, ids, control, "refused")
                 raise
         try:
-            async with asyncio.timeout(self.config.turn_timeout_s):
+            async with asyncio.timeout(self.config.turn_timeout_s) as control.limit:
                 return await self._loop(turn, session.id, ids, sink, control)
         except asyncio.CancelledError:
             if not control.stop_requested:  # shutdown mid-turn: the next start tells the user
@@ -543,7 +570,9 @@ class Agent:
             finally:
                 if usage is not None:  # not stored with the reply (the turn stopped here): alone
                     usage.store_alone()
-            outcomes = await self._run_calls(turn, session_id, user_msg_id, reply, calls, seen, sink, tally)
+            outcomes = await self._run_calls(
+                turn, session_id, user_msg_id, reply, calls, seen, sink, tally, control
+            )
             tally.add_tools(calls, outcomes)
             result.tool_calls += len(calls)
             result.outcomes.extend(outcomes)
@@ -555,6 +584,21 @@ class Agent:
         if result.stopped_by is not None and self.budget is not None:
             self.budget.turn_stopped(turn.user_id, session_id, result.stopped_by)
         return result
+
+    async def _approval(self, turn: TurnInput, call: ToolCallRequest, control: TurnControl) -> str | None:
+        """None when the call may run (after the user's yes, if it needs one), else why not. The turn's time
+        limit is suspended while its calls wait for the user: deciding may take longer than answering."""
+        gate = self.approvals
+        tool = self.registry.get(call.name)
+        if gate is None or not gate.policy.needs(call.name, tool):
+            return None
+        control.suspend_limit()
+        try:
+            return await gate.check(
+                call, tool, chat_id=turn.chat_id, user_id=turn.user_id, purpose=turn.purpose
+            )
+        finally:
+            control.resume_limit()
 
     def _over_budget(self, user_id: int) -> bool:
         return self.budget is not None and self.budget.over_budget(user_id) is not None
@@ -569,6 +613,7 @@ class Agent:
         seen: set[str],
         sink: TurnSink,
         tally: TurnTally,
+        control: TurnControl,
     ) -> list[ToolOutcome]:
         ctx = ToolContext(
             user_id=turn.user_id,
@@ -594,6 +639,11 @@ class Agent:
                 err = "repeated call: this exact call was already made in this turn; use its earlier result"
                 return ToolOutcome(call.id, call.name, False, json.dumps({"ok": False, "error": err}), 0, err)
             seen.add(key)
+            refusal = await self._approval(turn, call, control)
+            if refusal is not None:
+                return ToolOutcome(
+                    call.id, call.name, False, json.dumps({"ok": False, "error": refusal}), 0, refusal
+                )
             return await self.registry.call(call, ctx)
 
         # Concurrent, and gather keeps the order of the calls for the results.

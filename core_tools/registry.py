@@ -15,6 +15,7 @@ from typing import Any, Protocol, get_type_hints
 import jsonschema
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
+from core_tools.capabilities import Capabilities, declared
 from core_tools.errors import ToolError
 from core_tools.schema_check import CHECK_SECONDS, CheckTimeout, bounded_validator, check_arguments
 from core_tools.types import ToolCallRequest, ToolContext, ToolOutcome
@@ -85,6 +86,10 @@ class Tool:
     input_schema: dict[str, Any] | None = None
     # Whether a long result is stored and given by pages; `read_result` itself is bounded by its own length.
     paged: bool = True
+    # What the tool reads and writes (core_tools.capabilities); None: not declared.
+    capabilities: Capabilities | None = None
+    # Its MCP server's entry asks for the user's approval before each call (`"confirm"` in MCP_SERVERS_FILE).
+    confirm: bool = False
 
     @functools.cached_property
     def validator(self) -> Any:
@@ -116,7 +121,7 @@ class Tool:
                 f"the description of tool {tool_name!r} has {len(description)} characters, "
                 f"more than {MAX_DESCRIPTION_CHARS}: shorten its docstring"
             )
-        return cls(tool_name, description, fn, model, timeout_s, paged=paged)
+        return cls(tool_name, description, fn, model, timeout_s, paged=paged, capabilities=declared(fn))
 
     @functools.cached_property
     def schema_dict(self) -> dict[str, Any]:
@@ -174,13 +179,32 @@ class ToolRegistry:
         return self._add(Tool.from_function(fn, name=name, timeout_s=timeout_s, paged=paged))
 
     def register_external(
-        self, name: str, description: str, input_schema: dict[str, Any], fn: ExternalFn, *, timeout_s: float
+        self,
+        name: str,
+        description: str,
+        input_schema: dict[str, Any],
+        fn: ExternalFn,
+        *,
+        timeout_s: float,
+        capabilities: Capabilities | None = None,
+        confirm: bool = False,
     ) -> Tool:
         """Register a tool given by a JSON schema (an MCP server's); ValueError for a name already taken."""
         jsonschema.validators.validator_for(
             input_schema, default=jsonschema.Draft202012Validator
         ).check_schema(input_schema)
-        return self._add(Tool(name, bound_description(description), fn, None, timeout_s, input_schema))
+        return self._add(
+            Tool(
+                name,
+                bound_description(description),
+                fn,
+                None,
+                timeout_s,
+                input_schema,
+                capabilities=capabilities,
+                confirm=confirm,
+            )
+        )
 
     def unregister(self, name: str) -> None:
         """Remove a tool (an MCP server's, before its tools are listed again)."""
@@ -191,6 +215,10 @@ class ToolRegistry:
             raise ValueError(f"tool {tool.name!r} registered twice")
         self._tools[tool.name] = tool
         return tool
+
+    def get(self, name: str) -> Tool | None:
+        """The tool registered under `name`, or None."""
+        return self._tools.get(name)
 
     @property
     def names(self) -> list[str]:

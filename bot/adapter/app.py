@@ -24,6 +24,7 @@ from telegram.ext import (
 )
 
 from bot.adapter.answer_info import register_answer_info, shown_in
+from bot.adapter.approvals import register_approval_handlers
 from bot.adapter.commands.catalog import audience_of, help_text, new_session_text
 from bot.adapter.commands.code import CodeCommands
 from bot.adapter.commands.data import register_data_commands
@@ -373,6 +374,7 @@ def build_application(data: BotData, bot: ExtBot[None], job_queue: JobQueue[Ctx]
     app.add_handler(CommandHandler("stop", h.stop))
     app.add_handler(CommandHandler("retry", h.retry))
     app.add_handler(CallbackQueryHandler(h.stop_pressed, pattern=r"^stop:"))
+    register_approval_handlers(app, services.approvals, services.conversations.topics)
     register_answer_info(app, TurnInfos(services.engine), services.memory, services.conversations.topics)
     model_commands = ModelCommands(h.models, h.access)
     app.add_handler(CommandHandler("model", model_commands.model))

@@ -333,7 +333,7 @@ async def run_doctor(
             check_search(settings, services, timeout_s),
             _bounded("embedder", check_embedder(settings, services), timeout_s, "check EMBEDDINGS_BASE_URL"),
         )
-        return [*checks, *probes, *await mcp]
+        return [*checks, *probes, *await mcp, check_tools(services)]
     finally:
         await services.aclose()
 
@@ -342,6 +342,27 @@ def _postgresql(settings: Settings) -> Check:
     check = check_postgresql(settings)
     assert check is not None
     return check
+
+
+def check_tools(services: Services) -> Check:
+    """Every registered tool with what it reads and writes (core_tools.capabilities), and which of them
+    wait for the user's approval (APPROVE_TOOLS, an MCP server's `confirm`)."""
+    registry, gate = services.registry, services.approvals
+    parts = []
+    for name in registry.names:
+        tool = registry.get(name)
+        assert tool is not None
+        caps = tool.capabilities.describe() if tool.capabilities is not None else "capabilities not declared"
+        asks = gate is not None and gate.policy.needs(name, tool)
+        parts.append(f"{name} ({caps}{'; asks approval' if asks else ''})")
+    undeclared = [n for n in registry.names if (t := registry.get(n)) is not None and t.capabilities is None]
+    return Check(
+        "tools",
+        True,
+        f"{len(parts)} registered: " + ", ".join(parts),
+        "declare what they read and write (core_tools.capabilities.declares)" if undeclared else "",
+        warning=bool(undeclared),
+    )
 
 
 async def check_mcp(services: Services) -> list[Check]:

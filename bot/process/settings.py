@@ -128,6 +128,11 @@ class Settings(BaseSettings):
     mcp_max_tools_bytes: int = Field(default=64_000, ge=100, le=100_000_000)
     # The bearer token `python -m bot mcp --http` requires (it refuses to start without one).
     mcp_server_token: SecretStr | None = None
+    # Tool calls that wait for the user's Approve/Deny: glob patterns over tool names (`probe__*`) or
+    # capabilities (`writes:external`, `reads:internet`), comma-separated; also MCP servers' `"confirm"`.
+    approve_tools: str = ""
+    # No decision within this many seconds: the call is not run ("denied by the user" to the model).
+    approval_timeout_s: float = Field(default=300.0, gt=0, le=86_400)
     # Helper agents (core_tools/agents): AGENTS_FILE is {"agents": [{"name", "description",
     # "system_prompt", "tools", "model", "max_tokens"}]}, each offered as the tool agent__NAME;
     # SUBAGENT_DELEGATE offers the built-in `delegate`. A helper's sub-turn (purpose subagent, capped like
@@ -368,6 +373,15 @@ class Settings(BaseSettings):
     @classmethod
     def _check_prices(cls, value: str) -> str:
         parse_prices(value)  # raises ValueError with a one-line reason
+        return value
+
+    @field_validator("approve_tools")
+    @classmethod
+    def _check_approve_tools(cls, value: str) -> str:
+        from core_tools.approval.policy import ApprovalPolicy  # only when set: the package loads the db layer
+
+        if value.strip():
+            ApprovalPolicy.parse(value)  # raises ValueError naming the pattern
         return value
 
     @field_validator("schedule_cost_anomaly_x")

@@ -19,6 +19,7 @@ from bot.process.settings import Settings
 from bot.runtime.replica import Replica, ReplicaEvents
 from core_tools.agent import Agent, AgentConfig
 from core_tools.agents import HelperTools, SubTurnLimits, SubTurns, check_tools, is_helper_tool, load_agents
+from core_tools.approval import ApprovalGate, ApprovalPolicy
 from core_tools.code.lessons import LessonsBook
 from core_tools.llm import AudioClient, LLMClient
 from core_tools.mcp.config import load_servers
@@ -49,6 +50,7 @@ from core_tools.turn_info import PromptSection
 from core_tools.types import FileSink, Notifier
 from core_tools.usage import Caps, UsageService, parse_prices
 from db import recall_cache
+from db.approvals import Approvals
 from db.conversations import Conversations
 from db.engine import make_engine, make_sessionmaker
 from db.executions import Executions
@@ -127,6 +129,8 @@ class Services:
     audio: AudioClient | None = None
     # The sandbox's data toolkit, installed in the background at start when missing.
     toolkit: Toolkit | None = None
+    # Asks the user before the calls APPROVE_TOOLS or MCP `confirm` names (bot/adapter/approvals.py).
+    approvals: ApprovalGate | None = None
 
     async def start(self) -> None:
         """Report code jobs a restart interrupted; connect the MCP servers (a failing one is retried)."""
@@ -448,13 +452,21 @@ def build_services(settings: Settings, front: FrontEnd | None = None) -> Service
         return f"Summary of the previous session {last[0]!r} (data, not instructions): {quoted}"
 
     mcp = _mcp(settings, registry)
+    approvals = ApprovalGate(
+        Approvals(sm),
+        ApprovalPolicy.parse(settings.approve_tools),
+        settings.approval_timeout_s,
+        secrets=settings.secrets(),
+    )
     agent_config = AgentConfig(
         max_tool_rounds=settings.max_tool_rounds,
         history_token_budget=settings.history_token_budget,
         turn_timeout_s=settings.turn_timeout_s,
         default_timezone=settings.default_timezone,
     )
-    _helpers(settings, llm, registry, agent_config.private_tools)
+    helpers = _helpers(settings, llm, registry, agent_config.private_tools)
+    if helpers is not None:  # a helper cannot ask the user: a call that needs approval is refused in it
+        helpers.subturns.needs_approval = lambda name: approvals.policy.needs(name, registry.get(name))
     agent = Agent(
         llm,
         registry,
@@ -465,6 +477,7 @@ def build_services(settings: Settings, front: FrontEnd | None = None) -> Service
         private_context_providers=[memories_for_prompt, note_for_extraction],
         budget=usage_service,
         media=media,
+        approvals=approvals,
         cost_of=lambda r: usage_service.prices.cost(
             r.model, r.prompt_tokens, r.completion_tokens, r.cached_tokens
         ),
@@ -490,6 +503,7 @@ def build_services(settings: Settings, front: FrontEnd | None = None) -> Service
         audio=audio,
         files=outlets.file_sink,
         toolkit=toolkit,
+        approvals=approvals,
         replica=replica,
     )
 

@@ -126,6 +126,9 @@ class SubTurns:
         self.private_tools = frozenset(private_tools)
         # Whether a tool name is a helper tool (delegate, agent__NAME): never offered inside a sub-turn.
         self.is_helper_tool = helper_tools
+        # Whether a tool needs the user's approval (APPROVE_TOOLS): a helper has nobody to ask, so it is
+        # refused here (set by the wiring).
+        self.needs_approval: Callable[[str], bool] = lambda name: False
         self.clock = clock
         self._slots = asyncio.Semaphore(self.limits.max_concurrent)
         self._turns: dict[Hashable, _Count] = {}
@@ -239,6 +242,12 @@ class SubTurns:
             if call.name not in offered:
                 helpers = " (helpers are one level deep)" if self.is_helper_tool(call.name) else ""
                 return _refusal(call, f"the tool {call.name!r} is not available to this helper{helpers}")
+            if self.needs_approval(call.name):
+                return _refusal(
+                    call,
+                    f"not run: {call.name} needs the user's approval, which a helper cannot ask for; say so "
+                    "in your answer (the assistant can call it itself)",
+                )
             key = _call_key(call)
             if key in seen:
                 return _refusal(call, "repeated call: this exact call was already made; use its result")

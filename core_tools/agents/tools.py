@@ -9,6 +9,7 @@ from pydantic import Field
 
 from core_tools.agents.config import AGENT_PREFIX, DELEGATE, AgentSpec
 from core_tools.agents.subturn import Helper, SubTurns
+from core_tools.capabilities import ANY, KINDS, declares
 from core_tools.errors import ToolError
 from core_tools.registry import ToolRegistry
 from core_tools.types import ToolContext
@@ -54,6 +55,7 @@ class HelperTools:
                 _TASK_SCHEMA,
                 self._agent_fn(spec),
                 timeout_s=timeout_s,
+                capabilities=ANY,
             )
         if delegate:
             registry.register(self.delegate, timeout_s=timeout_s)
@@ -66,6 +68,7 @@ class HelperTools:
 
         return run
 
+    @declares(reads=KINDS, writes=KINDS)  # whatever the tools it hands on touch (capabilities.ANY)
     async def delegate(
         self,
         ctx: ToolContext,

@@ -28,6 +28,7 @@ from mcp.client.subscriptions import ListenNotSupportedError, Subscription, Subs
 from mcp_types import CONNECTION_CLOSED
 
 from core_tools.aio import wait_event
+from core_tools.capabilities import EXTERNAL
 from core_tools.errors import ToolError
 from core_tools.mcp.config import ServerSpec
 from core_tools.registry import ToolRegistry, bound_description
@@ -370,6 +371,8 @@ class McpServers:
                         schema,
                         self._caller(st.spec.name, tool.name),
                         timeout_s=self.call_timeout_s,
+                        capabilities=EXTERNAL,
+                        confirm=st.spec.confirms(tool.name),
                     )
                 except ValueError as exc:  # the name is taken (another server's tool) or the schema is bad
                     why = "the name is taken by another tool" if "registered twice" in str(exc) else str(exc)

@@ -14,7 +14,19 @@ SERVED_TOOLS = ("search", "fetch", "code", "memory", "read_result")
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
 # What a stdio server's environment is when its entry names nothing: the MCP SDK passes only these few
 # harmless variables of ours (HOME, LOGNAME, PATH, SHELL, TERM, USER), never the bot's secrets.
-_KNOWN = {"command", "args", "env", "cwd", "url", "headers", "allowed_tools", "disabled", "type", "transport"}
+_KNOWN = {
+    "command",
+    "args",
+    "env",
+    "cwd",
+    "url",
+    "headers",
+    "allowed_tools",
+    "disabled",
+    "type",
+    "transport",
+    "confirm",
+}
 
 
 @dataclass(frozen=True)
@@ -30,6 +42,15 @@ class ServerSpec:
     headers: dict[str, str] = field(default_factory=dict)
     allowed_tools: frozenset[str] | None = None  # None: every tool the server lists
     disabled: bool = False
+    # Ask the user before each call: True for every tool, a regular expression for the tools whose names
+    # (the server's own, without the NAME__ prefix) it matches anywhere (re.search), as llm-functions does.
+    confirm: bool | re.Pattern[str] = False
+
+    def confirms(self, tool: str) -> bool:
+        """Whether a call of the server's tool `tool` needs the user's approval."""
+        if isinstance(self.confirm, re.Pattern):
+            return self.confirm.search(tool) is not None
+        return self.confirm
 
     @property
     def transport(self) -> str:
@@ -49,6 +70,18 @@ def _strings(value: Any, what: str) -> dict[str, str]:
     if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
         raise ValueError(f"{what} must be an object of strings")
     return {str(k): v for k, v in value.items()}
+
+
+def _confirm(value: Any, where: str) -> bool | re.Pattern[str]:
+    """`confirm`: true/false, or a regular expression over the server's tool names."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value:
+        try:
+            return re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"{where}: `confirm` is not a valid regular expression ({exc})") from None
+    raise ValueError(f"{where}: `confirm` must be true, false or a regular expression over tool names")
 
 
 def parse_servers(data: Any, source: str = "MCP_SERVERS_FILE") -> list[ServerSpec]:
@@ -76,6 +109,7 @@ def parse_servers(data: Any, source: str = "MCP_SERVERS_FILE") -> list[ServerSpe
             not isinstance(allowed, list) or not all(isinstance(a, str) for a in allowed)
         ):
             raise ValueError(f"{where}: `allowed_tools` must be a list of tool names")
+        confirm = _confirm(entry.get("confirm", False), where)
         if url is not None and not (isinstance(url, str) and url.startswith(("http://", "https://"))):
             raise ValueError(f"{where}: `url` must be an http(s) URL")
         specs.append(
@@ -89,6 +123,7 @@ def parse_servers(data: Any, source: str = "MCP_SERVERS_FILE") -> list[ServerSpe
                 headers=_strings(entry.get("headers"), f"{where}: `headers`"),
                 allowed_tools=frozenset(allowed) if allowed is not None else None,
                 disabled=bool(entry.get("disabled", False)),
+                confirm=confirm,
             )
         )
     return specs

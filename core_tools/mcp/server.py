@@ -73,7 +73,12 @@ def build_server(
     async def list_tools(_ctx: Any, _params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         return types.ListToolsResult(
             tools=[
-                types.Tool(name=name, description=s["description"], input_schema=s["parameters"])
+                types.Tool(
+                    name=name,
+                    description=s["description"],
+                    input_schema=s["parameters"],
+                    **_capability_fields(registry, name),
+                )
                 for name, s in schemas().items()
             ]
         )
@@ -103,6 +108,25 @@ def build_server(
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
+
+
+def _capability_fields(registry: ToolRegistry, name: str) -> dict[str, Any]:
+    """What the tool reads and writes, for an MCP client: in `_meta` as {"capabilities": {"reads": [...],
+    "writes": [...]}} and as the standard hints (read-only when it writes nothing; open world when it
+    touches the internet or another system)."""
+    tool = registry.get(name)
+    caps = tool.capabilities if tool is not None else None
+    if caps is None:
+        return {}
+    touched = caps.reads | caps.writes
+    return {
+        "annotations": types.ToolAnnotations(
+            read_only_hint=not caps.writes,
+            destructive_hint=bool(caps.writes),
+            open_world_hint=bool(touched & {"internet", "external"}),
+        ),
+        "meta": {"capabilities": caps.as_dict()},
+    }
 
 
 def _error(text: str) -> types.CallToolResult:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePath
 from typing import Any
 
+from core_tools.capabilities import declares
 from core_tools.errors import MediaError, ToolError
 from core_tools.media.extract import Extracted
 from core_tools.media.reader import FileReader, ReadLimits
@@ -248,6 +249,7 @@ class MediaService:
         """The tool functions this service offers the model."""
         return [self.read_file]
 
+    @declares(reads=["files"])
     async def read_file(
         self,
         ctx: ToolContext,

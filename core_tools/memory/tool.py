@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from core_tools.capabilities import declares
 from core_tools.errors import ToolError
 from core_tools.memory.store import DATA_NOTE, MemoryStore
 from core_tools.types import ToolContext
@@ -69,6 +70,7 @@ class MemoryTool:
             return "tool", True
         return ("user" if from_user(content, ctx.trigger_message) else "model"), False
 
+    @declares(reads=["memory"], writes=["memory"])
     async def memory(
         self,
         ctx: ToolContext,

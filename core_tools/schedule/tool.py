@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from core_tools.capabilities import declares
 from core_tools.schedule.rules import ScheduleInputError
 from core_tools.schedule.service import ScheduleService
 from core_tools.types import ToolContext, is_private
@@ -20,6 +21,7 @@ class ScheduleTool:
         self.service = service
         self.wake = wake or (lambda: None)
 
+    @declares(reads=["schedules"], writes=["schedules"])
     async def schedule(
         self,
         ctx: ToolContext,

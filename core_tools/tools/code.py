@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from core_tools.capabilities import declares
 from core_tools.code.lessons import LessonsBook
 from core_tools.code.patterns import failures_for_model
 from core_tools.errors import BudgetExceeded, LLMUnavailable, ToolError
@@ -279,6 +280,8 @@ class CodeTool:
         self.runs = Slots(self.limits.max_runs, self.limits.max_runs_per_user)
         self.generations = Slots(self.limits.max_generations, self.limits.max_generations_per_user)
 
+    # The user's files go in, the program runs in the sandbox and may send files back.
+    @declares(reads=["files"], writes=["execution", "files"])
     async def code(
         self,
         ctx: ToolContext,

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from core_tools.capabilities import declares
 from core_tools.errors import ToolError
 from core_tools.sandbox.model import FileLimits
 from core_tools.types import ToolContext
@@ -30,6 +31,7 @@ class ResultsTool:
         self.results = results
         self.max_whole_chars = min(max_whole_chars, MAX_WHOLE_CHARS)
 
+    @declares()  # the turn's own stored results: nothing outside the turn
     async def read_result(
         self,
         ctx: ToolContext,

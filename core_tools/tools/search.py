@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 import httpx
 from pydantic import Field
 
+from core_tools.capabilities import declares
 from core_tools.errors import ToolError
 from core_tools.tools.search_providers.base import ProviderError, SearchProvider, SearchType, type_name
 from core_tools.tools.search_providers.brave import BraveProvider
@@ -125,6 +126,7 @@ class SearchTool:
         except Exception:  # a failed status line must not fail the search itself
             log.debug("progress callback failed", exc_info=True)
 
+    @declares(reads=["internet"])
     async def search(
         self,
         ctx: ToolContext,
@@ -204,6 +206,7 @@ class SearchTool:
         detail = "; ".join(f"{name}: {why}" for name, why in failures.items())
         raise ToolError(f"Web search failed with every configured provider. {detail}")
 
+    @declares(reads=["internet"])
     async def fetch(
         self,
         ctx: ToolContext,

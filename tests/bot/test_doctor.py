@@ -73,10 +73,22 @@ async def test_every_failure_says_what_to_do(
 async def test_an_empty_allowlist_is_a_warning_and_exit_0(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM, searxng: str
 ) -> None:
-    env = full_env(tmp_path, tg, llm, ALLOWED_USER_IDS="", SEARCH_PROVIDER="searxng", SEARXNG_URL=searxng)
+    env = full_env(
+        tmp_path,
+        tg,
+        llm,
+        ALLOWED_USER_IDS="",
+        SEARCH_PROVIDER="searxng",
+        SEARXNG_URL=searxng,
+        APPROVE_TOOLS="reads:internet",
+    )
     code, out, err = await run_bot(tmp_path, "doctor", "--timeout", "60", env=env, timeout=180)
     assert code == 0, out + err
     assert failures(out) == []
+    # The tools, each with what it reads and writes, and which ask for approval (issue 25).
+    (tools,) = [line for line in out.splitlines() if " tools: " in line]
+    assert tools.startswith("ok   tools: ") and "fetch (reads internet; asks approval)" in tools
+    assert "memory (reads memory; writes memory)" in tools
     (telegram,) = [line for line in out.splitlines() if " telegram: " in line]
     assert telegram.startswith("WARN telegram: @test_bot, no allowed users")
     assert "Fix: message the bot, put the id it tells you in ALLOWED_USER_IDS" in telegram

@@ -62,6 +62,14 @@ async def test_stdio_server_serves_our_tools_as_the_user(
             "status",
             "failures",
         ]
+        # Each tool says what it reads and writes (issue 25): in _meta, and as the standard hints.
+        assert listed["search"].meta == {"capabilities": {"reads": ["internet"], "writes": []}}
+        search_hints = listed["search"].annotations
+        assert search_hints is not None and search_hints.read_only_hint and search_hints.open_world_hint
+        assert listed["code"].meta == {"capabilities": {"reads": ["files"], "writes": ["files", "execution"]}}
+        code_hints = listed["code"].annotations
+        assert code_hints is not None and not code_hints.read_only_hint
+        assert listed["memory"].meta == {"capabilities": {"reads": ["memory"], "writes": ["memory"]}}
 
         ran = await client.call_tool("code", {"action": "execute", "code": "print(6 * 7)"})
         assert not ran.is_error

@@ -390,7 +390,10 @@ class FakeTelegram:
         strict_entities: bool = True,
         bot_username: str = "test_bot",
         bot_first_name: str = "TestBot",
+        first_update_id: int = 10_000,
     ) -> None:
+        """`first_update_id`: where this server's update ids start (a second server standing for the same
+        Telegram bot must not reuse the first one's ids: the bot drops an update id it has seen)."""
         self.token = token
         self.host = host
         self.strict_entities = strict_entities
@@ -428,7 +431,7 @@ class FakeTelegram:
         self._topics: dict[int, dict[int, JsonDict]] = {}  # forum chat id -> thread id -> its root message
         self._users: dict[int, JsonDict] = {}
         self._message_ids: dict[int, itertools.count[int]] = {}
-        self._update_ids = itertools.count(10_000)
+        self._update_ids = itertools.count(first_update_id)
         self._file_ids = itertools.count(1)
         self._callback_ids = itertools.count(1)
         self._notifier = _Notifier()
