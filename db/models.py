@@ -318,7 +318,7 @@ class LLMCall(Base):
 
 
 class TurnInfo(Base):
-    """What went into one answered turn, for its "why this answer" view (migration 0020): the memories
+    """What went into one answered turn, for its "why this answer" view (migration 0021): the memories
     recalled into it (prompt or memory tool), the tools it called, its model, LLM requests, tokens, cost
     and duration.
 

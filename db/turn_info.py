@@ -1,4 +1,4 @@
-"""One row per answered turn: what its "why this answer" view shows (migration 0020).
+"""One row per answered turn: what its "why this answer" view shows (migration 0021).
 
 The row is written in the transaction that stores the turn's answer with its usage (db/conversations.py
 `close_turn`): a plain turn gains a statement, not a transaction. It is deleted with the answer or the
