@@ -109,10 +109,13 @@ async def stop(proc: asyncio.subprocess.Process, sandboxed: bool) -> None:
     still be finishing its exit then (unmounting, its memory already gone: no code of the run is left); the
     removal of the run's cgroup waits for it.
     """
-    if proc.returncode is None and sandboxed:
-        for child in children(proc.pid):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(child, signal.SIGKILL)
+    inits = children(proc.pid) if proc.returncode is None and sandboxed else []
+    # No init yet (a sandbox stopped while it was still starting): there is nothing to reap, and bwrap
+    # itself can go at once; an init it forks after this dies with it (--die-with-parent).
+    for child in inits:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(child, signal.SIGKILL)
+    if inits:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(proc.wait()), _REAP_GRACE_S)
     _kill_group(proc.pid)
