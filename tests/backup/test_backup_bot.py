@@ -9,6 +9,7 @@ import json
 import zipfile
 from pathlib import Path
 
+import pytest
 from sqlalchemy import BigInteger, Integer, MetaData, inspect, select
 from telegram import Bot
 
@@ -40,6 +41,7 @@ def documents(tg: FakeTelegram, chat_id: int) -> list[UploadedFile]:
     ]
 
 
+@pytest.mark.slow  # a backup worker process while 20 turns run
 async def test_backup_while_turns_are_written_goes_through_senddocument_and_restores(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
 ) -> None:

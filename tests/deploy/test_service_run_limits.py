@@ -21,6 +21,7 @@ from tests.support.harness import OWNER, running_bot
 ISOLATION, REASON = detect_isolation()
 pytestmark = [
     pytest.mark.skipif(ISOLATION is not Isolation.BWRAP, reason=f"no working bwrap: {REASON}"),
+    pytest.mark.slow,  # a sandbox service process
 ]
 
 # The bot's own settings: what a run would get if the bot ran the code itself.

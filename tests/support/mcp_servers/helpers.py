@@ -57,7 +57,9 @@ def process(
     finally:
         proc.terminate()
         try:
-            proc.wait(10)
+            # uvicorn's graceful stop waits for open streams, and a client still connected keeps its
+            # subscription open: the test is over, so do not wait for it long.
+            proc.wait(2)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
