@@ -15,7 +15,7 @@ bots should run on the test's database take `bot_database` (e.g. `pytestmark = p
 
 TEST_DATABASES=sqlite (or =postgresql) leaves the other database's copies out: TEST_DATABASES=sqlite never
 starts PostgreSQL. The PostgreSQL copies are marked `slow` (they need the server started): the fast tier,
-`uv run pytest -m "not slow"`, runs on SQLite alone.
+`uv run pytest -m "not slow" -n 2`, runs on SQLite alone.
 """
 
 from __future__ import annotations
