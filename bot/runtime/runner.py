@@ -3,7 +3,7 @@ across any number of processes on one database.
 
 A turn reads: take the next batch from the chat's queue, run it, store the outcome. The agent stores the
 batch's messages (out of the inbox, into the history) in the transaction that publishes the turn on the
-chat's lease, and its answer with the answer's usage in the one that clears it (core_tools/agent.py).
+chat's lease, and its answer with the answer's usage in the one that clears it (core_tools/agent/loop.py).
 
 A message that arrives while its chat is idle waits `debounce_s` for more (each new one restarts the wait,
 up to four times the debounce in all); then everything waiting goes into one turn. Messages that arrive
