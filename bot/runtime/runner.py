@@ -42,7 +42,7 @@ from bot.runtime.queue import ChatQueue, Incoming
 from bot.runtime.stops import Running, Stops
 from core_tools.agent import Agent, TurnControl, TurnInput
 from core_tools.aio import settled, wait_event
-from core_tools.tools.code import CodeTool
+from core_tools.code.tool import CodeTool
 from db.conversations import Conversations
 from db.runtime import RuntimeStore, TurnMark
 from db.topics import Place
