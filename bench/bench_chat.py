@@ -51,7 +51,7 @@ from telegram.ext import Application, ContextTypes, MessageHandler, filters
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import bot.adapter.streaming as streaming_mod
-import core_tools.agent as agent_mod
+import core_tools.agent.loop as agent_mod
 from bot.adapter.render import render
 from bot.process.settings import Settings
 from bot.process.wiring import Services
@@ -743,7 +743,7 @@ FOCUS: list[tuple[str, str, str]] = [
     ("~", "<method 'commit' of 'sqlite3.Connection' objects>", "  all SQLite commits (sqlite3)"),
     ("~", "<method 'execute' of 'sqlean.dbapi2.Cursor' objects>", "  all SQLite execute (sqlean)"),
     ("~", "<method 'execute' of 'sqlite3.Cursor' objects>", "  all SQLite execute (sqlite3)"),
-    ("core_tools/agent.py", "build_history", "build_history"),
+    ("core_tools/agent/history.py", "build_history", "build_history"),
     ("bot/adapter/render.py", "render", "render (Markdown -> entities)"),
     ("openai/_utils/_transform.py", "async_maybe_transform", "openai async_maybe_transform (request params)"),
     ("openai/_models.py", "construct_type", "openai construct_type (parsing chunks)"),

@@ -15,7 +15,7 @@ from telegram.error import BadRequest, RetryAfter, TelegramError
 
 from bot.adapter.render import TELEGRAM_LIMIT, Rendered, plain_chunks, render, split_rendered, utf16_len
 from core_tools.aio import wait_event
-from core_tools.tools.code import elapsed_text
+from core_tools.code.output import elapsed_text
 
 log = logging.getLogger(__name__)
 

@@ -21,6 +21,8 @@ from core_tools.agent import Agent, AgentConfig
 from core_tools.agents import HelperTools, SubTurnLimits, SubTurns, check_tools, is_helper_tool, load_agents
 from core_tools.approval import ApprovalGate, ApprovalPolicy
 from core_tools.code.lessons import LessonsBook
+from core_tools.code.slots import CodeLimits
+from core_tools.code.tool import CodeTool
 from core_tools.llm import AudioClient, LLMClient
 from core_tools.mcp.config import load_servers
 from core_tools.media import MediaConfig, MediaService
@@ -43,7 +45,6 @@ from core_tools.schedule.service import ScheduleService
 from core_tools.schedule.tool import ScheduleTool
 from core_tools.schedule.validate import Limits
 from core_tools.sessions import SessionManager
-from core_tools.tools.code import CodeLimits, CodeTool
 from core_tools.tools.results import ResultsTool
 from core_tools.tools.search import SearchTool, build_search_tool
 from core_tools.turn_info import PromptSection

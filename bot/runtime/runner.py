@@ -3,7 +3,7 @@ across any number of processes on one database.
 
 A turn reads: take the next batch from the chat's queue, run it, store the outcome. The agent stores the
 batch's messages (out of the inbox, into the history) in the transaction that publishes the turn on the
-chat's lease, and its answer with the answer's usage in the one that clears it (core_tools/agent.py).
+chat's lease, and its answer with the answer's usage in the one that clears it (core_tools/agent/loop.py).
 
 A message that arrives while its chat is idle waits `debounce_s` for more (each new one restarts the wait,
 up to four times the debounce in all); then everything waiting goes into one turn. Messages that arrive
@@ -42,7 +42,7 @@ from bot.runtime.queue import ChatQueue, Incoming
 from bot.runtime.stops import Running, Stops
 from core_tools.agent import Agent, TurnControl, TurnInput
 from core_tools.aio import settled, wait_event
-from core_tools.tools.code import CodeTool
+from core_tools.code.tool import CodeTool
 from db.conversations import Conversations
 from db.runtime import RuntimeStore, TurnMark
 from db.topics import Place

@@ -1,4 +1,7 @@
-"""Running model-written code: `python -m core_tools.code` is the command-line door to the same executor."""
+"""Running model-written code: the `code` tool (tool.py, generation.py, slots.py, output.py), what runs learn
+from (patterns.py, lessons.py), and `python -m core_tools.code`, the command-line door to the same executor.
+
+Only the sandbox's names are imported here: the CLI loads no database or LLM client."""
 
 from __future__ import annotations
 

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
+from core_tools.code.slots import CodeLimits
+from core_tools.code.tool import CodeTool
 from core_tools.sandbox import Isolation, detect_isolation
 from core_tools.sandbox.client import ServiceExecutor
-from core_tools.tools.code import CodeLimits, CodeTool
 from core_tools.types import ToolContext
 from db.executions import Executions
 

@@ -9,10 +9,11 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
+from core_tools.code.slots import CodeLimits
+from core_tools.code.tool import CodeTool
 from core_tools.errors import ToolError
 from core_tools.llm import LLMClient
 from core_tools.sandbox import LocalExecutor, SandboxLimits
-from core_tools.tools.code import CodeLimits, CodeTool
 from core_tools.types import ToolContext
 from db.executions import Executions
 from tests.support.fakes.openai_api import FakeLLM, text

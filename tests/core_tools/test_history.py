@@ -6,7 +6,7 @@ import re
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from core_tools.agent import build_history, cut_result
+from core_tools.agent.history import build_history, cut_result
 from core_tools.llm import estimate_tokens
 from db.conversations import Conversations, StoredMessage
 

@@ -7,8 +7,8 @@ import subprocess
 
 from sqlalchemy import Engine
 
+from core_tools.code.tool import CodeTool
 from core_tools.sandbox import LocalExecutor, SandboxLimits
-from core_tools.tools.code import CodeTool
 from db.engine import make_sessionmaker
 from db.executions import Executions
 from db.jobs import Jobs

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 import pytest
 from pydantic import Field
 
-from core_tools.agent import build_history
+from core_tools.agent.history import build_history
 from core_tools.errors import ToolError
 from core_tools.registry import ToolRegistry
 from core_tools.types import ToolCallRequest, ToolContext

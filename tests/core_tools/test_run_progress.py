@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from core_tools.code.output import output_line, progress_status
 from core_tools.sandbox import Isolation, LocalExecutor, SandboxLimits, detect_isolation
 from core_tools.sandbox.client import ServiceExecutor
-from core_tools.tools.code import output_line, progress_status
 from tests.deploy.test_service import Service
 
 ISOLATION, REASON = detect_isolation()

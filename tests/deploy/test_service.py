@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from core_tools.code.tool import CodeTool
 from core_tools.errors import ToolError
 from core_tools.registry import ToolRegistry
 from core_tools.sandbox import Isolation, detect_isolation
@@ -29,7 +30,6 @@ from core_tools.sandbox.cgroup import RunParent, find_run_parent
 from core_tools.sandbox.client import ServiceExecutor
 from core_tools.sandbox.model import FileLimits
 from core_tools.sandbox.protocol import MAX_REQUEST_BYTES
-from core_tools.tools.code import CodeTool
 from core_tools.types import ToolCallRequest, ToolContext
 from db.engine import make_engine, make_sessionmaker
 from db.executions import Executions

@@ -5,313 +5,37 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from core_tools.agent.history import build_history
+from core_tools.agent.turn import (
+    AgentConfig,
+    ContextProvider,
+    TurnBudget,
+    TurnControl,
+    TurnInput,
+    TurnResult,
+    TurnSink,
+)
 from core_tools.aio import settled
 from core_tools.approval import ApprovalGate
 from core_tools.errors import BudgetExceeded
-from core_tools.llm import LLMClient, estimate_tokens
+from core_tools.llm import LLMClient
 from core_tools.media import MediaService
 from core_tools.prompts import FINAL_ANSWER_NOTES, system_prompt
 from core_tools.registry import ToolRegistry
 from core_tools.turn_info import CostOf, PromptSection, TurnTally
-from core_tools.types import (
-    ChatMessage,
-    LLMReply,
-    ToolCallRequest,
-    ToolContext,
-    ToolOutcome,
-    chat_type_of,
-    is_private,
-)
-from db.conversations import Answer, Conversations, StoredMessage, TurnClosing, TurnOpening
-from db.runtime import TurnMark
+from core_tools.types import ChatMessage, LLMReply, ToolCallRequest, ToolContext, ToolOutcome
+from db.conversations import Answer, Conversations, TurnClosing, TurnOpening
 from db.usage import LLMCallRecord
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-class TurnSink(Protocol):
-    """Where a turn shows its progress (a Telegram message being edited, a terminal, a test)."""
-
-    async def text(self, partial: str) -> None:
-        """The answer so far (the whole text, not a delta)."""
-
-    async def status(self, line: str) -> None:
-        """A one-line status such as "running code..."; renewed while a long tool works (a code run: about
-        every second, with its elapsed time and last line of output), so a sink shows only the latest."""
-
-
-class TurnBudget(Protocol):
-    """Usage caps as the turn loop sees them (core_tools.usage.UsageService in the app)."""
-
-    def check(self, user_id: int | None, purpose: str = "chat") -> None:
-        """Raise BudgetExceeded when the user may not start a request."""
-
-    def over_budget(self, user_id: int) -> str | None:
-        """Why the user is over a cap, or None; asked before each further tool round."""
-
-    def turn_stopped(self, user_id: int, session_id: str, reason: str) -> None:
-        """Count a turn whose tool use was stopped (chain_limit, repeat_guard, budget)."""
-
-
-class ContextProvider(Protocol):
-    """Adds a section to the system prompt for a turn (memories, for example); a PromptSection also says
-    which memories it put there (the turn's "why this answer")."""
-
-    async def __call__(self, user_id: int, session_id: str, message: str) -> str | PromptSection: ...
-
-
-@dataclass
-class AgentConfig:
-    """Bounds of a turn."""
-
-    max_tool_rounds: int = 8
-    history_token_budget: int = 8000
-    history_max_messages: int = 200  # rows read per request; the token budget usually binds first
-    turn_timeout_s: float = 300.0
-    default_timezone: str = "UTC"
-    # Tools that read or change the user's private data: not offered, and refused, outside private chats.
-    private_tools: frozenset[str] = frozenset({"memory"})
-
-
-@dataclass
-class TurnResult:
-    """What a turn produced."""
-
-    text: str
-    # "chain_limit" | "repeat_guard" when loop protection ended tool use, "budget" when a usage cap did
-    stopped_by: str | None = None
-    tool_calls: int = 0
-    outcomes: list[ToolOutcome] = field(default_factory=list)
-    # Images were left out because the model cannot see them (LLM_VISION=off, or auto after a refusal).
-    images_dropped: bool = False
-    # The stored answer's message id (the key of its "why this answer" record), None when none was stored.
-    answer_id: int | None = None
-
-
-@dataclass
-class TurnControl:
-    """Shared between a running turn and its front end: how to stop it, what it stored, what it showed."""
-
-    stop_requested: bool = False
-    message_ids: list[int] = field(default_factory=list)  # the turn's user messages
-    partial: str = ""  # the answer text streamed so far
-    # Awaited after each model reply, before it is stored or its tools run: the front end raises
-    # CancelledError there when the turn must not go on (bot/runtime/runner.py: its chat went to another
-    # process).
-    checkpoint: Callable[[], Awaitable[None]] | None = None
-    handed_over: bool = False  # cancelled because another process owns the turn's messages now
-    # The turn as published on its chat's lease (bot/runtime): stored with the turn's messages and cleared
-    # with its outcome, in the same transactions. `published` while the lease still shows it.
-    mark: TurnMark | None = None
-    published: bool = False
-    # The turn's time limit, suspended while calls wait for the user's approval (`suspend_limit`).
-    limit: asyncio.Timeout | None = None
-    _waiting: int = 0  # calls waiting for approval now
-    _left_s: float | None = None  # what was left of the time limit when the first of them began
-
-    def suspend_limit(self) -> None:
-        """A call begins waiting for the user: the turn's time limit stops running until none waits."""
-        self._waiting += 1
-        limit = self.limit
-        if self._waiting != 1 or limit is None or limit.expired():
-            return
-        when = limit.when()
-        if when is not None:
-            self._left_s = when - asyncio.get_running_loop().time()
-            limit.reschedule(None)
-
-    def resume_limit(self) -> None:
-        """A call ended its wait: the time limit runs again (with what was left) once none waits."""
-        self._waiting -= 1
-        limit, left = self.limit, self._left_s
-        if self._waiting == 0 and limit is not None and left is not None:
-            self._left_s = None
-            if not limit.expired():
-                limit.reschedule(asyncio.get_running_loop().time() + left)
-
-
-@dataclass(frozen=True)
-class TurnInput:
-    """Who is asking, where, and what."""
-
-    user_id: int
-    chat_id: int
-    text: str
-    first_name: str | None = None
-    username: str | None = None
-    # ChatType value; None when unknown, which counts as private only in the user's own chat id.
-    chat_type: str | None = None
-    tg_message_id: int | None = None  # Telegram's id of the message, so an edit can find it
-    # Further messages of a burst answered in this same turn: (text, Telegram id), each stored on its own.
-    more: tuple[tuple[str, int | None], ...] = ()
-    # Answer this stored user message again (/retry, an edit) instead of storing `text` as a new one;
-    # its previous answer is kept but superseded (left out of the history).
-    rerun_of: int | None = None
-    model: str | None = None  # the chat's model; None: the LLM client's default
-    inbox_ids: tuple[int, ...] = ()  # where the messages waited (db/runtime/inbox.py): taken out when stored
-
-    @property
-    def all_text(self) -> str:
-        """Every message of the turn, in order (for memory recall and tool context)."""
-        return "\n\n".join([self.text, *(t for t, _ in self.more)])
-
-    # What the turn's LLM requests are accounted as ("scheduled" for a scheduled task's turn).
-    purpose: str = "chat"
-    # Rows of media_files (voice, photos, documents) that came with this message, linked once it is stored.
-    media_ids: tuple[int, ...] = ()
-    more_media: tuple[tuple[int, ...], ...] = ()  # the same for each message of `more`, in order
-
-    @property
-    def kind(self) -> str:
-        """The chat type, resolved (see chat_type_of)."""
-        return chat_type_of(self.user_id, self.chat_id, self.chat_type)
-
-    @property
-    def private(self) -> bool:
-        """Whether the turn is in the user's private chat, where their memories may be used."""
-        return is_private(self.kind, self.user_id, self.chat_id)
-
-
-def _to_chat(m: StoredMessage, images: Mapping[int, tuple[str, ...]] | None = None) -> ChatMessage:
-    calls = tuple(ToolCallRequest(c["id"], c["name"], c["arguments"]) for c in m.tool_calls or [])
-    pictures = images.get(m.id, ()) if images and m.role == "user" else ()
-    return ChatMessage(m.role, m.content, calls, m.tool_call_id, m.tool_name, pictures)
-
-
-# Under a tight budget each tool result keeps at least its head (where a page's title or an error is); fewer
-# characters when a round holds so many results that even this much would not fit.
-MIN_RESULT_CHARS = 400
-FLOOR_RESULT_CHARS = 80
-CHARS_PER_TOKEN = 4  # the same rough ratio as estimate_tokens
-
-
-def _cost(m: StoredMessage) -> int:
-    return estimate_tokens((m.content or "") + json.dumps(m.tool_calls or [])) + 4
-
-
-def cut_result(content: str, keep: int) -> str:
-    """The first `keep` characters of a tool result with a mark saying how much was cut."""
-    if len(content) <= keep:
-        return content
-    return f"{content[:keep]}\n[cut: {keep} of {len(content)} characters]"
-
-
-def _shrunk(unit: list[StoredMessage], keep: int) -> list[StoredMessage]:
-    return [replace(m, content=cut_result(m.content or "", keep)) if m.role == "tool" else m for m in unit]
-
-
-def _share(sizes: list[int], allowed: int, floor: int) -> int:
-    """The largest per-result cap (at least `floor`) with which the results fit in `allowed` characters."""
-    if sum(sizes) <= allowed:
-        return max(sizes, default=0)
-    low, high = floor, max(sizes)
-    while low < high:  # binary search on the cap: sum(min(size, cap)) grows with the cap
-        mid = (low + high + 1) // 2
-        if sum(min(s, mid) for s in sizes) <= allowed:
-            low = mid
-        else:
-            high = mid - 1
-    return low
-
-
-def _units(stored: Sequence[StoredMessage]) -> list[list[StoredMessage]]:
-    """Messages grouped so that an assistant tool call and its results are one unit."""
-    units: list[list[StoredMessage]] = []
-    # An answer replaced by /retry or an edit stays in the database but is not part of the conversation.
-    stored = [m for m in stored if m.status != "superseded"]
-    i = 0
-    while i < len(stored):
-        m = stored[i]
-        if m.role == "assistant" and m.tool_calls:
-            wanted = {c["id"] for c in m.tool_calls}
-            group = [m]
-            j = i + 1
-            while j < len(stored) and stored[j].role == "tool":
-                group.append(stored[j])
-                j += 1
-            got = {g.tool_call_id for g in group[1:]}
-            if wanted <= got:
-                units.append([g for g in group if g.role == "assistant" or g.tool_call_id in wanted])
-            i = j
-            continue
-        if m.role == "tool":  # orphan result
-            i += 1
-            continue
-        if m.role == "assistant" and not (m.content or "").strip():
-            i += 1
-            continue
-        units.append([m])
-        i += 1
-    return units
-
-
-def _fit_current_turn(units: list[list[StoredMessage]], token_budget: int) -> list[list[StoredMessage]]:
-    """The current turn whole, its tool results shrunk to the budget: oldest round first, one round's
-    results sharing equally. The question and every call with its result stay, even over the budget."""
-    fixed = sum(_cost(m) for unit in units for m in unit if m.role != "tool")
-    rounds = [[len(m.content or "") for m in unit if m.role == "tool"] for unit in units]
-    n_results = sum(len(r) for r in rounds)
-    if not n_results:
-        return units
-    available = max(0, token_budget - fixed - 4 * n_results) * CHARS_PER_TOKEN
-    floor = max(FLOOR_RESULT_CHARS, min(MIN_RESULT_CHARS, available // n_results))
-    total = sum(sum(r) for r in rounds)
-    out: list[list[StoredMessage]] = []
-    for unit, sizes in zip(units, rounds, strict=True):
-        excess = total - available
-        if not sizes or excess <= 0:
-            out.append(unit)
-            continue
-        cap = _share(sizes, max(0, sum(sizes) - excess), floor)
-        shrunk = _shrunk(unit, cap)
-        total -= sum(sizes) - sum(min(s, cap) for s in sizes)
-        out.append(shrunk)
-    return out
-
-
-def build_history(
-    stored: Sequence[StoredMessage],
-    token_budget: int,
-    current_id: int | None = None,
-    images: Mapping[int, tuple[str, ...]] | None = None,
-) -> list[ChatMessage]:
-    """The conversation within the budget: the current turn always, then older messages newest first.
-
-    The current turn (from the user message `current_id`, or the last user message) always goes in whole,
-    its tool results cut to fit (`cut_result`). Older messages are dropped oldest first; an older tool
-    round that does not fit is kept with its results cut short before it is dropped. A tool call is never
-    split from its results; an assistant message whose results are incomplete (a turn cut by a crash) is
-    dropped with its partial results: the API rejects a tool call without a result.
-    """
-    units = _units(stored)
-    starts = [k for k, u in enumerate(units) if u[0].role == "user"]
-    current = next((k for k in starts if units[k][0].id == current_id), starts[-1] if starts else len(units))
-    tail = _fit_current_turn(units[current:], token_budget)
-    used = sum(_cost(m) for unit in tail for m in unit)
-    kept: list[list[StoredMessage]] = []
-    for unit in reversed(units[:current]):
-        cost = sum(_cost(m) for m in unit)
-        if used + cost > token_budget and len(unit) > 1:
-            unit = _shrunk(unit, MIN_RESULT_CHARS)
-            cost = sum(_cost(m) for m in unit)
-        if used + cost > token_budget:
-            break
-        kept.append(unit)
-        used += cost
-    older = [_to_chat(m, images) for unit in reversed(kept) for m in unit]
-    # A history must not start with tool results or an assistant tool call cut from its user message.
-    while older and older[0].role != "user":
-        older.pop(0)
-    return older + [_to_chat(m, images) for unit in tail for m in unit]
 
 
 def _call_key(call: ToolCallRequest) -> str:
