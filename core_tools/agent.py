@@ -29,7 +29,8 @@ from core_tools.types import (
     chat_type_of,
     is_private,
 )
-from db.conversations import Answer, Conversations, StoredMessage, TurnClosing, TurnOpening
+from db.conversation_records import Answer, StoredMessage, TurnClosing, TurnOpening
+from db.conversations import Conversations
 from db.runtime import TurnMark
 from db.usage import LLMCallRecord
 
