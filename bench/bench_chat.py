@@ -732,11 +732,11 @@ CATEGORIES: list[tuple[str, tuple[str, ...]]] = [
 ]
 
 FOCUS: list[tuple[str, str, str]] = [
-    ("db/conversations.py", "add_message", "Conversations.add_message"),
-    ("db/conversations.py", "set_status", "Conversations.set_status"),
+    ("db/conversation_messages.py", "add_message", "Conversations.add_message"),
+    ("db/conversation_messages.py", "set_status", "Conversations.set_status"),
     ("db/conversations.py", "ensure_user", "Conversations.ensure_user"),
     ("db/conversations.py", "current_session", "Conversations.current_session"),
-    ("db/conversations.py", "messages", "Conversations.messages (history load)"),
+    ("db/conversation_messages.py", "messages", "Conversations.messages (history load)"),
     ("db/conversations.py", "user_timezone", "Conversations.user_timezone"),
     ("db/usage.py", "record_llm_call", "UsageLog.record_llm_call"),
     ("~", "<method 'commit' of 'sqlean.dbapi2.Connection' objects>", "  all SQLite commits (sqlean)"),

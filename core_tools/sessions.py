@@ -21,7 +21,8 @@ from core_tools.errors import BudgetExceeded, LLMUnavailable
 from core_tools.llm import LLMClient
 from core_tools.memory.store import MemoryStore
 from core_tools.types import ChatMessage, is_private
-from db.conversations import Conversations, SessionInfo, StoredMessage
+from db.conversation_records import SessionInfo, StoredMessage
+from db.conversations import Conversations
 
 log = logging.getLogger(__name__)
 

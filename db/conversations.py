@@ -1,210 +1,47 @@
-"""Users, sessions and messages: the conversation history every turn is built from."""
+"""Users, sessions and messages: the conversation history every turn is built from.
+
+Its statements are in db/conversation_statements.py, its records in db/conversation_records.py."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Table, bindparam, func, insert, select, update
+from sqlalchemy import Connection, Engine, bindparam, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
-from db.models import ChatSession, ChatSettings, Message, User, new_id, utcnow
+from db.conversation_messages import MessageLog
+from db.conversation_records import (
+    OpenedTurn,
+    SessionInfo,
+    TurnClosing,
+    TurnOpening,
+    chat_type_of,
+    session_info,
+)
+from db.conversation_statements import (
+    CHAT_MODEL,
+    INSERT_SESSION,
+    OPEN_CHAT_SESSION,
+    OPEN_SESSION,
+    SESSIONS,
+    SET_STATUS,
+    SUPERSEDE,
+    TIMEZONE,
+    USERS,
+)
+from db.models import ChatSession, ChatSettings, User, new_id, utcnow
 from db.runtime.inbox import Inbox, discard_in, move_into_history
-from db.runtime.store import TurnMark, clear_turn, publish_turn
+from db.runtime.store import clear_turn, publish_turn
 from db.topics import Topics
-from db.turn_info import TurnInfoRecord, insert_turn_info
-from db.usage import LLMCallRecord, insert_llm_call
+from db.turn_info import insert_turn_info
+from db.usage import insert_llm_call
 
 LAST_SEEN_RESOLUTION = timedelta(minutes=1)
-_MESSAGES: Table = Message.__table__  # type: ignore[assignment]
-_SESSIONS: Table = ChatSession.__table__  # type: ignore[assignment]
-_USERS: Table = User.__table__  # type: ignore[assignment]
-_CHAT_SETTINGS: Table = ChatSettings.__table__  # type: ignore[assignment]
-
-# The hot-path statements are built once with bind parameters: building a statement object per call was a
-# visible share of a turn's CPU (bench/bench_chat.py); SQLAlchemy caches their compiled form.
-_INSERT_MESSAGE = insert(_MESSAGES)
-_TOUCH_SESSION = (
-    update(_SESSIONS).where(_SESSIONS.c.id == bindparam("sid")).values(last_activity_at=bindparam("at"))
-)
-_SET_STATUS = (
-    update(_MESSAGES).where(_MESSAGES.c.id == bindparam("mid")).values(status=bindparam("new_status"))
-)
-_SUPERSEDE = (
-    update(_MESSAGES)
-    .where(
-        _MESSAGES.c.session_id == bindparam("sid"),
-        _MESSAGES.c.id > bindparam("after"),
-        _MESSAGES.c.role != "user",
-        _MESSAGES.c.status != "superseded",
-    )
-    .values(status="superseded")
-)
-_INSERT_SESSION = insert(_SESSIONS)
-_CHAT_MODEL = select(_CHAT_SETTINGS.c.model).where(_CHAT_SETTINGS.c.chat_id == bindparam("cid"))
-_TIMEZONE = select(_USERS.c.timezone).where(_USERS.c.id == bindparam("uid"))
-_OPEN_SESSION = (
-    select(
-        _SESSIONS.c.id,
-        _SESSIONS.c.user_id,
-        _SESSIONS.c.chat_id,
-        _SESSIONS.c.name,
-        _SESSIONS.c.started_at,
-        _SESSIONS.c.last_activity_at,
-        _SESSIONS.c.ended_at,
-        _SESSIONS.c.chat_type,
-    )
-    .where(
-        _SESSIONS.c.user_id == bindparam("uid"),
-        _SESSIONS.c.chat_id == bindparam("cid"),
-        _SESSIONS.c.ended_at.is_(None),
-    )
-    .order_by(_SESSIONS.c.started_at.desc())
-    .limit(1)
-)
-# A group's session belongs to the chat, whoever speaks (issue 14): found by the chat alone.
-_OPEN_CHAT_SESSION = (
-    select(*_OPEN_SESSION.selected_columns)
-    .where(
-        _SESSIONS.c.chat_id == bindparam("cid"),
-        _SESSIONS.c.chat_type != "private",
-        _SESSIONS.c.ended_at.is_(None),
-    )
-    .order_by(_SESSIONS.c.started_at.desc())
-    .limit(1)
-)
-_HISTORY_COLUMNS = (
-    _MESSAGES.c.id,
-    _MESSAGES.c.role,
-    _MESSAGES.c.content,
-    _MESSAGES.c.tool_calls,
-    _MESSAGES.c.tool_call_id,
-    _MESSAGES.c.tool_name,
-    _MESSAGES.c.status,
-)
-_HISTORY = (
-    select(*_HISTORY_COLUMNS)
-    .where(_MESSAGES.c.session_id == bindparam("sid"))
-    .order_by(_MESSAGES.c.id.desc())
-    .limit(bindparam("lim"))
-)
-_HISTORY_BETWEEN = (
-    select(*_HISTORY_COLUMNS)
-    .where(
-        _MESSAGES.c.session_id == bindparam("sid"),
-        _MESSAGES.c.id >= bindparam("first"),
-        _MESSAGES.c.id < bindparam("before"),
-    )
-    .order_by(_MESSAGES.c.id)
-)
 
 
-@dataclass(frozen=True)
-class StoredMessage:
-    """A message row as plain data."""
-
-    id: int
-    role: str
-    content: str | None
-    tool_calls: list[dict[str, Any]] | None
-    tool_call_id: str | None
-    tool_name: str | None
-    status: str
-    created_at: datetime | None = None
-
-
-@dataclass(frozen=True)
-class SessionInfo:
-    """A session row as plain data."""
-
-    id: str
-    user_id: int
-    chat_id: int
-    name: str
-    started_at: datetime
-    last_activity_at: datetime
-    ended_at: datetime | None
-    chat_type: str = "private"  # private | group | supergroup | channel
-
-
-def _info(s: ChatSession) -> SessionInfo:
-    return SessionInfo(
-        s.id, s.user_id, s.chat_id, s.name, s.started_at, s.last_activity_at, s.ended_at, s.chat_type
-    )
-
-
-def _chat_type(user_id: int, chat_id: int, chat_type: str | None) -> str:
-    # Unknown type: only the user's own chat id (a Telegram private chat's id) counts as private.
-    return chat_type or ("private" if chat_id == user_id else "group")
-
-
-@dataclass(frozen=True)
-class UserMessage:
-    """A stored user message, as /retry and edits see it."""
-
-    id: int
-    session_id: str
-    user_id: int
-    chat_id: int
-    content: str
-    status: str
-    tg_message_id: int | None
-    latest: bool  # no later user message in its session
-
-
-@dataclass(frozen=True)
-class TurnOpening:
-    """What a turn stores before its first LLM request: its user messages ((text, Telegram id), in order),
-    taken out of the inbox; or, for a /retry or an edit, the stored message it answers again."""
-
-    user_id: int
-    chat_id: int
-    chat_type: str
-    texts: tuple[tuple[str, int | None], ...] = ()
-    inbox_ids: tuple[int, ...] = ()
-    rerun_of: int | None = None
-    first_name: str | None = None
-    username: str | None = None
-    mark: TurnMark | None = None  # the turn, published on its chat's lease
-
-
-@dataclass(frozen=True)
-class OpenedTurn:
-    """The session a turn runs in and its user messages' ids."""
-
-    session: SessionInfo
-    message_ids: list[int]
-
-
-@dataclass(frozen=True)
-class Answer:
-    """The assistant message that ends a turn (its content may be empty)."""
-
-    content: str | None
-    status: str = "done"  # "stopped": the partial answer of a turn the user stopped
-
-
-@dataclass(frozen=True)
-class TurnClosing:
-    """How a turn ended: its user messages' status, the assistant message that ends it (if any), the usage
-    of the LLM request that wrote it, the turn's mark to clear from its chat's lease, and what the turn
-    used (`info`: stored keyed by the answer, for its "why this answer" view)."""
-
-    session_id: str
-    user_id: int
-    chat_id: int
-    message_ids: tuple[int, ...]
-    status: str  # answered | failed | interrupted | refused | stopped
-    answer: Answer | None = None
-    llm_call: LLMCallRecord | None = None
-    mark: TurnMark | None = None
-    info: TurnInfoRecord | None = None
-
-
-class Conversations:
+class Conversations(MessageLog):
     """Queries over users, sessions and messages."""
 
     def __init__(self, sessions: sessionmaker[Session]) -> None:
@@ -221,7 +58,7 @@ class Conversations:
         self._session_chats: dict[str, tuple[int, int]] = {}
         self._postgres: bool = self._engine.dialect.name == "postgresql"
         dialect: Any = postgresql if self._postgres else sqlite
-        users = dialect.insert(_USERS).values(
+        users = dialect.insert(USERS).values(
             id=bindparam("uid"),
             first_name=bindparam("first"),
             username=bindparam("uname"),
@@ -232,13 +69,13 @@ class Conversations:
         self._upsert = users.on_conflict_do_update(
             index_elements=["id"],
             set_={
-                "first_name": func.coalesce(func.nullif(users.excluded.first_name, ""), _USERS.c.first_name),
-                "username": func.coalesce(func.nullif(users.excluded.username, ""), _USERS.c.username),
+                "first_name": func.coalesce(func.nullif(users.excluded.first_name, ""), USERS.c.first_name),
+                "username": func.coalesce(func.nullif(users.excluded.username, ""), USERS.c.username),
                 "last_seen_at": users.excluded.last_seen_at,
             },
-        ).returning(_USERS.c.timezone)
+        ).returning(USERS.c.timezone)
         self._bare_user = (
-            dialect.insert(_USERS)
+            dialect.insert(USERS)
             .values(id=bindparam("uid"), created_at=bindparam("now"), last_seen_at=bindparam("now"))
             .on_conflict_do_nothing(index_elements=["id"])
         )
@@ -277,7 +114,7 @@ class Conversations:
         if user_id in self._timezones:
             return self._timezones[user_id]
         with self._engine.connect() as conn:
-            tz = conn.execute(_TIMEZONE, {"uid": user_id}).scalar()
+            tz = conn.execute(TIMEZONE, {"uid": user_id}).scalar()
         self._timezones[user_id] = tz
         return tz
 
@@ -307,10 +144,10 @@ class Conversations:
     def _open_session(
         conn: Connection, user_id: int, chat_id: int, chat_type: str | None
     ) -> SessionInfo | None:
-        if _chat_type(user_id, chat_id, chat_type) != "private":
-            row = conn.execute(_OPEN_CHAT_SESSION, {"cid": chat_id}).first()
+        if chat_type_of(user_id, chat_id, chat_type) != "private":
+            row = conn.execute(OPEN_CHAT_SESSION, {"cid": chat_id}).first()
         else:
-            row = conn.execute(_OPEN_SESSION, {"uid": user_id, "cid": chat_id}).first()
+            row = conn.execute(OPEN_SESSION, {"uid": user_id, "cid": chat_id}).first()
         return None if row is None else SessionInfo(*row)
 
     def _start_session(
@@ -331,10 +168,10 @@ class Conversations:
             started,
             started,
             None,
-            _chat_type(user_id, chat_id, chat_type),
+            chat_type_of(user_id, chat_id, chat_type),
         )
         conn.execute(
-            _INSERT_SESSION,
+            INSERT_SESSION,
             {
                 "id": info.id,
                 "user_id": user_id,
@@ -359,7 +196,7 @@ class Conversations:
         if found is None:
             with self._engine.connect() as conn:
                 row = conn.execute(
-                    select(_SESSIONS.c.user_id, _SESSIONS.c.chat_id).where(_SESSIONS.c.id == session_id)
+                    select(SESSIONS.c.user_id, SESSIONS.c.chat_id).where(SESSIONS.c.id == session_id)
                 ).first()
             if row is None:
                 return None
@@ -372,7 +209,7 @@ class Conversations:
         """A session by id."""
         with self._sm() as s:
             row = s.get(ChatSession, session_id)
-            return None if row is None else _info(row)
+            return None if row is None else session_info(row)
 
     def end_session(self, session_id: str, summary: str | None = None, now: datetime | None = None) -> None:
         """Close a session, keeping its summary."""
@@ -416,8 +253,8 @@ class Conversations:
                     conn.execute(self._bare_user, {"uid": o.user_id, "now": now})
                 session = self._start_session(conn, o.user_id, o.chat_id, None, now, o.chat_type)
             if o.rerun_of is not None:
-                conn.execute(_SUPERSEDE, {"sid": session.id, "after": o.rerun_of})
-                conn.execute(_SET_STATUS, {"mid": o.rerun_of, "new_status": "pending"})
+                conn.execute(SUPERSEDE, {"sid": session.id, "after": o.rerun_of})
+                conn.execute(SET_STATUS, {"mid": o.rerun_of, "new_status": "pending"})
                 discard_in(conn, o.inbox_ids)  # a re-run waited in the inbox as a request only
                 ids = [o.rerun_of]
             else:
@@ -449,7 +286,7 @@ class Conversations:
             if c.llm_call is not None:
                 insert_llm_call(conn, c.llm_call)
             if c.message_ids:
-                conn.execute(_SET_STATUS, [{"mid": i, "new_status": c.status} for i in c.message_ids])
+                conn.execute(SET_STATUS, [{"mid": i, "new_status": c.status} for i in c.message_ids])
             if c.mark is not None:  # last: on PostgreSQL the lease's row is locked the shortest
                 clear_turn(conn, c.mark)
         return msg_id
@@ -481,170 +318,12 @@ class Conversations:
         """Every session that has not ended."""
         with self._sm() as s:
             rows = s.scalars(select(ChatSession).where(ChatSession.ended_at.is_(None))).all()
-            return [_info(r) for r in rows]
-
-    @staticmethod
-    def _message_row(
-        session_id: str, user_id: int, chat_id: int, role: str, content: str | None, now: datetime
-    ) -> dict[str, Any]:
-        return {
-            "session_id": session_id,
-            "user_id": user_id,
-            "chat_id": chat_id,
-            "role": role,
-            "content": content,
-            "tool_calls": None,
-            "tool_call_id": None,
-            "tool_name": None,
-            "status": "done",
-            "created_at": now,
-            "tg_message_id": None,
-        }
-
-    @staticmethod
-    def _insert_message(conn: Connection, row: dict[str, Any], now: datetime) -> int:
-        key = conn.execute(_INSERT_MESSAGE, row).inserted_primary_key
-        conn.execute(_TOUCH_SESSION, {"sid": row["session_id"], "at": now})
-        assert key is not None
-        return int(key[0])
-
-    def add_message(
-        self,
-        session_id: str,
-        user_id: int,
-        chat_id: int,
-        role: str,
-        content: str | None,
-        *,
-        tool_calls: list[dict[str, Any]] | None = None,
-        tool_call_id: str | None = None,
-        tool_name: str | None = None,
-        status: str = "done",
-        tg_message_id: int | None = None,
-        llm_call: LLMCallRecord | None = None,
-    ) -> int:
-        """Store one message and mark the session active (with `llm_call`, the usage of the request that
-        wrote it, in the same transaction); returns its id."""
-        now = utcnow()
-        # Core statements on the table, not the ORM: this runs several times per turn on the event loop
-        # (0.5 ms against 2 ms for the ORM path, measured with bench/bench_chat.py's helpers).
-        row = self._message_row(session_id, user_id, chat_id, role, content, now)
-        row.update(
-            tool_calls=tool_calls,
-            tool_call_id=tool_call_id,
-            tool_name=tool_name,
-            status=status,
-            tg_message_id=tg_message_id,
-        )
-        with self._engine.begin() as conn:
-            msg_id = self._insert_message(conn, row, now)
-            if llm_call is not None:
-                insert_llm_call(conn, llm_call)
-            return msg_id
-
-    def add_tool_results(
-        self, session_id: str, user_id: int, chat_id: int, results: Sequence[tuple[str, str, str]]
-    ) -> None:
-        """Store one round's tool results ((content, call id, tool name), in the order of the calls) in one
-        transaction."""
-        now = utcnow()
-        rows = []
-        for content, call_id, name in results:
-            row = self._message_row(session_id, user_id, chat_id, "tool", content, now)
-            row.update(tool_call_id=call_id, tool_name=name)
-            rows.append(row)
-        if rows:
-            with self._engine.begin() as conn:
-                for row in rows:  # one by one: the ids keep the order of the calls
-                    conn.execute(_INSERT_MESSAGE, row)
-                conn.execute(_TOUCH_SESSION, {"sid": session_id, "at": now})
-
-    def set_status(self, message_id: int, status: str) -> None:
-        """Change a user message's status (pending -> answered | failed | interrupted | refused)."""
-        with self._engine.begin() as conn:
-            conn.execute(_SET_STATUS, {"mid": message_id, "new_status": status})
-
-    def set_statuses(self, message_ids: list[int], status: str) -> None:
-        """Change the status of several messages at once (the user messages of one turn)."""
-        if message_ids:
-            with self._engine.begin() as conn:
-                conn.execute(_SET_STATUS, [{"mid": i, "new_status": status} for i in message_ids])
-
-    def supersede_answer(self, session_id: str, user_message_id: int) -> int:
-        """Mark the answer to a user message (every later non-user message of the session) superseded:
-        kept in the database, left out of the history the model sees. Returns how many rows changed."""
-        with self._engine.begin() as conn:
-            result = conn.execute(_SUPERSEDE, {"sid": session_id, "after": user_message_id})
-            return int(result.rowcount or 0)
-
-    def _user_message(self, conn: Any, row: Any) -> UserMessage:
-        later = conn.execute(
-            select(_MESSAGES.c.id)
-            .where(
-                _MESSAGES.c.session_id == row.session_id, _MESSAGES.c.id > row.id, _MESSAGES.c.role == "user"
-            )
-            .limit(1)
-        ).first()
-        return UserMessage(
-            row.id,
-            row.session_id,
-            row.user_id,
-            row.chat_id,
-            row.content or "",
-            row.status,
-            row.tg_message_id,
-            later is None,
-        )
-
-    _USER_COLUMNS = (
-        _MESSAGES.c.id,
-        _MESSAGES.c.session_id,
-        _MESSAGES.c.user_id,
-        _MESSAGES.c.chat_id,
-        _MESSAGES.c.content,
-        _MESSAGES.c.status,
-        _MESSAGES.c.tg_message_id,
-    )
-
-    def last_user_message(self, session_id: str) -> UserMessage | None:
-        """The newest user message of a session (what /retry answers again)."""
-        with self._engine.connect() as conn:
-            row = conn.execute(
-                select(*self._USER_COLUMNS)
-                .where(_MESSAGES.c.session_id == session_id, _MESSAGES.c.role == "user")
-                .order_by(_MESSAGES.c.id.desc())
-                .limit(1)
-            ).first()
-            return None if row is None else self._user_message(conn, row)
-
-    def find_by_telegram_id(self, chat_id: int, tg_message_id: int) -> UserMessage | None:
-        """The stored user message that Telegram knows as `tg_message_id` in this chat, if any."""
-        with self._engine.connect() as conn:
-            row = conn.execute(
-                select(*self._USER_COLUMNS)
-                .where(
-                    _MESSAGES.c.chat_id == chat_id,
-                    _MESSAGES.c.tg_message_id == tg_message_id,
-                    _MESSAGES.c.role == "user",
-                )
-                .order_by(_MESSAGES.c.id.desc())
-                .limit(1)
-            ).first()
-            return None if row is None else self._user_message(conn, row)
-
-    def edit_message(self, message_id: int, content: str) -> None:
-        """Replace a user message's text with the user's edit (the edit time is kept)."""
-        with self._engine.begin() as conn:
-            conn.execute(
-                update(_MESSAGES)
-                .where(_MESSAGES.c.id == message_id)
-                .values(content=content, edited_at=utcnow())
-            )
+            return [session_info(r) for r in rows]
 
     def chat_model(self, chat_id: int) -> str | None:
         """The model this chat chose, or None for the default."""
         with self._engine.connect() as conn:
-            model: str | None = conn.execute(_CHAT_MODEL, {"cid": chat_id}).scalar()
+            model: str | None = conn.execute(CHAT_MODEL, {"cid": chat_id}).scalar()
         return model
 
     def set_chat_model(self, chat_id: int, model: str | None, by_user: int) -> None:
@@ -655,13 +334,3 @@ class Conversations:
                 s.add(ChatSettings(chat_id=chat_id, model=model, updated_by=by_user, updated_at=utcnow()))
             else:
                 row.model, row.updated_by, row.updated_at = model, by_user, utcnow()
-
-    def messages(self, session_id: str, limit: int = 500, since_id: int | None = None) -> list[StoredMessage]:
-        """The newest `limit` messages of a session, oldest first (without `created_at`, to stay cheap),
-        and every message from `since_id` on even past the limit (the current turn is always whole)."""
-        with self._engine.connect() as conn:
-            rows = list(reversed(conn.execute(_HISTORY, {"sid": session_id, "lim": limit}).all()))
-            if since_id is not None and rows and rows[0][0] > since_id:
-                params = {"sid": session_id, "first": since_id, "before": rows[0][0]}
-                rows = [*conn.execute(_HISTORY_BETWEEN, params).all(), *rows]
-        return [StoredMessage(*row) for row in rows]

@@ -1,6 +1,6 @@
 """Delivering reminders and scheduled tasks: the job-queue clock, sending with retries, task turns.
 
-The database is the truth (core_tools.schedule.service); this module only decides *when* to look. One
+The database is the truth (core_tools.schedule.delivery); this module only decides *when* to look. One
 job-queue job is armed for the earliest time anything is due (a schedule or a retry), re-armed after each
 look and when a schedule is created; a 30-second job is the safety net and applies /timezone changes.
 APScheduler skips a job later than its misfire grace (docs/design-notes.md, APScheduler): every job here has
@@ -29,7 +29,8 @@ from bot.process.wiring import Services
 from bot.runtime.leases import ChatLocks
 from core_tools.agent import TurnInput
 from core_tools.errors import BudgetExceeded, TaskBudgetExceeded
-from core_tools.schedule.service import FAILURES_BEFORE_PAUSE, ScheduleService
+from core_tools.schedule.delivery import FAILURES_BEFORE_PAUSE
+from core_tools.schedule.service import ScheduleService
 from core_tools.schedule.validate import human_delta
 from core_tools.usage.tasks import CostAnomaly
 from db.attribution import TaskRun, running_task

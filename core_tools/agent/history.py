@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from core_tools.llm import estimate_tokens
 from core_tools.types import ChatMessage, ToolCallRequest
-from db.conversations import StoredMessage
+from db.conversation_records import StoredMessage
 
 
 def _to_chat(m: StoredMessage, images: Mapping[int, tuple[str, ...]] | None = None) -> ChatMessage:

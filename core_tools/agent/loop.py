@@ -30,7 +30,8 @@ from core_tools.prompts import FINAL_ANSWER_NOTES, system_prompt
 from core_tools.registry import ToolRegistry
 from core_tools.turn_info import CostOf, PromptSection, TurnTally
 from core_tools.types import ChatMessage, LLMReply, ToolCallRequest, ToolContext, ToolOutcome
-from db.conversations import Answer, Conversations, TurnClosing, TurnOpening
+from db.conversation_records import Answer, TurnClosing, TurnOpening
+from db.conversations import Conversations
 from db.usage import LLMCallRecord
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from core_tools.errors import BudgetExceeded, LLMUnavailable, ToolError
 from core_tools.llm import LLMClient
-from core_tools.memory.store import LAYER_CATEGORIES, MemoryStore
+from core_tools.memory.recall import LAYER_CATEGORIES
+from core_tools.memory.store import MemoryStore
 from core_tools.types import ChatMessage
 from db import memory_history as h
 

@@ -8,7 +8,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from core_tools.agent.history import build_history, cut_result
 from core_tools.llm import estimate_tokens
-from db.conversations import Conversations, StoredMessage
+from db.conversation_records import StoredMessage
+from db.conversations import Conversations
 
 
 def _m(

@@ -14,7 +14,7 @@ from core_tools.agent.history import build_history
 from core_tools.errors import ToolError
 from core_tools.registry import ToolRegistry
 from core_tools.types import ToolCallRequest, ToolContext
-from db.conversations import StoredMessage
+from db.conversation_records import StoredMessage
 
 CTX = ToolContext(user_id=1, chat_id=1, session_id="s")
 

@@ -8,7 +8,8 @@ from datetime import timedelta
 
 from sqlalchemy import Engine, func, select, update
 
-from db.conversations import Answer, Conversations, TurnClosing, TurnOpening
+from db.conversation_records import Answer, TurnClosing, TurnOpening
+from db.conversations import Conversations
 from db.engine import make_sessionmaker
 from db.models import InboxMessage, LLMCall, Message, Replica, utcnow
 from db.runtime import Entry, RuntimeStore, TurnMark

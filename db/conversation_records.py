@@ -1,0 +1,117 @@
+"""The conversation history's plain records: messages, sessions, and what a turn stores as it opens and
+closes (db/conversations.py reads and writes them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from db.models import ChatSession
+from db.runtime.store import TurnMark
+from db.turn_info import TurnInfoRecord
+from db.usage import LLMCallRecord
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """A message row as plain data."""
+
+    id: int
+    role: str
+    content: str | None
+    tool_calls: list[dict[str, Any]] | None
+    tool_call_id: str | None
+    tool_name: str | None
+    status: str
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """A session row as plain data."""
+
+    id: str
+    user_id: int
+    chat_id: int
+    name: str
+    started_at: datetime
+    last_activity_at: datetime
+    ended_at: datetime | None
+    chat_type: str = "private"  # private | group | supergroup | channel
+
+
+def session_info(s: ChatSession) -> SessionInfo:
+    """A session row as a record."""
+    return SessionInfo(
+        s.id, s.user_id, s.chat_id, s.name, s.started_at, s.last_activity_at, s.ended_at, s.chat_type
+    )
+
+
+def chat_type_of(user_id: int, chat_id: int, chat_type: str | None) -> str:
+    """The chat's type as a session stores it."""
+    # Unknown type: only the user's own chat id (a Telegram private chat's id) counts as private.
+    return chat_type or ("private" if chat_id == user_id else "group")
+
+
+@dataclass(frozen=True)
+class UserMessage:
+    """A stored user message, as /retry and edits see it."""
+
+    id: int
+    session_id: str
+    user_id: int
+    chat_id: int
+    content: str
+    status: str
+    tg_message_id: int | None
+    latest: bool  # no later user message in its session
+
+
+@dataclass(frozen=True)
+class TurnOpening:
+    """What a turn stores before its first LLM request: its user messages ((text, Telegram id), in order),
+    taken out of the inbox; or, for a /retry or an edit, the stored message it answers again."""
+
+    user_id: int
+    chat_id: int
+    chat_type: str
+    texts: tuple[tuple[str, int | None], ...] = ()
+    inbox_ids: tuple[int, ...] = ()
+    rerun_of: int | None = None
+    first_name: str | None = None
+    username: str | None = None
+    mark: TurnMark | None = None  # the turn, published on its chat's lease
+
+
+@dataclass(frozen=True)
+class OpenedTurn:
+    """The session a turn runs in and its user messages' ids."""
+
+    session: SessionInfo
+    message_ids: list[int]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The assistant message that ends a turn (its content may be empty)."""
+
+    content: str | None
+    status: str = "done"  # "stopped": the partial answer of a turn the user stopped
+
+
+@dataclass(frozen=True)
+class TurnClosing:
+    """How a turn ended: its user messages' status, the assistant message that ends it (if any), the usage
+    of the LLM request that wrote it, the turn's mark to clear from its chat's lease, and what the turn
+    used (`info`: stored keyed by the answer, for its "why this answer" view)."""
+
+    session_id: str
+    user_id: int
+    chat_id: int
+    message_ids: tuple[int, ...]
+    status: str  # answered | failed | interrupted | refused | stopped
+    answer: Answer | None = None
+    llm_call: LLMCallRecord | None = None
+    mark: TurnMark | None = None
+    info: TurnInfoRecord | None = None

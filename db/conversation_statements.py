@@ -1,0 +1,88 @@
+"""The conversation tables and their hot-path statements, built once with bind parameters (for
+db/conversations.py)."""
+
+from __future__ import annotations
+
+from sqlalchemy import Table, bindparam, insert, select, update
+
+from db.models import ChatSession, ChatSettings, Message, User
+
+MESSAGES: Table = Message.__table__  # type: ignore[assignment]
+SESSIONS: Table = ChatSession.__table__  # type: ignore[assignment]
+USERS: Table = User.__table__  # type: ignore[assignment]
+CHAT_SETTINGS: Table = ChatSettings.__table__  # type: ignore[assignment]
+
+# The hot-path statements are built once with bind parameters: building a statement object per call was a
+# visible share of a turn's CPU (bench/bench_chat.py); SQLAlchemy caches their compiled form.
+INSERT_MESSAGE = insert(MESSAGES)
+TOUCH_SESSION = (
+    update(SESSIONS).where(SESSIONS.c.id == bindparam("sid")).values(last_activity_at=bindparam("at"))
+)
+SET_STATUS = update(MESSAGES).where(MESSAGES.c.id == bindparam("mid")).values(status=bindparam("new_status"))
+SUPERSEDE = (
+    update(MESSAGES)
+    .where(
+        MESSAGES.c.session_id == bindparam("sid"),
+        MESSAGES.c.id > bindparam("after"),
+        MESSAGES.c.role != "user",
+        MESSAGES.c.status != "superseded",
+    )
+    .values(status="superseded")
+)
+INSERT_SESSION = insert(SESSIONS)
+CHAT_MODEL = select(CHAT_SETTINGS.c.model).where(CHAT_SETTINGS.c.chat_id == bindparam("cid"))
+TIMEZONE = select(USERS.c.timezone).where(USERS.c.id == bindparam("uid"))
+OPEN_SESSION = (
+    select(
+        SESSIONS.c.id,
+        SESSIONS.c.user_id,
+        SESSIONS.c.chat_id,
+        SESSIONS.c.name,
+        SESSIONS.c.started_at,
+        SESSIONS.c.last_activity_at,
+        SESSIONS.c.ended_at,
+        SESSIONS.c.chat_type,
+    )
+    .where(
+        SESSIONS.c.user_id == bindparam("uid"),
+        SESSIONS.c.chat_id == bindparam("cid"),
+        SESSIONS.c.ended_at.is_(None),
+    )
+    .order_by(SESSIONS.c.started_at.desc())
+    .limit(1)
+)
+# A group's session belongs to the chat, whoever speaks (issue 14): found by the chat alone.
+OPEN_CHAT_SESSION = (
+    select(*OPEN_SESSION.selected_columns)
+    .where(
+        SESSIONS.c.chat_id == bindparam("cid"),
+        SESSIONS.c.chat_type != "private",
+        SESSIONS.c.ended_at.is_(None),
+    )
+    .order_by(SESSIONS.c.started_at.desc())
+    .limit(1)
+)
+HISTORY_COLUMNS = (
+    MESSAGES.c.id,
+    MESSAGES.c.role,
+    MESSAGES.c.content,
+    MESSAGES.c.tool_calls,
+    MESSAGES.c.tool_call_id,
+    MESSAGES.c.tool_name,
+    MESSAGES.c.status,
+)
+HISTORY = (
+    select(*HISTORY_COLUMNS)
+    .where(MESSAGES.c.session_id == bindparam("sid"))
+    .order_by(MESSAGES.c.id.desc())
+    .limit(bindparam("lim"))
+)
+HISTORY_BETWEEN = (
+    select(*HISTORY_COLUMNS)
+    .where(
+        MESSAGES.c.session_id == bindparam("sid"),
+        MESSAGES.c.id >= bindparam("first"),
+        MESSAGES.c.id < bindparam("before"),
+    )
+    .order_by(MESSAGES.c.id)
+)
