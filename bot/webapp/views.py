@@ -46,7 +46,8 @@ def change(c: dict[str, Any]) -> dict[str, Any]:
 def schedule(view: dict[str, Any]) -> dict[str, Any]:
     """A schedule as /reminders shows it, with what can be done to it and its spend this month.
 
-    `spend_month_usd` is None until tasks are priced one by one (the page shows "–")."""
+    `spend_month_usd`: a task's spend this calendar month, as /reminders shows it; None for a reminder or
+    when costs are not known (the page shows "–")."""
     out = dict(view)
     status = view["status"]
     if status == "paused":
@@ -60,7 +61,7 @@ def schedule(view: dict[str, Any]) -> dict[str, Any]:
         )
         if ok
     ]
-    out["spend_month_usd"] = None
+    out["spend_month_usd"] = view.get("spent_this_month_usd")
     return out
 
 

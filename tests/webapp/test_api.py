@@ -280,6 +280,38 @@ async def test_pause_resume_and_cancel_a_schedule_as_reminders_sees_it(
                 assert status == 400 and "whole number" in answer["error"], path
 
 
+async def test_a_tasks_spend_this_month_is_shown_as_reminders_shows_it(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    prices = '{"fake-model": [1.0, 2.0]}'
+    async with running_bot(tmp_path, tg, llm, llm_prices=prices, **APP) as h:
+        sid = h.services.schedules.service.create(
+            user_id=OWNER,
+            chat_id=OWNER,
+            chat_type="private",
+            text="Summarise the news",
+            at="2031-05-01T08:00",
+            repeat="FREQ=DAILY",
+            kind="task",
+        )["id"]
+        h.services.usage.record_llm_call(
+            LLMCallRecord(
+                user_id=OWNER,
+                session_id=None,
+                purpose="chat",
+                model="fake-model",
+                prompt_tokens=100_000,
+                completion_tokens=100_000,
+                schedule_id=sid,
+            )
+        )
+        async with AppClient(h.app_url, init_data(OWNER)) as client:
+            [item] = (await client.ok("GET", "/api/schedules"))["schedules"]
+        assert abs(item["spend_month_usd"] - 0.3) < 1e-9  # 0.1M tokens in at $1/M, 0.1M out at $2/M
+        listing = await h.command(OWNER, "/reminders", "Summarise the news")
+        assert "$0.3" in listing
+
+
 async def test_usage_by_day_with_caps_and_the_owners_view_of_everyone(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
 ) -> None:
