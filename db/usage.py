@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Connection, Engine, Table, case, delete, func, insert, select
 from sqlalchemy.exc import IntegrityError
@@ -142,6 +143,23 @@ class UserInfo:
     timezone: str | None
 
 
+def _sums() -> tuple[Any, ...]:
+    """The columns of ModelUsage after purpose and model: requests, tokens, estimated, failed, time, audio."""
+    return (
+        func.count(),
+        func.coalesce(func.sum(LLMCall.prompt_tokens), 0),
+        func.coalesce(func.sum(LLMCall.completion_tokens), 0),
+        func.coalesce(func.sum(LLMCall.cached_tokens), 0),
+        func.coalesce(func.sum(case((LLMCall.tokens_estimated, 1), else_=0)), 0),
+        # A request the user stopped (/stop) is not a failure.
+        func.coalesce(
+            func.sum(case((LLMCall.error.is_not(None) & (LLMCall.error != "stopped"), 1), else_=0)), 0
+        ),
+        func.coalesce(func.sum(LLMCall.duration_ms), 0),
+        func.coalesce(func.sum(LLMCall.audio_seconds), 0),
+    )
+
+
 class UsageQueries:
     """Reads usage sums and keeps budgets, owner notices and turn events."""
 
@@ -156,17 +174,7 @@ class UsageQueries:
             select(
                 LLMCall.purpose,
                 LLMCall.model,
-                func.count(),
-                func.coalesce(func.sum(LLMCall.prompt_tokens), 0),
-                func.coalesce(func.sum(LLMCall.completion_tokens), 0),
-                func.coalesce(func.sum(LLMCall.cached_tokens), 0),
-                func.coalesce(func.sum(case((LLMCall.tokens_estimated, 1), else_=0)), 0),
-                # A request the user stopped (/stop) is not a failure.
-                func.coalesce(
-                    func.sum(case((LLMCall.error.is_not(None) & (LLMCall.error != "stopped"), 1), else_=0)), 0
-                ),
-                func.coalesce(func.sum(LLMCall.duration_ms), 0),
-                func.coalesce(func.sum(LLMCall.audio_seconds), 0),
+                *_sums(),
             )
             .where(LLMCall.created_at >= since, LLMCall.created_at < until)
             .group_by(LLMCall.purpose, LLMCall.model)
@@ -192,16 +200,7 @@ class UsageQueries:
                 day,
                 LLMCall.purpose,
                 LLMCall.model,
-                func.count(),
-                func.coalesce(func.sum(LLMCall.prompt_tokens), 0),
-                func.coalesce(func.sum(LLMCall.completion_tokens), 0),
-                func.coalesce(func.sum(LLMCall.cached_tokens), 0),
-                func.coalesce(func.sum(case((LLMCall.tokens_estimated, 1), else_=0)), 0),
-                func.coalesce(
-                    func.sum(case((LLMCall.error.is_not(None) & (LLMCall.error != "stopped"), 1), else_=0)), 0
-                ),
-                func.coalesce(func.sum(LLMCall.duration_ms), 0),
-                func.coalesce(func.sum(LLMCall.audio_seconds), 0),
+                *_sums(),
             )
             .where(
                 LLMCall.user_id == user_id,
