@@ -132,9 +132,13 @@ class Probe:
         self._thread = threading.get_ident()
         self._writes: dict[int, str] = {}  # connection -> "turn" or "background": what it wrote since begin
         self._in_db = False
-        event.listen(services.engine, "before_cursor_execute", self._statement)
-        event.listen(services.engine, "commit", self._commit)
-        event.listen(services.engine, "rollback", self._rollback)
+        for name, fn in (
+            ("before_cursor_execute", self._statement),
+            ("commit", self._commit),
+            ("rollback", self._rollback),
+        ):
+            event.listen(services.engine, name, fn)
+            self._restore.append(lambda name=name, fn=fn: event.remove(services.engine, name, fn))
         # Every public method of the database objects a turn uses (their names differ between versions).
         for obj in self._db_objects(services):
             for name in dir(obj):
@@ -156,6 +160,7 @@ class Probe:
                 self.seconds["memory recall for the prompt"] += time.perf_counter() - t
 
         memory.prompt_section = timed_recall  # type: ignore[method-assign]
+        self._restore.append(lambda: delattr(memory, "prompt_section"))
         self.llm_called: list[float] = []
         self.llm_returned: list[float] = []
         complete = services.llm.complete
@@ -168,6 +173,7 @@ class Probe:
                 self.llm_returned.append(time.monotonic())
 
         services.llm.complete = stamped_complete  # type: ignore[method-assign]
+        self._restore.append(lambda: delattr(services.llm, "complete"))
 
     @staticmethod
     def _db_objects(services: Services) -> list[Any]:
@@ -236,6 +242,7 @@ class Probe:
 
     def _wrap_attr(self, obj: Any, name: str, label: str) -> None:
         setattr(obj, name, self._timed(getattr(obj, name), label))
+        self._restore.append(lambda: delattr(obj, name))
 
     def _wrap_module(self, module: Any, name: str, label: str) -> None:
         original = getattr(module, name)
@@ -446,27 +453,31 @@ async def sequential(base: Path, turns: int, warmup: int, users: str, results: d
                 stream_edit_interval_s=DEFAULT_EDIT_INTERVAL,
             ) as h:
                 results["startup_s"] = time.monotonic() - t0
+                async with echo_bot(tg_echo):
+                    for i in range(warmup):
+                        await one_turn(tg_bot, 1, f"warm-up {i}", expected, llm)
+                        await one_turn(tg_echo, 1, f"warm-up echo {i}", f"warm-up echo {i}")
+                        await llm_alone()
+                    ours: list[Turn] = []
+                    echo: list[Turn] = []
+                    for i in range(turns):
+                        msg = f"ping {i}"
+                        steps = ["ours", "echo", "llm"]
+                        for step in steps[i % 3 :] + steps[: i % 3]:  # each goes first in turn
+                            if step == "ours":
+                                ours.append(await one_turn(tg_bot, 1, f"question {i}", expected, llm))
+                            elif step == "echo":
+                                echo.append(await one_turn(tg_echo, 1, msg, msg))
+                            else:
+                                alone.append(await llm_alone())
+                # The counts and the breakdown come from turns of their own, after the timed ones: the
+                # probe's hooks (an event per statement, a wrapper per DB call) cost time of their own.
                 probe = Probe(h.services)
                 try:
-                    async with echo_bot(tg_echo):
-                        for i in range(warmup):
-                            await one_turn(tg_bot, 1, f"warm-up {i}", expected, llm, probe)
-                            await one_turn(tg_echo, 1, f"warm-up echo {i}", f"warm-up echo {i}")
-                            await llm_alone()
-                        ours: list[Turn] = []
-                        echo: list[Turn] = []
-                        for i in range(turns):
-                            msg = f"ping {i}"
-                            steps = ["ours", "echo", "llm"]
-                            for step in steps[i % 3 :] + steps[: i % 3]:  # each goes first in turn
-                                if step == "ours":
-                                    ours.append(
-                                        await one_turn(tg_bot, 1, f"question {i}", expected, llm, probe)
-                                    )
-                                elif step == "echo":
-                                    echo.append(await one_turn(tg_echo, 1, msg, msg))
-                                else:
-                                    alone.append(await llm_alone())
+                    probed = [
+                        await one_turn(tg_bot, 1, f"probed {i}", expected, llm, probe)
+                        for i in range(max(20, turns // 2))
+                    ]
                 finally:
                     probe.close()
         finally:
@@ -502,17 +513,18 @@ async def sequential(base: Path, turns: int, warmup: int, users: str, results: d
     print("\n  work per turn (averages):")
     print(f"    echo bot: Bot API calls: {per_turn_counts(echo)}; LLM requests 0; SQL statements 0")
     sql: Counter[str] = Counter()
-    for t in ours:
+    for t in probed:
         sql.update(t.sql)
-    n = len(ours)
+    n = len(probed)
     kinds = {k: v for k, v in sql.items() if "commit" not in k.lower() and "background" not in k}
     sql_text = ", ".join(f"{k} {v / n:.2f}" for k, v in sorted(kinds.items()))
     statements = sum(kinds.values()) / n
     writes = sql["COMMIT"] / n
     background = sum(v for k, v in sql.items() if k.startswith("background") and "COMMIT" not in k) / n
     print(f"    this bot: Bot API calls: {per_turn_counts(ours)}")
+    print(f"    (SQL counts, timeline and synchronous work below: {n} probed turns after the timed ones)")
     print(
-        f"              LLM requests {sum(t.llm_requests for t in ours) / n:.2f}; "
+        f"              LLM requests {sum(t.llm_requests for t in probed) / n:.2f}; "
         f"SQL statements {statements:.2f} ({sql_text}); write transactions {writes:.2f} "
         f"(target <= 3); commits of read-only transactions {sql['read-only commit'] / n:.2f}"
     )
@@ -524,15 +536,18 @@ async def sequential(base: Path, turns: int, warmup: int, users: str, results: d
 
     # Where the bot's turn goes, from the fakes' timestamps.
     seg: dict[str, list[float]] = defaultdict(list)
-    for t in ours:
+    for t in probed:
         seg["a. push -> getUpdates answered (polling)"].append(t.received - t.push)
-        if None not in (t.llm_arrival, t.llm_called, t.llm_returned, t.preview_answered):
-            assert t.llm_arrival and t.llm_called and t.llm_returned and t.preview_answered
+        if None not in (t.llm_arrival, t.llm_called, t.llm_returned):
+            assert t.llm_arrival and t.llm_called and t.llm_returned
             seg["b1. update -> LLMClient.complete called"].append(t.llm_called - t.received)
             seg["b2. complete called -> LLM request arrives"].append(t.llm_arrival - t.llm_called)
-            seg["c. LLM request -> preview sendMessage done"].append(t.preview_answered - t.llm_arrival)
-            seg["d1. preview done -> complete returns"].append(t.llm_returned - t.preview_answered)
-            seg["d2. complete returns -> final edit arrives"].append(t.final_arrived - t.llm_returned)
+            if t.preview_answered is not None:  # an answer long enough to stream a preview first
+                seg["c. LLM request -> preview sendMessage done"].append(t.preview_answered - t.llm_arrival)
+                seg["d1. preview done -> complete returns"].append(t.llm_returned - t.preview_answered)
+            else:
+                seg["c. LLM request arrives -> complete returns"].append(t.llm_returned - t.llm_arrival)
+            seg["d2. complete returns -> final message arrives"].append(t.final_arrived - t.llm_returned)
         seg["e. final edit arrives -> answered"].append(t.final_answered - t.final_arrived)
     eseg: dict[str, list[float]] = defaultdict(list)
     for t in echo:
@@ -553,12 +568,12 @@ async def sequential(base: Path, turns: int, warmup: int, users: str, results: d
     print("\n  synchronous work inside a turn of this bot (wall time; blocks the event loop), ", end="")
     print("median ms per turn:")
     labels = sorted(
-        {k for t in ours for k in t.seconds},
-        key=lambda k: -statistics.median(t.seconds.get(k, 0) for t in ours),
+        {k for t in probed for k in t.seconds},
+        key=lambda k: -statistics.median(t.seconds.get(k, 0) for t in probed),
     )
-    db_total = [t.seconds.get(DB_TOTAL, 0.0) for t in ours]
+    db_total = [t.seconds.get(DB_TOTAL, 0.0) for t in probed]
     for label in labels:
-        vals = [t.seconds.get(label, 0.0) for t in ours]
+        vals = [t.seconds.get(label, 0.0) for t in probed]
         if label != DB_TOTAL and statistics.median(vals) >= 0.005e-3:
             print(f"    {label:54} {ms(statistics.median(vals))}")
     p95_db = pct(db_total, 95) * 1000

@@ -47,9 +47,10 @@ class MessageLog:
         }
 
     @staticmethod
-    def _insert_message(conn: Connection, row: dict[str, Any], now: datetime) -> int:
+    def _insert_message(conn: Connection, row: dict[str, Any], now: datetime, touch: bool = True) -> int:
         key = conn.execute(INSERT_MESSAGE, row).inserted_primary_key
-        conn.execute(TOUCH_SESSION, {"sid": row["session_id"], "at": now})
+        if touch:
+            conn.execute(TOUCH_SESSION, {"sid": row["session_id"], "at": now})
         assert key is not None
         return int(key[0])
 

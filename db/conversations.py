@@ -280,7 +280,9 @@ class Conversations(MessageLog):
                 content = c.answer.content
                 row = self._message_row(c.session_id, c.user_id, c.chat_id, "assistant", content, now)
                 row["status"] = c.answer.status
-                msg_id = self._insert_message(conn, row, now)
+                # The session was marked active when the turn opened (the user's message): its idle
+                # clock runs from what the user last said, and a turn saves a statement.
+                msg_id = self._insert_message(conn, row, now, touch=False)
                 if c.info is not None:
                     insert_turn_info(conn, msg_id, c.info)
             if c.llm_call is not None:
@@ -299,8 +301,8 @@ class Conversations(MessageLog):
             return self._summaries[key]
         # A group's sessions are the chat's: its summary is found by the chat, whoever started the session.
         owner = ChatSession.user_id == key[0] if key[0] == key[1] else ChatSession.chat_type != "private"
-        with self._sm() as s:
-            row = s.execute(
+        with self._engine.connect() as conn:
+            row = conn.execute(
                 select(ChatSession.name, ChatSession.summary)
                 .where(
                     owner,

@@ -16,6 +16,7 @@ from datetime import datetime
 
 from sqlalchemy import (
     ColumnElement,
+    Connection,
     Table,
     and_,
     bindparam,
@@ -261,6 +262,31 @@ _SESSIONMEMORIES = (
 _HAS_ACTIVE = (
     select(Memory.id).where(*_CURRENT, Memory.layer.in_(bindparam("layers", expanding=True))).limit(1)
 )
+
+
+_PROMPT_SESSION = (
+    select(*ROW_COLUMNS)
+    .where(*_CURRENT, Memory.layer == "session", Memory.session_id == bindparam("sid"))
+    .order_by(Memory.created_at, Memory.id)
+    .limit(bindparam("lim"))
+)
+_HAS_LONG_OR_MID = (
+    select(Memory.id).where(*_CURRENT, or_(Memory.layer == "long", Memory.layer == "mid")).limit(1)
+)
+
+
+def prompt_memories(
+    conn: Connection, user_id: int, session_id: str, now: datetime, limit: int = 50
+) -> tuple[bool, list[MemoryRow]]:
+    """What every turn's prompt needs: whether the user has any current long/mid memory (worth an
+    embedding and a recall) and the current session's memories, oldest first.
+
+    Two Core reads with fixed parameters, made on every turn: ORM entities and expanding IN lists cost
+    more than the reads themselves (bench/bench_chat.py)."""
+    params = {"uid": user_id, "now": now, "sid": session_id, "lim": limit}
+    has_relevant = conn.execute(_HAS_LONG_OR_MID, params).first() is not None
+    rows = [MemoryRow(*tuple(r)) for r in conn.execute(_PROMPT_SESSION, params)]
+    return has_relevant, rows
 
 
 def session_memories(

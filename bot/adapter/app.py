@@ -96,6 +96,7 @@ class Handlers:
             debounce_s=settings.message_debounce_ms / 1000,
             merge_bursts=settings.message_merge_bursts,
             edit_interval_s=settings.stream_edit_interval_s,
+            typing_delay_s=settings.typing_delay_s,
             # A forum's topics use the model chosen for the forum.
             model_for=lambda key: self.models.for_chat(self.topics.place(key).chat_id),
             locks=self.locks,

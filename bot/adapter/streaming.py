@@ -382,17 +382,27 @@ class Typing:
 
 @contextlib.asynccontextmanager
 async def typing_indicator(
-    bot: Bot, chat_id: int, every: float = 4.5, last_sent: float | None = None, thread_id: int | None = None
+    bot: Bot,
+    chat_id: int,
+    every: float = 4.5,
+    last_sent: float | None = None,
+    thread_id: int | None = None,
+    delay: float = 0.0,
 ) -> AsyncIterator[Typing]:
     """Show "typing..." (in forum topic `thread_id`) until the block ends; a failing sendChatAction is
     logged and ignored.
 
     `last_sent`: when a block just before this one sent it (a voice note's transcription before its turn);
     "typing" shows for about 5 s, so the first send waits until `every` has passed since then.
+    `delay`: nothing is sent when the block ends sooner than this (TYPING_DELAY_S). The Bot API recommends
+    the action only "when a response from the bot will take a noticeable amount of time to arrive"; an
+    answer that comes at once needs no indicator, and is spared a request.
     """
     state = Typing(last_sent)
 
     async def loop() -> None:
+        if delay > 0 and state.last_sent is None:
+            await asyncio.sleep(delay)
         while True:
             wait = 0.0 if state.last_sent is None else state.last_sent + every - time.monotonic()
             if wait <= 0:

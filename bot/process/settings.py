@@ -247,6 +247,8 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     # Streaming: at most one message edit per this many seconds (Telegram throttles edits).
     stream_edit_interval_s: float = Field(default=1.0, ge=0.0)
+    # "typing..." shows only when an answer takes longer than this (a quick one needs no indicator).
+    typing_delay_s: float = Field(default=0.5, ge=0.0, le=10.0)
 
     @field_validator("allowed_user_ids", "allowed_chat_ids", mode="before")
     @classmethod

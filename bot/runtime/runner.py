@@ -85,6 +85,7 @@ class TurnRunner:
         debounce_s: float = 1.5,
         merge_bursts: bool = True,
         edit_interval_s: float = 1.0,
+        typing_delay_s: float = 0.0,
         model_for: Callable[[int], str | None] = lambda chat_id: None,
         locks: ChatLocks | None = None,
         speak: Callable[[Bot, Incoming, str], Awaitable[None]] | None = None,
@@ -101,6 +102,7 @@ class TurnRunner:
         self.stops = Stops(self.store, self._running_here)
         self.debounce_s = debounce_s
         self.edit_interval_s = edit_interval_s
+        self.typing_delay_s = typing_delay_s
         self.model_for = model_for
         self.locks = locks or ChatLocks(chats)
         self.speak = speak  # the answer to a voice note as a voice note too (bot/adapter/media.py)
@@ -338,7 +340,11 @@ class TurnRunner:
         running = state.running = Running(number, head.user_id, control, task)
         try:
             async with typing_indicator(
-                bot, place.chat_id, last_sent=head.typing_at, thread_id=place.thread_id
+                bot,
+                place.chat_id,
+                last_sent=head.typing_at,
+                thread_id=place.thread_id,
+                delay=self.typing_delay_s,
             ):
                 await asyncio.wait({task})
             if control.stop_requested and self.code is not None and control.message_ids:

@@ -12,6 +12,8 @@ from db.conversation_records import StoredMessage
 
 
 def _to_chat(m: StoredMessage, images: Mapping[int, tuple[str, ...]] | None = None) -> ChatMessage:
+    if not m.tool_calls and not images:  # most messages of a history: every turn converts them all
+        return ChatMessage(m.role, m.content, (), m.tool_call_id, m.tool_name)
     calls = tuple(ToolCallRequest(c["id"], c["name"], c["arguments"]) for c in m.tool_calls or [])
     pictures = images.get(m.id, ()) if images and m.role == "user" else ()
     return ChatMessage(m.role, m.content, calls, m.tool_call_id, m.tool_name, pictures)
@@ -25,7 +27,9 @@ CHARS_PER_TOKEN = 4  # the same rough ratio as estimate_tokens
 
 
 def _cost(m: StoredMessage) -> int:
-    return estimate_tokens((m.content or "") + json.dumps(m.tool_calls or [])) + 4
+    # json.dumps([]) is "[]": most messages have no tool calls, and the history is costed every turn.
+    calls = json.dumps(m.tool_calls) if m.tool_calls else "[]"
+    return estimate_tokens((m.content or "") + calls) + 4
 
 
 def cut_result(content: str, keep: int) -> str:

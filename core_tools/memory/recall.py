@@ -223,8 +223,8 @@ class MemoryRecall:
         # waits for the GIL behind the busy loop, which measured 2.5-3 ms a hop (bench/bench_chat.py).
         with self._sessions() as s:
             # Most turns of a user without long/mid memories would otherwise pay for an embedding for nothing.
-            has_relevant = q.has_active(s, user_id, now, ["long", "mid"])
-            session = [memory_view(m) for m in q.session_memories(s, user_id, session_id, now)]
+            has_relevant, rows = q.prompt_memories(s.connection(), user_id, session_id, now)
+        session = [memory_view(m) for m in rows]
         relevant = (
             await self.recall(user_id, message_text, layers=["long", "mid"], limit=8) if has_relevant else []
         )

@@ -310,10 +310,30 @@ async def test_failing_non_essential_calls_are_ignored(
     tg.fail_when("sendChatAction", lambda p: True, error="bad_gateway")
     tg.fail_next("setMyCommands", error="server_error")
     llm.script(text("still here"))
-    async with running_bot(tmp_path, tg, llm) as h:
+    async with running_bot(tmp_path, tg, llm, typing_delay_s=0) as h:
         tg.push_text(OWNER, "hi")
         await h.final_text(OWNER, "still here")
         assert tg.calls_to("sendChatAction") and not tg.calls_to("sendChatAction")[0].ok
+
+
+async def test_typing_shows_only_when_the_answer_takes_a_while(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    llm.script(text("at once"), text("after a while", delay=2.0))
+    # An answer that comes before TYPING_DELAY_S has passed: the chat is spared "typing...".
+    async with running_bot(tmp_path / "quick", tg, llm, typing_delay_s=10) as h:
+        tg.push_text(OWNER, "quick one")
+        await h.final_text(OWNER, "at once")
+    assert not tg.calls_to("sendChatAction")
+    before = len(tg.calls)
+    # One that takes longer (2 s before its first word): "typing..." shows while the user waits.
+    async with running_bot(tmp_path / "slow", tg, llm, typing_delay_s=0.2) as h:
+        tg.push_text(OWNER, "slow one")
+        await h.final_text(OWNER, "after a while")
+    actions = tg.calls_to("sendChatAction")
+    assert [(c.params["chat_id"], c.params["action"]) for c in actions] == [(OWNER, "typing")]
+    answer = next(c for c in tg.calls[before:] if c.method == "sendMessage" and c.params["chat_id"] == OWNER)
+    assert actions[0].time < answer.time
 
 
 async def test_llm_timeout_gets_a_short_explanation(tmp_path: Path, tg: FakeTelegram, llm: FakeLLM) -> None:

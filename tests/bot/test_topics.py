@@ -47,7 +47,7 @@ async def test_two_topics_are_two_conversations_each_answered_in_its_own_topic(
         text("Try Emma."),
         text("Hello everyone."),
     )
-    async with running_bot(tmp_path, tg, llm, allowed_chat_ids=str(FORUM)):
+    async with running_bot(tmp_path, tg, llm, allowed_chat_ids=str(FORUM), typing_delay_s=0):
         tg.push_text(OWNER, "just chatting among us", chat_id=FORUM, thread_id=trips)  # not for the bot
         tg.push_text(OWNER, "@test_bot plan a trip to Rome", chat_id=FORUM, thread_id=trips)
         await tg.wait_for(lambda: tg.topic_texts(FORUM, trips) == ["Rome it is."], what="the Trips answer")
