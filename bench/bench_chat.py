@@ -50,6 +50,8 @@ from telegram.ext import Application, ContextTypes, MessageHandler, filters
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from openai import AsyncOpenAI, DefaultAioHttpClient
+
 import bot.adapter.streaming as streaming_mod
 import core_tools.agent.loop as agent_mod
 from bot.adapter.render import render
@@ -443,7 +445,41 @@ async def sequential(base: Path, turns: int, warmup: int, users: str, results: d
             await client.complete(msgs)
             return time.monotonic() - t
 
+        sdk = AsyncOpenAI(base_url=llm.base_url, api_key="bench", http_client=DefaultAioHttpClient())
+
+        async def llm_sdk() -> float:
+            """The same request as the openai SDK's plain streaming makes it (typed chunks), for comparison:
+            core_tools.llm keeps each chunk as the JSON it arrived as."""
+            t = time.monotonic()
+            stream = await sdk.chat.completions.create(
+                model="fake-model",
+                messages=[
+                    {"role": "system", "content": "You are a bench."},
+                    {"role": "user", "content": "question"},
+                ],
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+            async for _chunk in stream:
+                pass
+            return time.monotonic() - t
+
+        async def llm_same_body() -> float:
+            """The request the bot's last turn sent (its history, system prompt and tool schemas), alone
+            through the same client: what no turn can avoid once it sends the conversation and its tools."""
+            body = bot_request[-1]
+            sent = [
+                ChatMessage(m["role"], m.get("content"), (), m.get("tool_call_id"), m.get("name"))
+                for m in body["messages"]
+            ]
+            t = time.monotonic()
+            await client.complete(sent, tools=body.get("tools"))
+            return time.monotonic() - t
+
         alone: list[float] = []
+        same_body: list[float] = []
+        sdk_alone: list[float] = []
+        bot_request: list[dict[str, Any]] = []  # the last request a turn of the bot sent
         try:
             async with bench_bot(
                 base / "seq",
@@ -456,20 +492,28 @@ async def sequential(base: Path, turns: int, warmup: int, users: str, results: d
                 async with echo_bot(tg_echo):
                     for i in range(warmup):
                         await one_turn(tg_bot, 1, f"warm-up {i}", expected, llm)
+                        bot_request.append(llm.requests[-1])
                         await one_turn(tg_echo, 1, f"warm-up echo {i}", f"warm-up echo {i}")
                         await llm_alone()
+                        await llm_same_body()
+                        await llm_sdk()
                     ours: list[Turn] = []
                     echo: list[Turn] = []
                     for i in range(turns):
                         msg = f"ping {i}"
-                        steps = ["ours", "echo", "llm"]
-                        for step in steps[i % 3 :] + steps[: i % 3]:  # each goes first in turn
+                        steps = ["ours", "echo", "llm", "body", "sdk"]
+                        for step in steps[i % 5 :] + steps[: i % 5]:  # each goes first in turn
                             if step == "ours":
                                 ours.append(await one_turn(tg_bot, 1, f"question {i}", expected, llm))
+                                bot_request.append(llm.requests[-1])
                             elif step == "echo":
                                 echo.append(await one_turn(tg_echo, 1, msg, msg))
-                            else:
+                            elif step == "llm":
                                 alone.append(await llm_alone())
+                            elif step == "body":
+                                same_body.append(await llm_same_body())
+                            else:
+                                sdk_alone.append(await llm_sdk())
                 # The counts and the breakdown come from turns of their own, after the timed ones: the
                 # probe's hooks (an event per statement, a wrapper per DB call) cost time of their own.
                 probe = Probe(h.services)
@@ -482,6 +526,7 @@ async def sequential(base: Path, turns: int, warmup: int, users: str, results: d
                     probe.close()
         finally:
             await client.close()
+            await sdk.close()
 
     o = [t.total for t in ours]
     e = [t.total for t in echo]
@@ -501,8 +546,28 @@ async def sequential(base: Path, turns: int, warmup: int, users: str, results: d
         f"p95 {ratio95:.2f}x; against the echo bot alone: median "
         f"{statistics.median(o) / statistics.median(e):.2f}x"
     )
+    # The same comparison with the request the bot sends: the bare floor's request is two short messages;
+    # a turn's carries the session's history and the tool schemas, which grow with the conversation.
+    body_floor = statistics.median(e) + statistics.median(same_body)
+    body_ratio = statistics.median(o) / body_floor
+    sdk_floor = statistics.median(e) + statistics.median(sdk_alone)
+    print(summarize("bare request, openai SDK", sdk_alone))
+    print(
+        f"  {'floor with the SDK request':26} {ms(sdk_floor)}   (the SDK's typed chunks; this bot / it: "
+        f"median {statistics.median(o) / sdk_floor:.2f}x, for comparison only)"
+    )
+    print(summarize("the bot's request alone", same_body))
+    print(
+        f"  {'floor with that request':26} {ms(body_floor)}   (echo + the request the bot's last turn "
+        "sent: its history and tool schemas)"
+    )
+    print(
+        f"  this bot / floor with its own request: median {body_ratio:.2f}x; the request's size alone "
+        f"costs {(statistics.median(same_body) - llm_med) * 1000:.2f} ms over the bare one"
+    )
     results["llm_alone"] = llm_med
     results["floor"] = floor
+    results["body_floor"], results["body_ratio"] = body_floor, body_ratio
     po = [t.from_push for t in ours]
     pe = [t.from_push for t in echo]
     mpe, mpo = statistics.median(pe), statistics.median(po)
@@ -1117,6 +1182,11 @@ def summary(args: argparse.Namespace, results: dict[str, Any]) -> None:
             "this bot / floor, medians",
             f"{results['ratio']:.2f}x",
             f"<= {TARGET_RATIO}x: " + verdict(results["ratio"] <= TARGET_RATIO),
+        ),
+        (
+            "this bot / floor with its own request (history + tools)",
+            f"{results['body_ratio']:.2f}x",
+            f"(that floor {results['body_floor'] * 1000:.2f} ms)",
         ),
         (
             f"this bot / floor, first {results['early_ratio'][0]} turns (short history)",

@@ -6,12 +6,12 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
 import openai
-from openai import AsyncOpenAI, DefaultAioHttpClient
+from openai import AsyncOpenAI, AsyncStream, DefaultAioHttpClient
 
 from core_tools.errors import LLMUnavailable, MediaError
 from core_tools.types import ChatMessage, LLMReply, ToolCallRequest, UnrecordedCall, Usage
@@ -281,13 +281,26 @@ class LLMClient:
         # The body is already plain JSON-ready dicts, so it goes in through `extra_body`: the SDK's own
         # parameter transform walks every message against its TypedDicts, which measured 39 ms per request
         # at 100 messages (bench/bench_chat.py), more than everything else in a turn.
-        body: dict[str, Any] = {"messages": payload, "stream_options": {"include_usage": True}}
+        body: dict[str, Any] = {
+            "model": model,
+            "messages": payload,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
         if ceiling:
             body["max_completion_tokens"] = ceiling
         if tools:
             body["tools"] = tools
-        stream = await self._client.chat.completions.create(
-            model=model, messages=[], stream=True, extra_body=body
+        # The SDK's own request path (retries, status errors, the stream's SSE decoding, its error events and
+        # timeouts), with each chunk left as the JSON object it arrived as: building its pydantic models
+        # took more CPU than the rest of a short turn's own work (bench/bench_chat.py). `client.post` is the
+        # SDK's documented way to make a request with a body of one's own.
+        stream = await self._client.post(
+            "/chat/completions",
+            cast_to=object,
+            body=body,
+            stream=True,
+            stream_cls=AsyncStream[dict[str, Any]],
         )
         try:
             return await self._read(stream, on_delta, model)
@@ -296,37 +309,53 @@ class LLMClient:
             await stream.close()
 
     @staticmethod
-    async def _read(stream: Any, on_delta: DeltaCallback | None, model: str) -> LLMReply:
+    async def _read(
+        stream: AsyncIterator[dict[str, Any]], on_delta: DeltaCallback | None, model: str
+    ) -> LLMReply:
+        """Collect a streamed completion from its chunks (plain JSON objects, read defensively: any
+        OpenAI-compatible server may leave fields out or send null)."""
         content: list[str] = []
         calls: dict[int, dict[str, Any]] = {}
         usage = Usage()
         finish: str | None = None
         async for chunk in stream:
-            if chunk.usage is not None:
-                cached = 0
-                details = getattr(chunk.usage, "prompt_tokens_details", None)
-                if details is not None and getattr(details, "cached_tokens", None):
-                    cached = int(details.cached_tokens)
-                usage = Usage(chunk.usage.prompt_tokens or 0, chunk.usage.completion_tokens or 0, cached)
-            for choice in chunk.choices:
-                delta = choice.delta
-                if choice.finish_reason:
-                    finish = choice.finish_reason
-                if delta is None:
+            if not isinstance(chunk, dict):
+                continue
+            used = chunk.get("usage")
+            if isinstance(used, dict):
+                details = used.get("prompt_tokens_details")
+                cached = int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
+                usage = Usage(
+                    int(used.get("prompt_tokens") or 0), int(used.get("completion_tokens") or 0), cached
+                )
+            for choice in chunk.get("choices") or ():
+                if not isinstance(choice, dict):
                     continue
-                if delta.content:
-                    content.append(delta.content)
+                if choice.get("finish_reason"):
+                    finish = str(choice["finish_reason"])
+                delta = choice.get("delta")
+                if not isinstance(delta, dict):
+                    continue
+                text = delta.get("content")
+                if text and isinstance(text, str):
+                    content.append(text)
                     if on_delta is not None:
                         await on_delta("".join(content))
-                for tc in delta.tool_calls or []:
-                    slot = calls.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
-                    if tc.id:
-                        slot["id"] = tc.id
-                    if tc.function is not None:
-                        if tc.function.name:
-                            slot["name"] += tc.function.name
-                        if tc.function.arguments:
-                            slot["arguments"] += tc.function.arguments
+                for tc in delta.get("tool_calls") or ():
+                    if not isinstance(tc, dict):
+                        continue
+                    index = tc.get("index")
+                    # Without an index (a server that leaves it out): the call being streamed goes on.
+                    key = index if isinstance(index, int) else max(calls, default=0)
+                    slot = calls.setdefault(key, {"id": "", "name": "", "arguments": ""})
+                    if tc.get("id"):
+                        slot["id"] = str(tc["id"])
+                    fn = tc.get("function")
+                    if isinstance(fn, dict):
+                        if fn.get("name"):
+                            slot["name"] += str(fn["name"])
+                        if fn.get("arguments"):
+                            slot["arguments"] += str(fn["arguments"])
         tool_calls = [
             ToolCallRequest(c["id"] or f"call_{i}", c["name"], c["arguments"])
             for i, c in sorted(calls.items())
