@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -72,6 +73,15 @@ class ToolCallRequest:
     id: str
     name: str
     arguments: str  # raw JSON text, as the model produced it
+
+    def repeat_key(self) -> str:
+        """The same tool with the same arguments (key order aside) gives the same key: how a tool loop
+        notices the model asking for one call again and again."""
+        try:
+            args = json.dumps(json.loads(self.arguments or "{}"), sort_keys=True)
+        except json.JSONDecodeError:
+            args = self.arguments
+        return f"{self.name}:{args}"
 
 
 @dataclass(frozen=True)

@@ -39,14 +39,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def _call_key(call: ToolCallRequest) -> str:
-    try:
-        args = json.dumps(json.loads(call.arguments or "{}"), sort_keys=True)
-    except json.JSONDecodeError:
-        args = call.arguments
-    return f"{call.name}:{args}"
-
-
 class Agent:
     """Runs one chat turn through the LLM tool loop, persisting everything as it happens."""
 
@@ -359,7 +351,7 @@ class Agent:
                     "private; answer without them, or ask the user to talk to you in a private chat"
                 )
                 return ToolOutcome(call.id, call.name, False, json.dumps({"ok": False, "error": err}), 0, err)
-            key = _call_key(call)
+            key = call.repeat_key()
             if key in seen:
                 err = "repeated call: this exact call was already made in this turn; use its earlier result"
                 return ToolOutcome(call.id, call.name, False, json.dumps({"ok": False, "error": err}), 0, err)

@@ -95,14 +95,6 @@ class _Tally:
         self.estimated = self.estimated or usage.estimated
 
 
-def _call_key(call: ToolCallRequest) -> str:
-    try:
-        args = json.dumps(json.loads(call.arguments or "{}"), sort_keys=True)
-    except json.JSONDecodeError:
-        args = call.arguments
-    return f"{call.name}:{args}"
-
-
 def _refusal(call: ToolCallRequest, error: str) -> ToolOutcome:
     return ToolOutcome(call.id, call.name, False, json.dumps({"ok": False, "error": error}), 0, error)
 
@@ -248,7 +240,7 @@ class SubTurns:
                     f"not run: {call.name} needs the user's approval, which a helper cannot ask for; say so "
                     "in your answer (the assistant can call it itself)",
                 )
-            key = _call_key(call)
+            key = call.repeat_key()
             if key in seen:
                 return _refusal(call, "repeated call: this exact call was already made; use its result")
             seen.add(key)
