@@ -4,7 +4,7 @@ Every answer costs a few Bot API calls (typing, the reply, its edits). PTB's def
 httpcore) scans its whole connection pool on every request and response, so its CPU per call grows with the
 calls in flight: with 50 chats answered at once it was the largest share of the bot's work
 (bench/bench_chat.py's profile). aiohttp keeps its pool in a dict and parses in C; the openai client uses it
-already (core_tools/llm.py). The timeouts keep PTB's defaults (HTTPXRequest's): connect, read, the wait for a
+already (core_tools/llm/). The timeouts keep PTB's defaults (HTTPXRequest's): connect, read, the wait for a
 free connection, and for an upload its write time (aiohttp has no write timeout: the whole upload is bounded).
 """
 

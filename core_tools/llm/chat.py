@@ -1,4 +1,4 @@
-"""The only module that imports openai: streaming chat completions with tools, retries and accounting."""
+"""Streaming chat completions with tools, retries and accounting, from any OpenAI-compatible endpoint."""
 
 from __future__ import annotations
 
@@ -8,56 +8,28 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any
 
 import openai
 from openai import AsyncOpenAI, AsyncStream, DefaultAioHttpClient
 
-from core_tools.errors import LLMUnavailable, MediaError
+from core_tools.errors import LLMUnavailable
+from core_tools.llm.accounting import (
+    BudgetGate,
+    BudgetHold,
+    LLMCallRecorder,
+    estimate_tokens,
+    nothing,
+    record_of,
+    store_record,
+)
 from core_tools.types import ChatMessage, LLMReply, ToolCallRequest, UnrecordedCall, Usage
-from db.attribution import current_task_run
 from db.usage import LLMCallRecord
 
 log = logging.getLogger(__name__)
 
 DeltaCallback = Callable[[str], Awaitable[None]]
 BACKGROUND_PURPOSES = frozenset({"summary"})  # calls nobody waits on: they use the background model
-
-
-class LLMCallRecorder(Protocol):
-    """Where each LLM request is recorded (the database in the app)."""
-
-    def record_llm_call(self, record: LLMCallRecord) -> None: ...
-
-
-class BudgetHold(Protocol):
-    """What one request in flight reserved against its user's caps."""
-
-    def release(self) -> None:
-        """Settle: called once the request's real usage is recorded (or it failed)."""
-
-
-class BudgetGate(Protocol):
-    """Refuses a request before it is sent when a usage cap is reached (raises BudgetExceeded)."""
-
-    def check(self, user_id: int | None, purpose: str = "chat") -> None: ...
-
-    def reserve(
-        self,
-        user_id: int | None,
-        purpose: str,
-        model: str,
-        prompt_tokens: int,
-        completion_tokens: int,
-        audio_seconds: float = 0,
-    ) -> BudgetHold:
-        """Refuse (BudgetExceeded) or reserve the request's estimate until it is released."""
-        ...
-
-
-def estimate_tokens(text: str) -> int:
-    """A rough token count (about four characters a token) for servers that report no usage."""
-    return max(1, len(text) // 4) if text else 0
 
 
 def _connect_failed(exc: BaseException) -> bool:
@@ -238,12 +210,12 @@ class LLMClient:
                 reply.usage = Usage(
                     estimate_tokens(prompt_text), estimate_tokens(out_text), 0, estimated=True
                 )
-            record = _record_of(user_id, session_id, purpose, model, reply.usage, started, None)
+            record = record_of(user_id, session_id, purpose, model, reply.usage, started, None)
             if defer_record:
                 # The caller stores it (with the turn's answer) and releases the hold after it, with no
                 # await in between (see below).
                 reply.unrecorded = UnrecordedCall(
-                    record, self._store, hold.release if hold is not None else _nothing
+                    record, self._store, hold.release if hold is not None else nothing
                 )
                 hold = None
             else:
@@ -265,10 +237,10 @@ class LLMClient:
         error: str | None,
         model: str,
     ) -> None:
-        self._store(_record_of(user_id, session_id, purpose, model, usage, started, error))
+        self._store(record_of(user_id, session_id, purpose, model, usage, started, error))
 
     def _store(self, record: LLMCallRecord) -> None:
-        _store_record(self._recorder, record)
+        store_record(self._recorder, record)
 
     async def _stream(
         self,
@@ -361,201 +333,3 @@ class LLMClient:
             for i, c in sorted(calls.items())
         ]
         return LLMReply("".join(content), tool_calls, usage, finish, model)
-
-
-def _nothing() -> None:
-    return None
-
-
-def _record_of(
-    user_id: int | None,
-    session_id: str | None,
-    purpose: str,
-    model: str,
-    usage: Usage,
-    started: float,
-    error: str | None,
-    audio_seconds: int = 0,
-) -> LLMCallRecord:
-    """The LLM-call log's row of a request (chat, transcription and speech alike), attributed to the
-    scheduled task run it is made for (db/attribution.py) here, where the request is made."""
-    run = current_task_run()
-    return LLMCallRecord(
-        user_id=user_id,
-        session_id=session_id,
-        purpose=purpose,
-        model=model,
-        prompt_tokens=usage.prompt_tokens,
-        completion_tokens=usage.completion_tokens,
-        cached_tokens=usage.cached_tokens,
-        tokens_estimated=usage.estimated,
-        duration_ms=int((time.monotonic() - started) * 1000),
-        error=error,
-        audio_seconds=audio_seconds,
-        schedule_id=run.schedule_id if run is not None else None,
-        firing_id=run.firing_id if run is not None else None,
-    )
-
-
-def _store_record(recorder: LLMCallRecorder | None, record: LLMCallRecord) -> None:
-    """Write one row of the LLM-call log; a failing write is only logged."""
-    if recorder is None:
-        return
-    try:
-        recorder.record_llm_call(record)
-    except Exception:
-        log.exception("could not record an LLM call (%s)", record.purpose)
-
-
-def _explain_audio(exc: Exception, what: str, setting: str) -> str:
-    """Why a transcription or speech request failed, naming the setting to check."""
-    if isinstance(exc, openai.AuthenticationError):
-        return f"the {what} endpoint rejected the API key (check {setting}_API_KEY)"
-    if isinstance(exc, openai.NotFoundError):
-        return f"the {what} endpoint or model was not found (check {setting}_BASE_URL and {setting}_MODEL)"
-    if isinstance(exc, openai.APIConnectionError):
-        return f"the {what} endpoint could not be reached (check {setting}_BASE_URL)"
-    if isinstance(exc, openai.APITimeoutError):
-        return f"the {what} endpoint did not answer in time"
-    if isinstance(exc, openai.APIStatusError):
-        return f"the {what} endpoint answered with an error (HTTP {exc.status_code})"
-    return f"the {what} request failed ({type(exc).__name__})"
-
-
-class AudioClient:
-    """Transcription (`/audio/transcriptions`) and speech (`/audio/speech`), recorded and budgeted."""
-
-    def __init__(
-        self,
-        *,
-        base_url: str | None,
-        api_key: str,
-        model: str,
-        tts_base_url: str | None = None,
-        tts_api_key: str = "",
-        tts_model: str | None = None,
-        tts_voice: str = "alloy",
-        timeout_s: float = 120.0,
-        max_retries: int = 2,
-        recorder: LLMCallRecorder | None = None,
-        budget: BudgetGate | None = None,
-    ) -> None:
-        self.model = model
-        self.tts_model = tts_model
-        self.tts_voice = tts_voice
-        self._recorder = recorder
-        self.budget = budget
-        # The aiohttp transport, like the chat client's: less CPU per request than the default httpx one.
-        self._stt = (
-            AsyncOpenAI(
-                base_url=base_url,
-                api_key=api_key,
-                timeout=timeout_s,
-                max_retries=max_retries,
-                http_client=DefaultAioHttpClient(timeout=timeout_s),
-            )
-            if base_url
-            else None
-        )
-        self._tts = (
-            AsyncOpenAI(
-                base_url=tts_base_url,
-                api_key=tts_api_key,
-                timeout=timeout_s,
-                max_retries=max_retries,
-                http_client=DefaultAioHttpClient(timeout=timeout_s),
-            )
-            if tts_base_url and tts_model
-            else None
-        )
-
-    @property
-    def can_transcribe(self) -> bool:
-        """Whether a transcription endpoint is configured."""
-        return self._stt is not None
-
-    @property
-    def can_speak(self) -> bool:
-        """Whether voice answers are configured (TTS_MODEL)."""
-        return self._tts is not None
-
-    async def close(self) -> None:
-        """Close the HTTP clients."""
-        for client in (self._stt, self._tts):
-            if client is not None:
-                await client.close()
-
-    async def transcribe(
-        self,
-        data: bytes,
-        filename: str,
-        duration_s: float,
-        *,
-        user_id: int | None = None,
-        session_id: str | None = None,
-    ) -> str:
-        """The text of an audio file as delivered (OGG/Opus, MP3, MP4...); MediaError with a reason."""
-        if self._stt is None:
-            raise MediaError("no transcription endpoint is configured (set TRANSCRIPTION_BASE_URL)")
-        seconds = max(1, round(duration_s))
-        hold = self.budget.reserve(user_id, "transcribe", self.model, 0, 0, seconds) if self.budget else None
-        started = time.monotonic()
-        try:
-            try:
-                result = await self._stt.audio.transcriptions.create(
-                    model=self.model, file=(filename, data), response_format="json"
-                )
-            except Exception as exc:
-                reason = _explain_audio(exc, "transcription", "TRANSCRIPTION")
-                log.warning("transcription failed: %s", reason)
-                self._record(user_id, session_id, "transcribe", self.model, 0, 0, started, reason, seconds)
-                raise MediaError(reason) from exc
-            text = str(getattr(result, "text", "") or "").strip()
-            self._record(user_id, session_id, "transcribe", self.model, 0, 0, started, None, seconds)
-            return text
-        finally:
-            if hold is not None:
-                hold.release()
-
-    async def speak(self, text: str, *, user_id: int | None = None, session_id: str | None = None) -> bytes:
-        """The text as an OGG/Opus voice note; MediaError with a reason."""
-        if self._tts is None or self.tts_model is None:
-            raise MediaError("voice answers are not configured (set TTS_MODEL)")
-        chars = len(text)
-        # Speech is priced per input character: the count goes where a chat call's prompt tokens go.
-        hold = self.budget.reserve(user_id, "speech", self.tts_model, chars, 0) if self.budget else None
-        started = time.monotonic()
-        try:
-            try:
-                response = await self._tts.audio.speech.create(
-                    model=self.tts_model, voice=self.tts_voice, input=text, response_format="opus"
-                )
-                audio = await response.aread()
-            except Exception as exc:
-                reason = _explain_audio(exc, "speech", "TTS")
-                log.warning("speech failed: %s", reason)
-                self._record(user_id, session_id, "speech", self.tts_model, chars, 0, started, reason, 0)
-                raise MediaError(reason) from exc
-            self._record(user_id, session_id, "speech", self.tts_model, chars, 0, started, None, 0)
-            return audio
-        finally:
-            if hold is not None:
-                hold.release()
-
-    def _record(
-        self,
-        user_id: int | None,
-        session_id: str | None,
-        purpose: str,
-        model: str,
-        prompt: int,
-        completion: int,
-        started: float,
-        error: str | None,
-        audio_seconds: int,
-    ) -> None:
-        usage = Usage(prompt, completion, 0)
-        _store_record(
-            self._recorder,
-            _record_of(user_id, session_id, purpose, model, usage, started, error, audio_seconds),
-        )
