@@ -41,7 +41,7 @@ def _settings(telegram: bool, services: bool) -> Settings | None:
     if settings is not None:
         more = settings.missing_for_telegram() if telegram else []
         if services:
-            from bot.process.wiring import config_problems
+            from bot.process.parts import config_problems
 
             more += config_problems(settings)
         # A line about a bad value's consequence (its default stands in) would only repeat it.

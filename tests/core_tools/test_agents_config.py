@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from bot.process.wiring import build_services, config_problems
+from bot.process.parts import config_problems
+from bot.process.wiring import build_services
 from core_tools.agents import check_tools, load_agents
 from tests.support.fakes.openai_api import FakeLLM
 from tests.support.harness import make_settings
