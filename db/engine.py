@@ -21,6 +21,11 @@ BUSY_TIMEOUT_MS = 5000
 # user (100k memories: 4.8 MB a query), 7.5 -> 5.9 ms at 100k (bench/bench_memory.py). An upper bound on
 # the mapping, not memory taken; the stdlib sqlite3 caps it at 2 GB.
 MMAP_SIZE = 1 << 32
+# PostgreSQL ends a session left idle inside a transaction this long (and so lets go of its row locks): a
+# process frozen mid-transaction (stopped, paused, starved) would otherwise hold a chat's or a job's lease
+# row, and every other replica's claim of it would wait for as long. No transaction of the bot waits between
+# its statements (a backup's snapshot reads in batches): a minute is far more than any of them needs.
+IDLE_IN_TRANSACTION_S = 60.0
 
 
 def sqlite_module() -> ModuleType:
@@ -45,15 +50,20 @@ def _on_connect(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
-def make_engine(url: str) -> Engine:
+def make_engine(url: str, *, idle_in_transaction_s: float = IDLE_IN_TRANSACTION_S) -> Engine:
     """Build an engine; for SQLite, every connection gets sqlite-vec, WAL, foreign keys and a busy timeout;
-    PostgreSQL goes through psycopg 3."""
+    PostgreSQL goes through psycopg 3, its sessions ended when idle in a transaction for
+    `idle_in_transaction_s` (the pool replaces such a connection when it is next taken)."""
     parsed = make_url(url)
     if parsed.drivername in ("postgresql", "postgres"):
         # A plain postgresql:// URL (what most tools print) means psycopg 3 here, the driver installed.
         parsed = parsed.set(drivername="postgresql+psycopg")
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(parsed, pool_pre_ping=True)
+        timeout = f"-c idle_in_transaction_session_timeout={max(1, round(idle_in_transaction_s * 1000))}"
+        given = parsed.query.get("options")  # the URL's own ?options= (a search_path...) are kept
+        given_text = " ".join(given) if isinstance(given, tuple) else given
+        options = f"{given_text} {timeout}" if given_text else timeout
+        return create_engine(parsed, pool_pre_ping=True, connect_args={"options": options})
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(url, module=sqlite_module(), connect_args={"check_same_thread": False})

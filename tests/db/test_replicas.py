@@ -6,10 +6,14 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from sqlalchemy import Engine, update
+import pytest
+from sqlalchemy import Engine, make_url, text, update
+from sqlalchemy.exc import DBAPIError
 
-from db.models import Replica, UpdateSeen, utcnow
+from db.engine import make_engine
+from db.models import JobLease, Replica, UpdateSeen, utcnow
 from db.runtime import DEDUP_WINDOW, Inbox, RuntimeStore
+from tests.support.databases import postgresql_only
 
 LEASE = timedelta(seconds=15)
 
@@ -136,3 +140,32 @@ def test_a_process_taken_for_dead_learns_which_chats_it_lost(engine: Engine) -> 
     assert cluster.release_chat(7, "a", only_if_idle=True) == "not held"
     assert cluster.release_chat(7, "a") == "not held"
     assert cluster.chats_of("b") == {7}
+
+
+@postgresql_only
+def test_a_process_frozen_in_a_transaction_does_not_hold_a_lease_row_forever(database_url: str) -> None:
+    # Process a (alive by its heartbeat) holds the reminders job, then freezes in the middle of a
+    # transaction that locked the job's row. Its session is ended once it has idled there for the engine's
+    # limit, which lets go of the lock: process b's look at the job goes on instead of waiting behind it.
+    frozen = make_engine(database_url, idle_in_transaction_s=1)
+    # b gives up on a lock after 60 s (a URL option, kept beside the engine's own): without the limit
+    # above this test fails there instead of hanging.
+    with_option = make_url(database_url).update_query_dict({"options": "-c lock_timeout=60000"})
+    other = make_engine(with_option.render_as_string(hide_password=False))
+    try:
+        a, b = cluster_of(frozen, "a"), cluster_of(other, "b")
+        assert a.claim_job("reminders", "a")
+        conn = frozen.connect()
+        conn.begin()
+        conn.execute(update(JobLease).where(JobLease.name == "reminders").values(since=utcnow()))
+        # ... and nothing more from a: its connection idles inside the transaction.
+        assert not b.claim_job("reminders", "b")  # answered (a is alive and holds it), not stuck
+        with other.connect() as check:
+            assert check.execute(text("SHOW lock_timeout")).scalar() == "1min"
+        with pytest.raises(DBAPIError, match="idle-in-transaction"):  # the server ended a's session
+            conn.execute(text("SELECT 1"))
+        conn.close()
+        assert a.claim_job("reminders", "a")  # a, thawed, carries on with a new connection from its pool
+    finally:
+        frozen.dispose()
+        other.dispose()
