@@ -158,6 +158,8 @@ class Services:
         if self.mcp is not None:
             await self.mcp.aclose()
         await self.extractor.aclose()
+        if self.media is not None:
+            await self.media.reader.aclose()  # its worker started ahead
         if self.audio is not None:
             await self.audio.close()
         await self.usage_service.drain()
