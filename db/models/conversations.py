@@ -71,7 +71,9 @@ class Message(Base):
     role: Mapped[str] = mapped_column(String(16))  # user | assistant | tool
     content: Mapped[str | None] = mapped_column(Text)
     # assistant: [{"id", "name", "arguments"}]; tool: the id of the call it answers
-    tool_calls: Mapped[list[Any] | None] = mapped_column(JSON)
+    # SQL NULL for a message without calls (most of them), not the JSON text "null" that every history read
+    # would decode again.
+    tool_calls: Mapped[list[Any] | None] = mapped_column(JSON(none_as_null=True))
     tool_call_id: Mapped[str | None] = mapped_column(String(128))
     tool_name: Mapped[str | None] = mapped_column(String(64))
     # user messages: pending -> answered | failed | interrupted | refused | stopped; others: done, or
