@@ -102,6 +102,8 @@ class FileReader:
             try:
                 self._spare = await _start(limits.worker)
                 self._spare_loop = asyncio.get_running_loop()
+            except OSError as exc:  # no process to spare (a process limit): the next file starts its own
+                log.warning("could not start a file reader ahead: %s", exc)
             finally:
                 self._starting = False
         # The answer: the text (at most 4 bytes a character in UTF-8, 6 when JSON escapes it) and a margin.
