@@ -253,18 +253,7 @@ _CURRENT = (
     Memory.superseded_by.is_(None),
     or_(Memory.expires_at.is_(None), Memory.expires_at > bindparam("now")),
 )
-_SESSIONMEMORIES = (
-    select(Memory)
-    .where(*_CURRENT, Memory.layer == "session", Memory.session_id == bindparam("sid"))
-    .order_by(Memory.created_at, Memory.id)
-    .limit(bindparam("lim"))
-)
-_HAS_ACTIVE = (
-    select(Memory.id).where(*_CURRENT, Memory.layer.in_(bindparam("layers", expanding=True))).limit(1)
-)
-
-
-_PROMPT_SESSION = (
+_SESSION_ROWS = (
     select(*ROW_COLUMNS)
     .where(*_CURRENT, Memory.layer == "session", Memory.session_id == bindparam("sid"))
     .order_by(Memory.created_at, Memory.id)
@@ -285,16 +274,15 @@ def prompt_memories(
     more than the reads themselves (bench/bench_chat.py)."""
     params = {"uid": user_id, "now": now, "sid": session_id, "lim": limit}
     has_relevant = conn.execute(_HAS_LONG_OR_MID, params).first() is not None
-    rows = [MemoryRow(*tuple(r)) for r in conn.execute(_PROMPT_SESSION, params)]
-    return has_relevant, rows
+    return has_relevant, session_memories(conn, user_id, session_id, now, limit)
 
 
 def session_memories(
-    s: Session, user_id: int, session_id: str, now: datetime, limit: int = 50
-) -> list[Memory]:
+    conn: Connection, user_id: int, session_id: str, now: datetime, limit: int = 50
+) -> list[MemoryRow]:
     """The current session's memories, oldest first (the order they were noted in)."""
     params = {"uid": user_id, "now": now, "sid": session_id, "lim": limit}
-    return list(s.execute(_SESSIONMEMORIES, params).scalars())
+    return [MemoryRow(*tuple(r)) for r in conn.execute(_SESSION_ROWS, params)]
 
 
 def list_memories(
@@ -327,12 +315,6 @@ def count_by_layer(s: Session, user_id: int, now: datetime, session_id: str | No
         .group_by(Memory.layer)
     ).all()
     return {str(layer): int(n) for layer, n in rows}
-
-
-def has_active(s: Session, user_id: int, now: datetime, layers: list[str]) -> bool:
-    """Whether the user has any current memory in these layers (one indexed probe)."""
-    found = s.execute(_HAS_ACTIVE, {"uid": user_id, "now": now, "layers": list(layers)}).first()
-    return found is not None
 
 
 def count_memories(s: Session, user_id: int | None = None) -> int:

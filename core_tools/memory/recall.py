@@ -203,7 +203,7 @@ class MemoryRecall:
         """The current session's memories, oldest first."""
         now = self.now()
         return await self._db(
-            lambda s: [memory_view(m) for m in q.session_memories(s, user_id, session_id, now)]
+            lambda s: [memory_view(m) for m in q.session_memories(s.connection(), user_id, session_id, now)]
         )
 
     # -- prompt injection ----------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from telegram import InlineKeyboardButton, InlineKeyboardMarkup, Update
+from telegram import InlineKeyboardButton, InlineKeyboardMarkup, Message, Update, User
 from telegram.error import TelegramError
 from telegram.ext import Application, CallbackQueryHandler, CommandHandler
 
@@ -23,6 +23,20 @@ from core_tools.backup.userdata import export_user, forget_user, split_file, sum
 log = logging.getLogger(__name__)
 
 PRIVATE_ONLY = "Send this in a private chat with me: it is about your own data."
+
+
+async def _in_private(update: Update) -> tuple[Message, User] | None:
+    """The message and its sender of a command about the user's own data; in another chat, None after
+    saying where to send it."""
+    msg, user = update.effective_message, update.effective_user
+    if msg is None or user is None:
+        return None
+    if msg.chat.type != "private":
+        await msg.reply_text(PRIVATE_ONLY)
+        return None
+    return msg, user
+
+
 CONFIRM = (
     "This deletes everything I store about you: your conversations, memories, reminders, usage, code runs "
     "and the files you sent. It cannot be undone (backups taken before keep it until they are rotated "
@@ -44,12 +58,10 @@ class DataCommands:
 
     async def export(self, update: Update, context: Ctx) -> None:
         """/export: send the user one ZIP of their data (in parts when it is large)."""
-        msg, user = update.effective_message, update.effective_user
-        if msg is None or user is None:
+        asked = await _in_private(update)
+        if asked is None:
             return
-        if msg.chat.type != "private":
-            await msg.reply_text(PRIVATE_ONLY)
-            return
+        msg, user = asked
         folder = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="export-"))
         try:
             try:
@@ -75,12 +87,10 @@ class DataCommands:
 
     async def forget_me(self, update: Update, context: Ctx) -> None:
         """/forget_me: ask for confirmation with a button."""
-        msg, user = update.effective_message, update.effective_user
-        if msg is None or user is None:
+        asked = await _in_private(update)
+        if asked is None:
             return
-        if msg.chat.type != "private":
-            await msg.reply_text(PRIVATE_ONLY)
-            return
+        msg, user = asked
         buttons = InlineKeyboardMarkup(
             [
                 [InlineKeyboardButton("Delete everything", callback_data=f"forget:yes:{user.id}")],
