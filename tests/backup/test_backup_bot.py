@@ -198,6 +198,27 @@ async def test_export_sends_one_archive_of_everything_about_the_user(
         assert "FRIEND" not in z.read("all_tables.json").decode()
 
 
+async def test_export_and_forget_me_are_answered_only_in_private(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    group = -1001234
+    async with running_bot(tmp_path, tg, llm, allowed_chat_ids=str(group)):
+        for command in ("/export", "/forget_me"):
+            tg.push_text(OWNER, command, chat_id=group)
+            await tg.wait_for(
+                lambda c=command: (
+                    sum("private chat with me" in t for t in tg.sent_texts(group))
+                    == (1 if c == "/export" else 2)
+                ),
+                what=f"the answer to {command} in the group",
+            )
+    # Nothing about the user's own data went to the group: no archive, no confirmation button.
+    assert not documents(tg, group)
+    assert not any(
+        c.params.get("reply_markup") for c in tg.calls_to("sendMessage") if c.params.get("chat_id") == group
+    )
+
+
 def rows_naming(url: str, user_id: int) -> dict[str, int]:
     """Every table (and column) of the database with an integer equal to `user_id`, and how many rows."""
     engine = make_engine(url)
