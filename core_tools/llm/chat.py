@@ -46,6 +46,23 @@ def _connect_failed(exc: BaseException) -> bool:
     return False
 
 
+def _request_body(
+    payload: list[dict[str, Any]], tools: list[dict[str, Any]] | None, model: str, ceiling: int | None
+) -> str:
+    """The JSON text of a streamed chat completion request."""
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": payload,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if ceiling:
+        body["max_completion_tokens"] = ceiling
+    if tools:
+        body["tools"] = tools
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+
+
 def _without_images(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
     return [replace(m, images=()) if m.images else m for m in messages]
 
@@ -157,11 +174,11 @@ class LLMClient:
         has_images = any(m.images for m in messages)
         dropped = has_images and self.sees_images is False
         payload = [m.to_openai() for m in (_without_images(messages) if dropped else messages)]
-        prompt_text: str | None = None
+        # One JSON text of the request: sent as it is, and the rough size its reservation is counted from.
+        request = _request_body(payload, tools, model, ceiling)
         hold: BudgetHold | None = None
         if self.budget is not None:
-            prompt_text = json.dumps(payload, ensure_ascii=False) + json.dumps(tools or [])
-            hold = self.budget.reserve(user_id, purpose, model, estimate_tokens(prompt_text), ceiling or 0)
+            hold = self.budget.reserve(user_id, purpose, model, estimate_tokens(request), ceiling or 0)
         started = time.monotonic()
         streamed: list[str] = []
 
@@ -173,7 +190,7 @@ class LLMClient:
         try:
             try:
                 try:
-                    reply = await self._stream(payload, tools, on_text, model, ceiling)
+                    reply = await self._stream(request, on_text, model)
                 except openai.BadRequestError:
                     if not has_images or dropped or self.vision != "auto":
                         raise
@@ -181,15 +198,14 @@ class LLMClient:
                     log.warning("the LLM endpoint rejected image input; images are left out from now on")
                     self.sees_images, dropped = False, True
                     payload = [m.to_openai() for m in _without_images(messages)]
-                    reply = await self._stream(payload, tools, on_text, model, ceiling)
+                    request = _request_body(payload, tools, model, ceiling)
+                    reply = await self._stream(request, on_text, model)
                 if has_images and not dropped:
                     self.sees_images = True
                 reply.images_dropped = dropped
             except asyncio.CancelledError:  # stopped: the stream is closed; what was sent is counted
-                if prompt_text is None:
-                    prompt_text = json.dumps(payload, ensure_ascii=False) + json.dumps(tools or [])
                 usage = Usage(
-                    estimate_tokens(prompt_text), estimate_tokens("".join(streamed)), 0, estimated=True
+                    estimate_tokens(request), estimate_tokens("".join(streamed)), 0, estimated=True
                 )
                 self._record(user_id, session_id, purpose, usage, started, "stopped", model)
                 raise
@@ -204,12 +220,8 @@ class LLMClient:
                 self._record(user_id, session_id, purpose, Usage(), started, reason, model)
                 raise LLMUnavailable(reason) from exc
             if reply.usage.prompt_tokens == 0 and reply.usage.completion_tokens == 0:
-                if prompt_text is None:
-                    prompt_text = json.dumps(payload, ensure_ascii=False) + json.dumps(tools or [])
                 out_text = reply.content + "".join(c.arguments for c in reply.tool_calls)
-                reply.usage = Usage(
-                    estimate_tokens(prompt_text), estimate_tokens(out_text), 0, estimated=True
-                )
+                reply.usage = Usage(estimate_tokens(request), estimate_tokens(out_text), 0, estimated=True)
             record = record_of(user_id, session_id, purpose, model, reply.usage, started, None)
             if defer_record:
                 # The caller stores it (with the turn's answer) and releases the hold after it, with no
@@ -242,37 +254,19 @@ class LLMClient:
     def _store(self, record: LLMCallRecord) -> None:
         store_record(self._recorder, record)
 
-    async def _stream(
-        self,
-        payload: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None,
-        on_delta: DeltaCallback | None,
-        model: str,
-        ceiling: int | None = None,
-    ) -> LLMReply:
-        # The body is already plain JSON-ready dicts, so it goes in through `extra_body`: the SDK's own
-        # parameter transform walks every message against its TypedDicts, which measured 39 ms per request
-        # at 100 messages (bench/bench_chat.py), more than everything else in a turn.
-        body: dict[str, Any] = {
-            "model": model,
-            "messages": payload,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-        if ceiling:
-            body["max_completion_tokens"] = ceiling
-        if tools:
-            body["tools"] = tools
-        # The SDK's own request path (retries, status errors, the stream's SSE decoding, its error events and
-        # timeouts), with each chunk left as the JSON object it arrived as: building its pydantic models
-        # took more CPU than the rest of a short turn's own work (bench/bench_chat.py). `client.post` is the
-        # SDK's documented way to make a request with a body of one's own.
+    async def _stream(self, request: str, on_delta: DeltaCallback | None, model: str) -> LLMReply:
+        # The SDK's own request path (retries, status errors, the stream's SSE decoding, its error events
+        # and timeouts) with a body of our own (`content`, the SDK's documented way): its parameter
+        # transform walks every message against its TypedDicts, which measured 39 ms per request at 100
+        # messages (bench/bench_chat.py), more than everything else in a turn. Each chunk stays the JSON
+        # object it arrived as (`object`: no conversion at all): building the SDK's pydantic models of the
+        # chunks took more CPU than the rest of a short turn's own work.
         stream = await self._client.post(
             "/chat/completions",
             cast_to=object,
-            body=body,
+            content=request.encode(),
             stream=True,
-            stream_cls=AsyncStream[dict[str, Any]],
+            stream_cls=AsyncStream[object],
         )
         try:
             return await self._read(stream, on_delta, model)
@@ -282,7 +276,7 @@ class LLMClient:
 
     @staticmethod
     async def _read(
-        stream: AsyncIterator[dict[str, Any]], on_delta: DeltaCallback | None, model: str
+        stream: AsyncIterator[object], on_delta: DeltaCallback | None, model: str
     ) -> LLMReply:
         """Collect a streamed completion from its chunks (plain JSON objects, read defensively: any
         OpenAI-compatible server may leave fields out or send null)."""
