@@ -151,9 +151,12 @@ class LLMReply:
     unrecorded: UnrecordedCall[Any] | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ChatMessage:
-    """One message in the prompt, in the OpenAI chat shape but as plain data."""
+    """One message in the prompt, in the OpenAI chat shape but as plain data.
+
+    Not changed once built (`dataclasses.replace` makes a changed copy). Not declared frozen: a frozen
+    dataclass's constructor costs four times as much, and every turn builds one per history message."""
 
     role: str  # "system" | "user" | "assistant" | "tool"
     content: str | None
