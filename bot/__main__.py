@@ -16,7 +16,8 @@ from urllib.parse import urlparse
 from pydantic import ValidationError
 
 from bot.process.logs import Redactor, setup_logging
-from bot.process.settings import Settings, bad_fields, describe_errors, load_settings, settings_without
+from bot.process.setting_errors import bad_fields, describe_errors, settings_without
+from bot.process.settings import Settings, load_settings
 
 if TYPE_CHECKING:
     from bot.adapter.context import App
