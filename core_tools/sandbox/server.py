@@ -19,15 +19,12 @@ import logging
 import os
 import socket
 import stat
-from collections.abc import Coroutine
 from typing import Any
 
 from core_tools.errors import ToolError
 from core_tools.sandbox.executor import LocalExecutor, describe
-from core_tools.sandbox.model import ExecutionResult, FileLimits
 from core_tools.sandbox.protocol import (
     MAX_FILES_IN,
-    MAX_OUTPUT_LINE_CHARS,
     MAX_REQUEST_BYTES,
     PREAUTH_MAX_BYTES,
     PROTOCOL_VERSION,
@@ -41,6 +38,15 @@ from core_tools.sandbox.protocol import (
     read_line,
     write_frames,
 )
+from core_tools.sandbox.runs import (
+    ClientGone,
+    Progress,
+    Refusal,
+    Reply,
+    files_out_limits,
+    result_reply,
+    unless_client_leaves,
+)
 
 log = logging.getLogger("core_tools.sandbox.service")  # the service's one logger, whichever module logs
 
@@ -49,30 +55,11 @@ DEFAULT_MAX_FILES_IN_MB = 32  # all files in of one run together
 READ_REQUEST_TIMEOUT_S = 30.0  # a client that connects and says nothing is dropped after this
 PREAUTH_TIMEOUT_S = 10.0  # a token service waits this long for the token line
 SHUTDOWN_GRACE_S = 10.0  # on SIGTERM, how long running code may finish before it is killed
-_OUTPUT_EVERY_S = 1.0  # at most one progress line a second
-USERNS_HINT = (
-    "in a container the sandbox needs the seccomp profile deploy/seccomp-bwrap.json (Docker's default one "
-    "forbids the namespace, mount and sethostname calls bwrap makes), systempaths=unconfined and "
-    "apparmor=unconfined, as deploy/docker-compose.yml sets them; and the host must allow unprivileged user "
-    "namespaces (sysctl kernel.unprivileged_userns_clone=1; on Ubuntu 23.10+ also "
-    "kernel.apparmor_restrict_unprivileged_userns=0): see deploy/README.md"
-)
-
-Reply = tuple[dict[str, Any], list[bytes]]  # an answer line and the bytes of the files it declares
 
 
 def default_max_connections(max_concurrent: int) -> int:
     """Room for every run and every waiting request (4 per slot), and some to spare for hellos."""
     return 5 * max_concurrent + 24
-
-
-class _Refusal(Exception):
-    """A request answered with a failure line."""
-
-    def __init__(self, kind: str, error: str) -> None:
-        super().__init__(error)
-        self.kind = kind
-        self.error = error
 
 
 class _Connection:
@@ -296,7 +283,7 @@ class SandboxService:
                 given = request.get("token")
                 if not isinstance(given, str) or not hmac.compare_digest(given.encode(), self.token.encode()):
                     self._refused += 1
-                    raise _Refusal("unauthorized", "wrong or missing token: set the same CODE_SANDBOX_TOKEN")
+                    raise Refusal("unauthorized", "wrong or missing token: set the same CODE_SANDBOX_TOKEN")
             else:
                 request = await self._read_request(
                     reader, self.max_request_bytes, self.request_timeout_s, False
@@ -313,34 +300,34 @@ class SandboxService:
                 return self.hello(), []
             if op == "run":
                 return await self._run(request, reader, writer if request.get("ack") is True else None)
-            raise _Refusal("bad_request", f"unknown op {op!r}; expected hello or run")
-        except _Refusal as refusal:
+            raise Refusal("bad_request", f"unknown op {op!r}; expected hello or run")
+        except Refusal as refusal:
             return failure(refusal.kind, refusal.error), []
 
     async def _read_request(
         self, reader: asyncio.StreamReader, limit: int, wait_s: float, before_token: bool
     ) -> dict[str, Any]:
-        """One request line as a JSON object; _Refusal for anything else."""
+        """One request line as a JSON object; Refusal for anything else."""
         try:
             line = await read_line(reader, limit, wait_s)
         except LineTooLong:
             if before_token:
                 self._refused += 1
-                raise _Refusal(
+                raise Refusal(
                     "unauthorized",
                     f'no token within the first {limit} bytes: send {{"op": "auth", "token": ...}} first',
                 ) from None
-            raise _Refusal(
+            raise Refusal(
                 "too_large", f"request larger than the sandbox service's limit of {limit} bytes"
             ) from None
         except asyncio.IncompleteReadError:
-            raise _Refusal("bad_request", "the request did not end with a newline") from None
+            raise Refusal("bad_request", "the request did not end with a newline") from None
         except TimeoutError:
-            raise _Refusal("bad_request", "no request line received in time") from None
+            raise Refusal("bad_request", "no request line received in time") from None
         try:
             return decode(line)
         except ValueError as exc:
-            raise _Refusal("bad_request", f"the request is unusable: {exc}") from None
+            raise Refusal("bad_request", f"the request is unusable: {exc}") from None
 
     async def _run(
         self, request: dict[str, Any], reader: asyncio.StreamReader, ack: asyncio.StreamWriter | None = None
@@ -351,10 +338,10 @@ class SandboxService:
         language = request.get("language", "python")
         timeout_s = request.get("timeout_s")
         if not isinstance(code, str) or not isinstance(language, str):
-            raise _Refusal("bad_request", "run needs `code` and `language` as strings")
+            raise Refusal("bad_request", "run needs `code` and `language` as strings")
         if timeout_s is not None and (isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float)):
-            raise _Refusal("bad_request", "`timeout_s` must be a number or null")
-        files_out = _files_out(request.get("files_out"))
+            raise Refusal("bad_request", "`timeout_s` must be a number or null")
+        files_out = files_out_limits(request.get("files_out"))
         try:
             declared = declared_files(
                 request.get("files_in") or [],
@@ -363,21 +350,19 @@ class SandboxService:
                 max_total=self.max_files_in_bytes,
             )
         except TypeError as exc:
-            raise _Refusal("bad_request", f"bad files_in: {exc}") from None
+            raise Refusal("bad_request", f"bad files_in: {exc}") from None
         except ValueError as exc:
-            raise _Refusal("too_large", f"files_in over the sandbox service's limits: {exc}") from None
+            raise Refusal("too_large", f"files_in over the sandbox service's limits: {exc}") from None
         total_in = sum(size for _name, size in declared)
         if self._waiting >= self.max_waiting:
             await self._discard(reader, total_in)
-            raise _Refusal(
-                "busy", f"the code sandbox is busy ({self._waiting} runs waiting); try again later"
-            )
+            raise Refusal("busy", f"the code sandbox is busy ({self._waiting} runs waiting); try again later")
         self._waiting += 1
         try:
             await asyncio.wait_for(self._slots.acquire(), self.queue_timeout_s)
         except TimeoutError:
             await self._discard(reader, total_in)
-            raise _Refusal(
+            raise Refusal(
                 "busy",
                 f"the code sandbox is busy: no free slot within {self.queue_timeout_s:g} s "
                 f"({self.max_concurrent} runs at once); try again later",
@@ -385,7 +370,7 @@ class SandboxService:
         finally:
             self._waiting -= 1
         self._running += 1
-        output = _Output() if ack is not None and request.get("progress") is True else None
+        output = Progress() if ack is not None and request.get("progress") is True else None
         reporter: asyncio.Task[None] | None = None
         try:
             # Read only now: what waiting requests hold is their line, not their files.
@@ -394,7 +379,7 @@ class SandboxService:
                     name: await read_frame(reader, size, self.request_timeout_s) for name, size in declared
                 }
             except (asyncio.IncompleteReadError, TimeoutError, ConnectionError):
-                raise _Refusal("bad_request", "the files of the request did not arrive whole") from None
+                raise Refusal("bad_request", "the files of the request did not arrive whole") from None
             self._started += 1
             if ack is not None:
                 # From here the code may run: a client that sees this line must not send it elsewhere.
@@ -402,7 +387,7 @@ class SandboxService:
                 await ack.drain()
                 if output is not None:
                     reporter = asyncio.create_task(output.report(ack))
-            result = await _unless_client_leaves(
+            result = await unless_client_leaves(
                 self.executor.run(
                     code,
                     language,
@@ -413,16 +398,16 @@ class SandboxService:
                 ),
                 reader,
             )
-        except _ClientGone:
+        except ClientGone:
             log.info("the client closed the connection mid-run (a stopped turn): the run was killed")
-            raise _Refusal("internal", "the client closed the connection; the run was killed") from None
+            raise Refusal("internal", "the client closed the connection; the run was killed") from None
         except ToolError as exc:
-            raise _Refusal("tool_error", str(exc)) from None
-        except _Refusal:
+            raise Refusal("tool_error", str(exc)) from None
+        except Refusal:
             raise
         except Exception as exc:  # the service must keep serving whatever one run does
             log.exception("run failed inside the sandbox service")
-            raise _Refusal(
+            raise Refusal(
                 "internal", f"internal error in the sandbox service: {type(exc).__name__}: {exc}"
             ) from None
         finally:
@@ -431,33 +416,12 @@ class SandboxService:
                 await asyncio.wait({reporter})
             self._running -= 1
             self._slots.release()
-        return _result_reply(result)
+        return result_reply(result)
 
     async def _discard(self, reader: asyncio.StreamReader, size: int) -> None:
         """Read and drop a refused request's files: the client, still sending them, then reads the answer."""
         with contextlib.suppress(asyncio.IncompleteReadError, TimeoutError, ConnectionError):
             await read_frame(reader, size, self.request_timeout_s, keep=False)
-
-
-def _files_out(raw: object) -> FileLimits | None:
-    """The run request's limits for files out, checked."""
-    if raw is None:
-        return None
-    if not isinstance(raw, dict):
-        raise _Refusal("bad_request", "files_out must be an object with max_files and max_bytes")
-    count, size = raw.get("max_files"), raw.get("max_bytes")
-    if not isinstance(count, int) or not isinstance(size, int) or count < 0 or size < 0:
-        raise _Refusal("bad_request", "files_out needs max_files and max_bytes as numbers of at least 0")
-    return FileLimits(count, size)
-
-
-def _result_reply(result: ExecutionResult) -> Reply:
-    """A run's answer line and, after it, the bytes of its files out."""
-    if result.error_category == "refused":
-        result = dataclasses.replace(result, stderr=f"{result.stderr}\nSandbox service: {USERNS_HINT}.")
-    answer = dataclasses.asdict(result)
-    answer["files_out"] = [{"name": f.name, "size": len(f.data)} for f in result.files_out]
-    return {"ok": True, "result": answer}, [f.data for f in result.files_out]
 
 
 def _remove_stale_socket(path: str) -> None:
@@ -478,52 +442,3 @@ def _remove_stale_socket(path: str) -> None:
     finally:
         probe.close()
     raise RuntimeError(f"another sandbox service is already listening on {path}")
-
-
-class _Output:
-    """The latest line of a run's output, sent to the client as progress lines (`"progress": true`)."""
-
-    def __init__(self) -> None:
-        self.line: str | None = None
-
-    def see(self, line: str) -> None:
-        """The executor's report of a new latest line."""
-        self.line = line
-
-    async def report(self, writer: asyncio.StreamWriter) -> None:
-        """Send the latest line once a second while it changes, until cancelled."""
-        sent: str | None = None
-        while True:
-            await asyncio.sleep(_OUTPUT_EVERY_S)
-            line = self.line
-            if line is not None and line != sent:
-                writer.write(encode({"output": line[:MAX_OUTPUT_LINE_CHARS]}))
-                await writer.drain()
-                sent = line
-
-
-class _ClientGone(Exception):
-    """The client closed its connection while its run was going."""
-
-
-async def _unless_client_leaves(
-    run: Coroutine[Any, Any, ExecutionResult], reader: asyncio.StreamReader
-) -> ExecutionResult:
-    """Await a run, cancelling it (LocalExecutor then kills its process tree) when the client's connection
-    closes first: a stopped turn must not leave its code running here."""
-    task = asyncio.ensure_future(run)
-    gone = asyncio.ensure_future(reader.read(1))  # the client sends nothing more: b"" means it left
-    try:
-        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
-        if not task.done():
-            if gone.exception() is None and gone.result() != b"":
-                return await task  # the client sent more bytes: odd, but it is still there
-            task.cancel()
-            await asyncio.wait({task})
-            raise _ClientGone
-        return task.result()
-    finally:
-        gone.cancel()
-        if not task.done():  # this handler itself was cancelled (shutdown)
-            task.cancel()
-            await asyncio.wait({task})

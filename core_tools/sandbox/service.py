@@ -32,10 +32,10 @@ from core_tools.sandbox.executor import LocalExecutor, describe
 from core_tools.sandbox.guardian import Guardian
 from core_tools.sandbox.model import Isolation, SandboxLimits
 from core_tools.sandbox.protocol import encode, parse_address
+from core_tools.sandbox.runs import USERNS_HINT
 from core_tools.sandbox.server import (
     DEFAULT_MAX_FILES_IN_MB,
     SHUTDOWN_GRACE_S,
-    USERNS_HINT,
     SandboxService,
     default_max_connections,
 )
