@@ -69,6 +69,9 @@ class TextStep:
     chunk_delay: float = 0.0
     finish_reason: str = "stop"
     reasoning: str | None = None
+    # Set: after ``content`` the stream stays open (the turn is still running) until this event is set, the
+    # client goes away or the server closes; what a test does "during a turn" then cannot race its end.
+    hold: asyncio.Event | None = None
 
 
 @dataclass
@@ -130,9 +133,11 @@ def text(
     chunk_delay: float = 0.0,
     finish_reason: str = "stop",
     reasoning: str | None = None,
+    hold: asyncio.Event | None = None,
 ) -> TextStep:
-    """A text reply (``reasoning`` is streamed first as ``reasoning_content`` deltas, like vLLM/DeepSeek)."""
-    return TextStep(content, chunk_size, usage, delay, chunk_delay, finish_reason, reasoning)
+    """A text reply (``reasoning`` is streamed first as ``reasoning_content`` deltas, like vLLM/DeepSeek;
+    ``hold``: the stream ends only once that event is set, see TextStep)."""
+    return TextStep(content, chunk_size, usage, delay, chunk_delay, finish_reason, reasoning, hold)
 
 
 def call(name: str, args: JsonDict | str | None = None, id: str | None = None) -> ToolCall:
@@ -507,6 +512,14 @@ class FakeLLM:
             self._notify()
         return resp
 
+    async def _hold_open(self, resp: web.StreamResponse, until: asyncio.Event) -> None:
+        """Keep a stream open until `until` is set or the server closes. An SSE comment (which clients
+        ignore) every 0.1 s finds out a client that went away: the write raises ConnectionResetError."""
+        while not until.is_set() and not self._closing.is_set():
+            await resp.write(b": held\n\n")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(until.wait(), timeout=0.1)
+
     async def _stream_steps(
         self,
         resp: web.StreamResponse,
@@ -534,6 +547,8 @@ class FakeLLM:
             if step.reasoning:
                 await send_text(step.reasoning, step.chunk_size, step.chunk_delay, key="reasoning_content")
             await send_text(step.content, step.chunk_size, step.chunk_delay)
+            if step.hold is not None:
+                await self._hold_open(resp, step.hold)
             finish = step.finish_reason
             output: Any = step.content
         else:
