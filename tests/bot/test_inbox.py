@@ -67,9 +67,9 @@ async def test_kill_9_while_a_message_waits_then_restart_answers_it(
         # killed process is forgotten at once, not after its heartbeat's lease (bot/runtime/replica.py).
         with h.services.engine.connect() as conn:
             assert conn.execute(select(Replica.id)).scalars().all() == [h.services.replica.id]
-        notice = await h.final_text(OWNER, "I was restarted", timeout=30)
+        notice = await h.final_text(OWNER, "I was restarted")
         assert "Plan my trip to Lisbon" in notice  # the turn that was cut is announced
-        await h.final_text(OWNER, "Casa Alfama has rooms.", timeout=30)  # the waiting message is answered
+        await h.final_text(OWNER, "Casa Alfama has rooms.")  # the waiting message is answered
         users = [c for r, c in said(llm.requests[-1]) if r == "user"]
         assert users == ["Plan my trip to Lisbon", "Also find me a hotel in Alfama"]
         assert waiting(h.services.engine) == []
