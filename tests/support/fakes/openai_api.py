@@ -470,7 +470,6 @@ class FakeLLM:
 
     async def _stream(self, request: web.Request, body: JsonDict, step: Step) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await resp.prepare(request)
         cid = f"chatcmpl-{next(self._ids)}"
         created = int(time.time())
         model = body.get("model", "fake-model")
@@ -506,6 +505,7 @@ class FakeLLM:
                 await send(chunk({key: content[i : i + size]}), pause)
 
         try:
+            await resp.prepare(request)  # a client gone before the first byte counts as a disconnect too
             return await self._stream_steps(resp, request, body, step, chunk, send, send_text)
         except (ConnectionResetError, ConnectionError):
             self.disconnects += 1  # the client closed the stream before its end (a stopped turn)
