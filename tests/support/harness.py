@@ -131,6 +131,7 @@ async def running_bot(
     try:
         yield Harness(tg, llm, app, settings)
     finally:
+        llm.release_holds()  # a test that failed before releasing a held turn: the stop does not wait for it
         await app.updater.stop()
         await app.stop()
         await app.shutdown()

@@ -235,6 +235,7 @@ class FakeLLM:
         self.active = 0
         self.max_active = 0
         self.disconnects = 0  # streams the client closed before their end
+        self._held: set[asyncio.Event] = set()  # the `hold` events of the streams held open right now
         self._script: list[ScriptItem] = []
         self._ids = itertools.count(1)
         self._call_ids = itertools.count(1)
@@ -515,10 +516,20 @@ class FakeLLM:
     async def _hold_open(self, resp: web.StreamResponse, until: asyncio.Event) -> None:
         """Keep a stream open until `until` is set or the server closes. An SSE comment (which clients
         ignore) every 0.1 s finds out a client that went away: the write raises ConnectionResetError."""
-        while not until.is_set() and not self._closing.is_set():
-            await resp.write(b": held\n\n")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(until.wait(), timeout=0.1)
+        self._held.add(until)
+        try:
+            while not until.is_set() and not self._closing.is_set():
+                await resp.write(b": held\n\n")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(until.wait(), timeout=0.1)
+        finally:
+            self._held.discard(until)
+
+    def release_holds(self) -> None:
+        """End every stream held open now (a bot stopping at the end of a failed test must not wait for a
+        turn whose release never came)."""
+        for until in list(self._held):
+            until.set()
 
     async def _stream_steps(
         self,
