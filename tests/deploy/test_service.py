@@ -47,26 +47,16 @@ pytestmark = [
 class Service:
     """One `python -m core_tools.sandbox.service` process."""
 
-    def __init__(self, sock: Path, *args: str, env: dict[str, str] | None = None, niceness: int = 0) -> None:
+    def __init__(self, sock: Path, *args: str, env: dict[str, str] | None = None) -> None:
         self.sock = sock
         self.args = args
         self.env = env
-        self.niceness = niceness  # run it (and so its sandboxes) at this `nice` level
         self.proc: subprocess.Popen[str] | None = None
 
     def start(self) -> Service:
         """Start it and wait until it answers a hello."""
-        nice = ["nice", "-n", str(self.niceness)] if self.niceness else []
         self.proc = subprocess.Popen(
-            [
-                *nice,
-                sys.executable,
-                "-m",
-                "core_tools.sandbox.service",
-                "--socket",
-                str(self.sock),
-                *self.args,
-            ],
+            [sys.executable, "-m", "core_tools.sandbox.service", "--socket", str(self.sock), *self.args],
             cwd=REPO,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -132,10 +122,8 @@ def sock(tmp_path: Path) -> Path:
 def start(sock: Path) -> Iterator[Callable[..., Service]]:
     started: list[Service] = []
 
-    def _start(*args: str, env: dict[str, str] | None = None, niceness: int = 0) -> Service:
-        service = Service(
-            sock, "--timeout", "5", "--max-timeout", "10", *args, env=env, niceness=niceness
-        ).start()
+    def _start(*args: str, env: dict[str, str] | None = None) -> Service:
+        service = Service(sock, "--timeout", "5", "--max-timeout", "10", *args, env=env).start()
         started.append(service)
         return service
 
@@ -370,7 +358,9 @@ def _wait_until_gone(seen: set[int], service_pid: int) -> None:
     assert not left, [(p, _cmdline(p)) for p in left]
 
 
-ATTEMPTS = 20  # runs tried before giving up on catching the moment
+# Runs tried before giving up on catching the moment (five misses in a row failed the test on a loaded
+# machine; twenty still can: the moment is a few milliseconds, see _kill_while_bwrap_sets_up).
+ATTEMPTS = 20
 
 
 @pytest.mark.parametrize("moment", list(MOMENTS))
@@ -383,10 +373,7 @@ async def test_service_killed_mid_run_gives_a_clear_error_and_recovers(
     ran its program to the end (7 such kills in 8 before the guardian).
     """
     kill, options = MOMENTS[moment]
-    # At the lowest priority the sandbox's set-up (a few milliseconds) is the first thing a loaded machine
-    # slows down, not the test that watches for it: the moment is missed far less often (five misses in a
-    # row made the test fail under load).
-    service = start(*options, niceness=19 if kill is _kill_while_bwrap_sets_up else 0)
+    service = start(*options)
     assert service.proc is not None
     registry = ToolRegistry()
     registry.register(CodeTool(ServiceExecutor(str(sock)), executions).code, timeout_s=60)
