@@ -6,11 +6,12 @@ import asyncio
 import itertools
 import json
 from pathlib import Path
+from typing import Any
 
 from core_tools.registry import MAX_DESCRIPTION_CHARS
 from core_tools.types import ToolContext
 from db.models import LLMCall, Message, ToolCallLog
-from tests.support.fakes.openai_api import FakeLLM, call, error, hang, text, tool_calls
+from tests.support.fakes.openai_api import FakeLLM, Step, call, error, hang, text, tool_calls
 from tests.support.fakes.telegram_api import FakeTelegram
 from tests.support.harness import FRIEND, OWNER, STRANGER, register_math, rows, running_bot
 
@@ -263,9 +264,16 @@ async def test_restart_keeps_history(tmp_path: Path, tg: FakeTelegram, llm: Fake
 async def test_two_chats_run_in_parallel_while_one_chat_stays_ordered(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
 ) -> None:
-    def answer(req: dict) -> object:  # type: ignore[type-arg]
+    async def answer(req: dict[str, Any]) -> Step:
         last = [m["content"] for m in req["messages"] if m["role"] == "user"][-1]
-        return text(f"re: {last}", delay=0.4)
+        if last == "owner one":
+            # Answered once the friend's turn is at the model too: the two chats' turns overlap by
+            # construction, not because the owner's answers happened to last long enough.
+            for _ in range(6000):
+                if any(r["messages"][-1]["content"] == "friend one" for r in llm.requests):
+                    break
+                await asyncio.sleep(0.01)
+        return text(f"re: {last}")
 
     llm.script(answer, answer, answer)
     async with running_bot(tmp_path, tg, llm) as h:

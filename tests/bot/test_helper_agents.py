@@ -182,7 +182,7 @@ async def test_stop_during_a_sub_turn_ends_it_and_the_turn(
 ) -> None:
     llm.script(
         tool_calls(call("agent__planner", {"task": "Look at everything, slowly."})),
-        text("word " * 2000, chunk_size=5, chunk_delay=0.02),  # the helper's answer, still streaming
+        text("word " * 20, hold=asyncio.Event()),  # the helper's answer: streams until it is stopped
         text("Back again."),
     )
     path = agents_file(tmp_path, PLANNER)

@@ -67,9 +67,9 @@ async def test_kill_9_while_a_message_waits_then_restart_answers_it(
         # killed process is forgotten at once, not after its heartbeat's lease (bot/runtime/replica.py).
         with h.services.engine.connect() as conn:
             assert conn.execute(select(Replica.id)).scalars().all() == [h.services.replica.id]
-        notice = await h.final_text(OWNER, "I was restarted", timeout=30)
+        notice = await h.final_text(OWNER, "I was restarted")
         assert "Plan my trip to Lisbon" in notice  # the turn that was cut is announced
-        await h.final_text(OWNER, "Casa Alfama has rooms.", timeout=30)  # the waiting message is answered
+        await h.final_text(OWNER, "Casa Alfama has rooms.")  # the waiting message is answered
         users = [c for r, c in said(llm.requests[-1]) if r == "user"]
         assert users == ["Plan my trip to Lisbon", "Also find me a hotel in Alfama"]
         assert waiting(h.services.engine) == []
@@ -120,7 +120,8 @@ async def test_a_message_sent_during_a_tool_call_waits_for_its_own_turn(
 async def test_an_edit_of_a_waiting_message_changes_what_waits(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
 ) -> None:
-    llm.script(text("Slow first." + " x" * 80, chunk_delay=0.02), text("Answered the edit."))
+    release = asyncio.Event()  # the first turn runs until the edit is stored, however slow the machine
+    llm.script(text("Slow first.", hold=release), text("Answered the edit."))
     async with running_bot(tmp_path, tg, llm) as h:
         tg.push_text(OWNER, "first")
         await llm.wait_for_requests(1)
@@ -131,6 +132,7 @@ async def test_an_edit_of_a_waiting_message_changes_what_waits(
         await tg.wait_for(
             lambda: waiting(h.services.engine) == ["what about tomorrow?"], what="the stored text edited"
         )
+        release.set()
         await h.final_text(OWNER, "Answered the edit.")
         assert said(llm.requests[1])[-1] == ("user", "what about tomorrow?")
         assert not any("Your edit is saved" in t for t in tg.sent_texts(OWNER))

@@ -325,15 +325,17 @@ async def test_extraction_never_holds_up_an_answer(tmp_path: Path, tg: FakeTeleg
         if str(request["messages"][0]["content"]).startswith(EXTRACT_PROMPT[:40]):
             extracting.append(request)
             return hang(60)  # an extraction whose LLM never answers
-        return text(f"Answer {len(llm.requests)}")
+        # By what is asked: the extraction's request may reach the LLM before or after the turn's.
+        asked = [m["content"] for m in request["messages"] if m["role"] == "user"][-1]
+        return text(f"Answer to: {asked}")
 
     llm.default = respond
     async with running_bot(tmp_path, tg, llm, memory_extract_delay_s=0.05) as h:
         tg.push_text(OWNER, "My brother Tom works at the harbour.")
-        await h.final_text(OWNER, "Answer 1")
+        await h.final_text(OWNER, "Answer to: My brother Tom")
         await tg.wait_for(lambda: extracting, what="the extraction request")
         tg.push_text(OWNER, "what is the weather like?")
-        await h.final_text(OWNER, "Answer 3")  # answered while the extraction still waits
+        await h.final_text(OWNER, "Answer to: what is the weather")  # while the extraction still waits
         assert _stored(h, "Tom") is None
     # Cut by the shutdown: nothing was marked as read, so the next start extracts the message again.
     with h.services.engine.connect() as conn:

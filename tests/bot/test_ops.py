@@ -102,11 +102,12 @@ async def test_sigterm_mid_turn_finishes_the_turn_then_exits(
     llm.script(text("Finished before shutdown.", delay=2.0))
     proc = await start_bot(tmp_path, env=full_env(tmp_path, tg, llm))
     try:
-        await tg.wait_for_call("getUpdates", timeout=30)
+        # A cold start on a busy machine, then a first long poll that waits for updates.
+        await tg.wait_for_call("getUpdates", timeout=120)
         tg.push_text(OWNER, "answer slowly")
-        await llm.wait_for_requests(1, timeout=30)
+        await llm.wait_for_requests(1, timeout=120)
         proc.send_signal(signal.SIGTERM)
-        _, err = await asyncio.wait_for(proc.communicate(), 30)
+        _, err = await asyncio.wait_for(proc.communicate(), 120)
     finally:
         if proc.returncode is None:
             proc.kill()
@@ -135,7 +136,7 @@ async def test_webhook_mode_checks_the_secret(tmp_path: Path, tg: FakeTelegram, 
     llm.script(text("hello via webhook"))
     proc = await start_bot(tmp_path, env=env, capture=False)
     try:
-        (call,) = await tg.wait_for_call("setWebhook", timeout=30)
+        (call,) = await tg.wait_for_call("setWebhook", timeout=120)  # a cold start on a busy machine
         assert call.params["url"] == "https://bot.example.com/telegram/hook"
         assert call.params["secret_token"] == "s3cret-value"
         update = {
@@ -172,4 +173,4 @@ async def test_webhook_mode_checks_the_secret(tmp_path: Path, tg: FakeTelegram, 
         assert len(llm.requests) == 1
     finally:
         proc.send_signal(signal.SIGTERM)
-        await asyncio.wait_for(proc.wait(), 30)
+        await asyncio.wait_for(proc.wait(), 120)

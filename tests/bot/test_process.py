@@ -41,9 +41,10 @@ async def test_kill_9_mid_turn_then_restart_tells_the_user(
     llm.script(hang(60))
     env = fake_env(tmp_path, tg, llm, f"sqlite:///{tmp_path / 'data' / 'assistant.db'}")
     async with bot_process(tmp_path, env) as proc:
-        await tg.wait_for_call("getUpdates", timeout=30)
+        # A cold start on a busy machine, then a first long poll that waits for updates.
+        await tg.wait_for_call("getUpdates", timeout=120)
         tg.push_text(OWNER, "Plan my trip to Lisbon")
-        await llm.wait_for_requests(1, timeout=30)
+        await llm.wait_for_requests(1, timeout=120)
         await proc.kill()
     llm.script(text("Sure, let us plan Lisbon."))
     async with running_bot(tmp_path, tg, llm) as h:
@@ -140,12 +141,12 @@ async def test_debug_webhook_run_logs_neither_token_nor_secrets(
     )
     proc = await start_bot(tmp_path, env=env)
     try:
-        calls = await tg.wait_for_call("setWebhook", timeout=30)
+        calls = await tg.wait_for_call("setWebhook", timeout=120)  # a cold start on a busy machine
         assert calls[0].params["secret_token"] == secret  # it was really sent
-        await tg.wait_for_call("setMyCommands", timeout=30)
+        await tg.wait_for_call("setMyCommands", timeout=120)
     finally:
         proc.send_signal(signal.SIGTERM)
-        out_b, err_b = await asyncio.wait_for(proc.communicate(), 30)
+        out_b, err_b = await asyncio.wait_for(proc.communicate(), 120)
     out, err = out_b.decode(), err_b.decode()
     logged = out + err
     assert "Calling Bot API endpoint `setWebhook`" in logged  # the DEBUG line that carried the secret

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,13 @@ def rows(h: Harness) -> list[tuple[str, str | None, str]]:
     with h.services.engine.connect() as conn:
         found = conn.execute(select(Message.role, Message.content, Message.status).order_by(Message.id)).all()
     return [(r[0], r[1], r[2]) for r in found]
+
+
+def received(h: Harness, *texts: str) -> bool:
+    """Whether the bot has stored these messages (waiting in the inbox, or taken for a turn)."""
+    stored = [q.content for q in h.services.conversations.inbox.waiting()]
+    stored += [str(content) for role, content, _ in rows(h) if role == "user"]
+    return all(t in stored for t in texts)
 
 
 def said(request: dict[str, Any]) -> list[tuple[str, str]]:
@@ -89,12 +98,15 @@ async def test_messages_sent_during_a_turn_are_answered_together_or_one_by_one(
 ) -> None:
     for merge in (True, False):
         llm.requests.clear()
-        llm.script(text("Slow first." + " x" * 60, chunk_delay=0.01), text("Next."), text("Last."))
+        release = asyncio.Event()  # the first turn runs until both later messages wait behind it
+        llm.script(text("Slow first.", hold=release), text("Next."), text("Last."))
         async with running_bot(tmp_path / str(merge), tg, llm, message_merge_bursts=merge) as h:
             tg.push_text(FRIEND, "first")
             await llm.wait_for_requests(1)
             tg.push_text(FRIEND, "second")
             tg.push_text(FRIEND, "third")
+            await tg.wait_for(partial(received, h, "second", "third"), what="both stored while the turn runs")
+            release.set()
             await h.final_text(FRIEND, "Next.")
             if merge:
                 assert said(llm.requests[1])[-2:] == [("user", "second"), ("user", "third")]
@@ -136,13 +148,15 @@ async def test_edits_rerun_the_latest_message_and_are_stored_for_older_ones(
 async def test_an_edit_while_its_answer_runs_is_stored_and_said_so(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
 ) -> None:
-    llm.script(text("Long answer." + " x" * 80, chunk_delay=0.01))
+    release = asyncio.Event()  # the answer runs until the edit has been seen, however slow the machine
+    llm.script(text("Long answer.", hold=release))
     async with running_bot(tmp_path, tg, llm) as h:
         tg.push_text(OWNER, "frist question")
         question = tg.incoming[OWNER][-1]
         await llm.wait_for_requests(1)
         tg.push_edit(question, "first question")
         await h.final_text(OWNER, "I am still answering your original message; your edit is saved.")
+        release.set()
         # The edited text is stored; the turn finishes (its final edit comes after the status change).
         await tg.wait_for(lambda: ("user", "first question", "answered") in rows(h), what="the turn's end")
         assert len(llm.requests) == 1

@@ -57,14 +57,21 @@ async def test_a_reminder_set_in_chat_arrives_on_time_with_buttons_and_no_llm_ca
 ) -> None:
     async with running_bot(tmp_path, tg, llm) as h:
         llm.script(
-            tool_calls(call("schedule", {"action": "create", "text": "Call the dentist", "at": local_at(2)})),
+            # An hour ahead, and the service's clock moved on below: a turn slowed down by a loaded machine
+            # cannot put a time a few seconds ahead in the past before the tool runs.
+            tool_calls(
+                call("schedule", {"action": "create", "text": "Call the dentist", "at": local_at(3600)})
+            ),
             text("I will remind you."),
         )
-        tg.push_text(OWNER, "remind me in two seconds to call the dentist")
+        tg.push_text(OWNER, "remind me in an hour to call the dentist")
         await h.final_text(OWNER, "I will remind you.")
         created = json.loads(llm.requests[1]["messages"][-1]["content"])
         assert created["ok"] and len(created["next"]) == 1 and "once" in created["description"]
         requests_before = len(llm.requests)
+        real = svc(h).clock
+        svc(h).clock = lambda: real() + timedelta(hours=1)  # the hour has passed
+        h.services.schedules.wake()
         (firing,) = await wait_sent(h, created["id"])
         (msg,) = messages_with(tg, OWNER, "⏰ Call the dentist")
         assert firing.status == "sent" and firing.message_id == msg["message_id"]

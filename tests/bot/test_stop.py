@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -12,11 +13,13 @@ from tests.support.fakes.openai_api import FakeLLM, TextStep, call, text, tool_c
 from tests.support.fakes.telegram_api import FakeTelegram
 from tests.support.harness import OWNER, Harness, running_bot
 
-LONG = "word " * 400  # streamed slowly: the turn is still running when it is stopped
+LONG = "word " * 400  # a long answer, of which only the start is ever streamed
 
 
-def slow_text(content: str = LONG) -> TextStep:
-    return text(content, chunk_size=5, chunk_delay=0.02)
+def slow_text(content: str = LONG, hold: asyncio.Event | None = None) -> TextStep:
+    """The start of a long answer, then a stream held open until `hold` is set (by default never): the turn
+    is still running when the test stops it, however slow the machine (no race with its end)."""
+    return text(content[:200], chunk_size=5, hold=hold or asyncio.Event())
 
 
 def statuses(h: Harness, role: str) -> list[tuple[str | None, str]]:

@@ -7,6 +7,7 @@ too), so every test here also shows the bot never sends one where it does not be
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -153,7 +154,8 @@ async def test_files_reminders_and_voice_answers_of_a_topic_go_to_that_topic(
         assert document.ok and document.params.get("message_thread_id") == trips
 
         llm.script(
-            tool_calls(call("schedule", {"action": "create", "text": "Pack the bags", "at": local_at(3)})),
+            # An hour ahead, and the service's clock moved on below: a slow turn cannot put it in the past.
+            tool_calls(call("schedule", {"action": "create", "text": "Pack the bags", "at": local_at(3600)})),
             text("I will remind you here."),
             text("Sunny."),
         )
@@ -163,6 +165,10 @@ async def test_files_reminders_and_voice_answers_of_a_topic_go_to_that_topic(
         )
         created = json.loads(llm.requests[3]["messages"][-1]["content"])
         assert created.get("ok"), created
+        schedules = h.services.schedules
+        real = schedules.service.clock
+        schedules.service.clock = lambda: real() + timedelta(hours=1)  # the hour has passed
+        schedules.wake()
         await wait_sent(h, created["id"])
         assert any("Pack the bags" in t for t in tg.topic_texts(FORUM, trips)), tg.describe_calls()
 

@@ -81,7 +81,7 @@ class TcpService:
         return f"tcp://127.0.0.1:{self.port}"
 
     def wait_up(self) -> TcpService:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 120  # a cold start on a loaded machine
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise AssertionError(f"service exited: {self.proc.stdout.read() if self.proc.stdout else ''}")

@@ -3,6 +3,7 @@ across a restart, and the group rules (a caption mention or a reply addresses th
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from pathlib import Path
 from typing import Any
@@ -18,11 +19,13 @@ from tests.support.media_files import make_png, make_wav, user_content
 
 GROUP = -100777
 OTHER_GROUP = -100888
-LONG = "word " * 400  # streamed slowly: the turn is still running while the test acts
+LONG = "word " * 400  # a long answer, of which only the start is ever streamed
 
 
-def slow_text(content: str = LONG) -> TextStep:
-    return text(content, chunk_size=5, chunk_delay=0.02)
+def slow_text(content: str = LONG, hold: asyncio.Event | None = None) -> TextStep:
+    """The start of a long answer, then a stream held open until `hold` is set (by default never): the turn
+    is still running while the test acts, however slow the machine (no race with its end)."""
+    return text(content[:200], chunk_size=5, hold=hold or asyncio.Event())
 
 
 def images(content: Any) -> list[str]:
@@ -129,7 +132,8 @@ async def test_a_voice_note_sent_during_a_text_turn_waits_and_joins_the_next_tex
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
 ) -> None:
     llm.transcript = "also book a table"
-    llm.script(slow_text(), text("Both done."))
+    release = asyncio.Event()
+    llm.script(slow_text(hold=release), text("Both done."))
     async with running_bot(tmp_path, tg, llm) as h:
         tg.push_text(OWNER, "plan my evening")
         await streaming_preview(tg, OWNER)
@@ -137,8 +141,8 @@ async def test_a_voice_note_sent_during_a_text_turn_waits_and_joins_the_next_tex
         await tg.wait_for(lambda: waiting(h) == ["also book a table"], what="the voice note in the inbox")
         tg.push_text(OWNER, "for two people")
         await tg.wait_for(lambda: len(waiting(h)) == 2, what="the text queued after it")
-        # The first turn streams for 8 s at least (400 chunks, 20 ms apart): a loaded machine takes longer.
-        answer = await h.final_text(OWNER, "Both done.", timeout=60)
+        release.set()  # the first turn ends only now: both wait behind it, whatever the machine's speed
+        answer = await h.final_text(OWNER, "Both done.")
         assert answer.startswith("heard: \u201calso book a table\u201d")
         first, second = llm.requests
         assert users_said(first) == ["plan my evening"]
@@ -164,7 +168,9 @@ async def test_media_left_waiting_by_a_restart_are_answered_with_their_photo_and
         inbox.put(OWNER, OWNER, "private", f"what is it?\n\n[photo {row}: photo.jpg]", media={"ids": [row]})
         inbox.put(FRIEND, FRIEND, "private", "good night", media={"ids": [], "heard": "good night"})
 
-    llm.script(text("A photo answer."), text("Night answer."))
+    # Both chats' waiting messages are answered at start, side by side, in either order: the answer depends
+    # on what is asked, not on which request reaches the LLM first.
+    llm.default = lambda req: text("A photo answer." if "what is it?" in str(req) else "Night answer.")
     async with running_bot(tmp_path, tg, llm, setup=leftovers) as h:
         await h.final_text(OWNER, "A photo answer.")
         night = await h.final_text(FRIEND, "Night answer.")

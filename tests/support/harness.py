@@ -53,6 +53,10 @@ def make_settings(tmp_path: Path, tg: FakeTelegram | None, llm: FakeLLM, **overr
         # No data toolkit (nothing is installed at start); the tests that use it pass the session's
         # (the `sandbox_toolkit` fixture).
         "code_python_env": "",
+        # No background memory extraction during a test unless it asks (a short delay of its own): at the
+        # default 60 s, a test slowed down by a loaded machine saw an extraction (after a durable-looking
+        # message, or the catch-up at a restart) take the scripted LLM reply meant for its next turn.
+        "memory_extract_delay_s": 3600.0,
     }
     values.update(overrides)
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]
@@ -127,6 +131,7 @@ async def running_bot(
     try:
         yield Harness(tg, llm, app, settings)
     finally:
+        llm.release_holds()  # a test that failed before releasing a held turn: the stop does not wait for it
         await app.updater.stop()
         await app.stop()
         await app.shutdown()

@@ -93,9 +93,10 @@ async def start_bot(
 
 
 async def run_bot(
-    cwd: Path, *args: str, env: dict[str, str], stdin: bytes | None = None, timeout: float = 30
+    cwd: Path, *args: str, env: dict[str, str], stdin: bytes | None = None, timeout: float = 120
 ) -> tuple[int, str, str]:
-    """Run `python -m bot ...` to its end; returns the exit code, stdout and stderr."""
+    """Run `python -m bot ...` to its end; returns the exit code, stdout and stderr (a deadline, generous
+    for a cold start on a loaded machine, not a speed target)."""
     proc = await start_bot(cwd, *args, env=env)
     out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)
     assert proc.returncode is not None

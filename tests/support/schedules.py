@@ -9,12 +9,17 @@ from tests.support.harness import Harness
 
 
 def local_at(seconds: float, now: datetime | None = None) -> str:
-    """An `at` this many seconds from now, as local wall time (the test users' zone is UTC)."""
-    base = now or datetime.now(UTC)
-    return (base + timedelta(seconds=seconds)).replace(tzinfo=None).isoformat(timespec="seconds")
+    """An `at` this many seconds after `now` (cut to the second), as local wall time (the test users' zone
+    is UTC). Without `now`: at least this many seconds from now, rounded up, since cut down `local_at(1)`
+    could be a few milliseconds ahead and in the past ("at ... is in the past") by the time a loaded
+    machine creates the schedule."""
+    at = (now or datetime.now(UTC)) + timedelta(seconds=seconds)
+    if now is None and at.microsecond:
+        at = at.replace(microsecond=0) + timedelta(seconds=1)
+    return at.replace(tzinfo=None).isoformat(timespec="seconds")
 
 
-async def wait_sent(h: Harness, schedule_id: int, n: int = 1, timeout: float = 10.0) -> list[Any]:
+async def wait_sent(h: Harness, schedule_id: int, n: int = 1, timeout: float = 60.0) -> list[Any]:
     """Wait until `n` firings of the schedule are recorded as sent or failed; return them."""
 
     store = h.services.schedules.service.store

@@ -69,6 +69,9 @@ class TextStep:
     chunk_delay: float = 0.0
     finish_reason: str = "stop"
     reasoning: str | None = None
+    # Set: after ``content`` the stream stays open (the turn is still running) until this event is set, the
+    # client goes away or the server closes; what a test does "during a turn" then cannot race its end.
+    hold: asyncio.Event | None = None
 
 
 @dataclass
@@ -130,9 +133,11 @@ def text(
     chunk_delay: float = 0.0,
     finish_reason: str = "stop",
     reasoning: str | None = None,
+    hold: asyncio.Event | None = None,
 ) -> TextStep:
-    """A text reply (``reasoning`` is streamed first as ``reasoning_content`` deltas, like vLLM/DeepSeek)."""
-    return TextStep(content, chunk_size, usage, delay, chunk_delay, finish_reason, reasoning)
+    """A text reply (``reasoning`` is streamed first as ``reasoning_content`` deltas, like vLLM/DeepSeek;
+    ``hold``: the stream ends only once that event is set, see TextStep)."""
+    return TextStep(content, chunk_size, usage, delay, chunk_delay, finish_reason, reasoning, hold)
 
 
 def call(name: str, args: JsonDict | str | None = None, id: str | None = None) -> ToolCall:
@@ -230,6 +235,7 @@ class FakeLLM:
         self.active = 0
         self.max_active = 0
         self.disconnects = 0  # streams the client closed before their end
+        self._held: set[asyncio.Event] = set()  # the `hold` events of the streams held open right now
         self._script: list[ScriptItem] = []
         self._ids = itertools.count(1)
         self._call_ids = itertools.count(1)
@@ -465,7 +471,6 @@ class FakeLLM:
 
     async def _stream(self, request: web.Request, body: JsonDict, step: Step) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await resp.prepare(request)
         cid = f"chatcmpl-{next(self._ids)}"
         created = int(time.time())
         model = body.get("model", "fake-model")
@@ -501,11 +506,30 @@ class FakeLLM:
                 await send(chunk({key: content[i : i + size]}), pause)
 
         try:
+            await resp.prepare(request)  # a client gone before the first byte counts as a disconnect too
             return await self._stream_steps(resp, request, body, step, chunk, send, send_text)
         except (ConnectionResetError, ConnectionError):
             self.disconnects += 1  # the client closed the stream before its end (a stopped turn)
             self._notify()
         return resp
+
+    async def _hold_open(self, resp: web.StreamResponse, until: asyncio.Event) -> None:
+        """Keep a stream open until `until` is set or the server closes. An SSE comment (which clients
+        ignore) every 0.1 s finds out a client that went away: the write raises ConnectionResetError."""
+        self._held.add(until)
+        try:
+            while not until.is_set() and not self._closing.is_set():
+                await resp.write(b": held\n\n")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(until.wait(), timeout=0.1)
+        finally:
+            self._held.discard(until)
+
+    def release_holds(self) -> None:
+        """End every stream held open now (a bot stopping at the end of a failed test must not wait for a
+        turn whose release never came)."""
+        for until in list(self._held):
+            until.set()
 
     async def _stream_steps(
         self,
@@ -534,6 +558,8 @@ class FakeLLM:
             if step.reasoning:
                 await send_text(step.reasoning, step.chunk_size, step.chunk_delay, key="reasoning_content")
             await send_text(step.content, step.chunk_size, step.chunk_delay)
+            if step.hold is not None:
+                await self._hold_open(resp, step.hold)
             finish = step.finish_reason
             output: Any = step.content
         else:

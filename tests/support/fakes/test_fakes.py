@@ -356,3 +356,42 @@ async def test_hang_times_out_and_concurrency(llm: FakeLLM) -> None:
         results = await asyncio.gather(*(one(i) for i in range(50)))
     assert results == ["concurrent reply"] * 50
     assert llm.max_active > 10  # served side by side (each waits its delay): parallel, not a queue
+
+
+async def test_a_held_stream_ends_only_when_released_and_sees_a_client_leave(
+    llm: FakeLLM, client: openai.AsyncOpenAI
+) -> None:
+    """text(hold=event): the content streams at once, the stream stays open (comments the client skips)
+    until the event is set; a client closing it meanwhile is counted as a disconnect."""
+    release = asyncio.Event()
+    llm.script(text("partial", hold=release), text("cut off", hold=asyncio.Event()))
+    stream = await client.chat.completions.create(model="m", messages=[], stream=True)
+    parts: list[str] = []
+    finish: str | None = None
+
+    async def read() -> None:
+        nonlocal finish
+        async for chunk in stream:
+            if chunk.choices:
+                parts.append(chunk.choices[0].delta.content or "")
+                finish = chunk.choices[0].finish_reason or finish
+
+    reading = asyncio.create_task(read())
+    await asyncio.wait_for(_until(lambda: "".join(parts) == "partial"), 30)
+    assert not reading.done() and finish is None  # held open after its content
+    release.set()
+    await asyncio.wait_for(reading, 30)
+    assert "".join(parts) == "partial" and finish == "stop"
+
+    held = await client.chat.completions.create(model="m", messages=[], stream=True)
+    async for chunk in held:
+        if chunk.choices and chunk.choices[0].delta.content:
+            break
+    await held.close()  # as a stopped turn closes its stream
+    await asyncio.wait_for(_until(lambda: llm.disconnects == 1), 30)
+
+
+async def _until(done: Any) -> None:
+    """Poll `done()` until it is true (callers bound the wait)."""
+    while not done():
+        await asyncio.sleep(0.01)
