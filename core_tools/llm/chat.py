@@ -204,9 +204,7 @@ class LLMClient:
                     self.sees_images = True
                 reply.images_dropped = dropped
             except asyncio.CancelledError:  # stopped: the stream is closed; what was sent is counted
-                usage = Usage(
-                    estimate_tokens(request), estimate_tokens("".join(streamed)), 0, estimated=True
-                )
+                usage = Usage(estimate_tokens(request), estimate_tokens("".join(streamed)), 0, estimated=True)
                 self._record(user_id, session_id, purpose, usage, started, "stopped", model)
                 raise
             except Exception as exc:
@@ -275,9 +273,7 @@ class LLMClient:
             await stream.close()
 
     @staticmethod
-    async def _read(
-        stream: AsyncIterator[object], on_delta: DeltaCallback | None, model: str
-    ) -> LLMReply:
+    async def _read(stream: AsyncIterator[object], on_delta: DeltaCallback | None, model: str) -> LLMReply:
         """Collect a streamed completion from its chunks (plain JSON objects, read defensively: any
         OpenAI-compatible server may leave fields out or send null)."""
         content: list[str] = []
