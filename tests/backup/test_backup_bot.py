@@ -8,7 +8,6 @@ import io
 import json
 import zipfile
 from pathlib import Path
-from typing import Any
 
 import pytest
 from sqlalchemy import BigInteger, Integer, MetaData, inspect, select
@@ -20,7 +19,7 @@ from core_tools.backup.restore import Target, restore
 from db.engine import make_engine
 from db.snapshot import managed_tables, sqlite_url
 from tests.backup.helpers import counts, message_texts
-from tests.support.fakes.openai_api import FakeLLM, text
+from tests.support.fakes.openai_api import FakeLLM, last_user_text, text
 from tests.support.fakes.telegram_api import FakeTelegram, UploadedFile
 from tests.support.harness import OWNER, TOKEN, running_bot
 
@@ -97,7 +96,7 @@ async def test_backup_while_turns_are_written_goes_through_senddocument_and_rest
     # A consistent database: the bot starts on it and goes on with the conversation it holds. Messages that
     # were still waiting at the snapshot are answered too, in either chat and in any order, so the answer
     # depends on what is asked, not on which request comes first.
-    llm.default = lambda req: text("welcome back" if last_user(req) == "still there?" else "answer")
+    llm.default = lambda req: text("welcome back" if last_user_text(req) == "still there?" else "answer")
     async with running_bot(
         tmp_path / "restored-run",
         tg,
@@ -107,14 +106,9 @@ async def test_backup_while_turns_are_written_goes_through_senddocument_and_rest
     ) as h:
         tg.push_text(OWNER, "still there?")
         await h.final_text(OWNER, "welcome back")
-    asked = next(r for r in llm.requests if last_user(r) == "still there?")
+    asked = next(r for r in llm.requests if last_user_text(r) == "still there?")
     users = [m["content"] for m in asked["messages"] if m["role"] == "user"]
     assert users[0].startswith("owner message 0") and "friend message 0" not in users
-
-
-def last_user(request: dict[str, Any]) -> str:
-    """The text of a request's last user message."""
-    return str([m["content"] for m in request["messages"] if m["role"] == "user"][-1])
 
 
 async def test_a_failed_upload_is_reported_and_a_damaged_backup_fails_the_drill(

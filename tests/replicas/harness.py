@@ -22,7 +22,7 @@ import aiohttp
 from sqlalchemy import Engine, create_engine
 from sqlalchemy import text as sql
 
-from tests.support.fakes.openai_api import FakeLLM
+from tests.support.fakes.openai_api import FakeLLM, last_user_text
 from tests.support.fakes.telegram_api import FakeTelegram
 from tests.support.harness import OWNER
 from tests.support.processes import BotProcess, fake_env, free_port
@@ -53,12 +53,6 @@ def callback_update(tg: FakeTelegram, user_id: int, data: str, message_id: int |
     tg.push_callback(user_id, data, message_id=message_id)
     update: JsonDict = tg.updates.pop()
     return update
-
-
-def last_user_text(request: JsonDict) -> str:
-    """The content of the last user message of an LLM request."""
-    users = [m for m in request["messages"] if m["role"] == "user"]
-    return str(users[-1]["content"]) if users else ""
 
 
 def said(request: JsonDict) -> list[tuple[str, Any]]:

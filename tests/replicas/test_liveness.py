@@ -23,9 +23,9 @@ import pytest
 from sqlalchemy import create_engine
 from sqlalchemy import text as sql
 
-from tests.replicas.harness import LEASE_S, USERS, Cluster, Replica, last_user_text, text_update
+from tests.replicas.harness import LEASE_S, USERS, Cluster, Replica, text_update
 from tests.support.databases import postgresql_only
-from tests.support.fakes.openai_api import FakeLLM, Step, text
+from tests.support.fakes.openai_api import FakeLLM, Step, last_user_text, text
 from tests.support.fakes.telegram_api import FakeTelegram
 
 pytestmark = [

@@ -23,12 +23,11 @@ from tests.replicas.harness import (
     Cluster,
     Replica,
     callback_update,
-    last_user_text,
     said,
     text_update,
 )
 from tests.support.databases import postgresql_only
-from tests.support.fakes.openai_api import FakeLLM, Step, call, hang, text, tool_calls
+from tests.support.fakes.openai_api import FakeLLM, Step, call, hang, last_user_text, text, tool_calls
 from tests.support.fakes.telegram_api import FakeTelegram
 from tests.support.schedules import local_at
 

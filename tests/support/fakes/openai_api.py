@@ -44,12 +44,20 @@ __all__ = [
     "estimate_tokens",
     "fake_embedding",
     "hang",
+    "last_user_text",
     "stream_error",
     "text",
     "tool_calls",
 ]
 
 JsonDict = dict[str, Any]
+
+
+def last_user_text(request: JsonDict) -> str:
+    """The content of the last user message of a chat request ("" without one): what a responder answers
+    by, so a reply cannot go to whichever request happens to come first."""
+    users = [m for m in request["messages"] if m["role"] == "user"]
+    return str(users[-1]["content"]) if users else ""
 
 
 def estimate_tokens(value: Any) -> int:
