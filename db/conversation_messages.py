@@ -11,13 +11,15 @@ from sqlalchemy import Connection, Engine, select, update
 
 from db.conversation_records import StoredMessage, UserMessage
 from db.conversation_statements import (
-    HISTORY,
     HISTORY_BETWEEN,
+    HISTORY_RUN,
     INSERT_MESSAGE,
+    INSERT_MESSAGE_RUN,
     MESSAGES,
     SET_STATUS,
     SUPERSEDE,
     TOUCH_SESSION,
+    TOUCH_SESSION_RUN,
 )
 from db.models import utcnow
 from db.usage import LLMCallRecord, insert_llm_call
@@ -48,11 +50,10 @@ class MessageLog:
 
     @staticmethod
     def _insert_message(conn: Connection, row: dict[str, Any], now: datetime, touch: bool = True) -> int:
-        key = conn.execute(INSERT_MESSAGE, row).inserted_primary_key
+        msg_id = int(INSERT_MESSAGE_RUN.scalar(conn, row))
         if touch:
-            conn.execute(TOUCH_SESSION, {"sid": row["session_id"], "at": now})
-        assert key is not None
-        return int(key[0])
+            TOUCH_SESSION_RUN.run(conn, {"sid": row["session_id"], "at": now})
+        return msg_id
 
     def add_message(
         self,
@@ -189,7 +190,8 @@ class MessageLog:
         """The newest `limit` messages of a session, oldest first (without `created_at`, to stay cheap),
         and every message from `since_id` on even past the limit (the current turn is always whole)."""
         with self._engine.connect() as conn:
-            rows = list(reversed(conn.execute(HISTORY, {"sid": session_id, "lim": limit}).all()))
+            rows = HISTORY_RUN.rows(conn, {"sid": session_id, "lim": limit})
+            rows.reverse()
             if since_id is not None and rows and rows[0][0] > since_id:
                 params = {"sid": session_id, "first": since_id, "before": rows[0][0]}
                 rows = [*conn.execute(HISTORY_BETWEEN, params).all(), *rows]

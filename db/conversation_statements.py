@@ -6,6 +6,7 @@ from __future__ import annotations
 from sqlalchemy import Table, bindparam, insert, select, update
 
 from db.models import ChatSession, ChatSettings, Message, User
+from db.prepared import Prepared
 
 MESSAGES: Table = Message.__table__  # type: ignore[assignment]
 SESSIONS: Table = ChatSession.__table__  # type: ignore[assignment]
@@ -86,3 +87,24 @@ HISTORY_BETWEEN = (
     )
     .order_by(MESSAGES.c.id)
 )
+
+# The statements every plain turn runs, run on the driver's cursor (db/prepared.py).
+MESSAGE_KEYS = (
+    "session_id",
+    "user_id",
+    "chat_id",
+    "role",
+    "content",
+    "tool_calls",
+    "tool_call_id",
+    "tool_name",
+    "status",
+    "created_at",
+    "tg_message_id",
+)
+INSERT_MESSAGE_RUN = Prepared(insert(MESSAGES).returning(MESSAGES.c.id), keys=MESSAGE_KEYS)
+TOUCH_SESSION_RUN = Prepared(TOUCH_SESSION)
+SET_STATUS_RUN = Prepared(SET_STATUS)
+OPEN_SESSION_RUN = Prepared(OPEN_SESSION)
+OPEN_CHAT_SESSION_RUN = Prepared(OPEN_CHAT_SESSION)
+HISTORY_RUN = Prepared(HISTORY)

@@ -23,10 +23,11 @@ from db.conversation_records import (
 from db.conversation_statements import (
     CHAT_MODEL,
     INSERT_SESSION,
-    OPEN_CHAT_SESSION,
-    OPEN_SESSION,
+    OPEN_CHAT_SESSION_RUN,
+    OPEN_SESSION_RUN,
     SESSIONS,
     SET_STATUS,
+    SET_STATUS_RUN,
     SUPERSEDE,
     TIMEZONE,
     USERS,
@@ -145,9 +146,9 @@ class Conversations(MessageLog):
         conn: Connection, user_id: int, chat_id: int, chat_type: str | None
     ) -> SessionInfo | None:
         if chat_type_of(user_id, chat_id, chat_type) != "private":
-            row = conn.execute(OPEN_CHAT_SESSION, {"cid": chat_id}).first()
+            row = OPEN_CHAT_SESSION_RUN.first(conn, {"cid": chat_id})
         else:
-            row = conn.execute(OPEN_SESSION, {"uid": user_id, "cid": chat_id}).first()
+            row = OPEN_SESSION_RUN.first(conn, {"uid": user_id, "cid": chat_id})
         return None if row is None else SessionInfo(*row)
 
     def _start_session(
@@ -288,7 +289,7 @@ class Conversations(MessageLog):
             if c.llm_call is not None:
                 insert_llm_call(conn, c.llm_call)
             if c.message_ids:
-                conn.execute(SET_STATUS, [{"mid": i, "new_status": c.status} for i in c.message_ids])
+                SET_STATUS_RUN.run_many(conn, [{"mid": i, "new_status": c.status} for i in c.message_ids])
             if c.mark is not None:  # last: on PostgreSQL the lease's row is locked the shortest
                 clear_turn(conn, c.mark)
         return msg_id

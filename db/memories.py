@@ -31,6 +31,7 @@ from sqlalchemy.orm import Session
 from db.memory_vectors import set_vector
 from db.memory_words import index_words
 from db.models import Memory, new_id
+from db.prepared import Prepared
 from db.recall import recall_backend
 
 LAYERS = ("long", "mid", "short", "session")
@@ -263,6 +264,9 @@ _HAS_LONG_OR_MID = (
     select(Memory.id).where(*_CURRENT, or_(Memory.layer == "long", Memory.layer == "mid")).limit(1)
 )
 
+_HAS_LONG_OR_MID_RUN = Prepared(_HAS_LONG_OR_MID)
+_SESSION_ROWS_RUN = Prepared(_SESSION_ROWS)
+
 
 def prompt_memories(
     conn: Connection, user_id: int, session_id: str, now: datetime, limit: int = 50
@@ -273,7 +277,7 @@ def prompt_memories(
     Two Core reads with fixed parameters, made on every turn: ORM entities and expanding IN lists cost
     more than the reads themselves (bench/bench_chat.py)."""
     params = {"uid": user_id, "now": now, "sid": session_id, "lim": limit}
-    has_relevant = conn.execute(_HAS_LONG_OR_MID, params).first() is not None
+    has_relevant = _HAS_LONG_OR_MID_RUN.first(conn, params) is not None
     return has_relevant, session_memories(conn, user_id, session_id, now, limit)
 
 
@@ -282,7 +286,7 @@ def session_memories(
 ) -> list[MemoryRow]:
     """The current session's memories, oldest first (the order they were noted in)."""
     params = {"uid": user_id, "now": now, "sid": session_id, "lim": limit}
-    return [MemoryRow(*tuple(r)) for r in conn.execute(_SESSION_ROWS, params)]
+    return [MemoryRow(*r) for r in _SESSION_ROWS_RUN.rows(conn, params)]
 
 
 def list_memories(

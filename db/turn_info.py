@@ -13,10 +13,32 @@ from typing import Any
 from sqlalchemy import Connection, Engine, Table, bindparam, insert, select
 
 from db.models import TurnInfo, User, utcnow
+from db.prepared import Prepared
 
 _TURN_INFO: Table = TurnInfo.__table__  # type: ignore[assignment]
 _USERS: Table = User.__table__  # type: ignore[assignment]
 _INSERT = insert(_TURN_INFO)  # built once: it runs with every answer
+_INSERT_RUN = Prepared(
+    _INSERT,
+    keys=(
+        "answer_id",
+        "user_message_id",
+        "user_id",
+        "chat_id",
+        "model",
+        "api_calls",
+        "tool_calls",
+        "duration_ms",
+        "prompt_tokens",
+        "completion_tokens",
+        "cached_tokens",
+        "tokens_estimated",
+        "cost_usd",
+        "memories",
+        "tools",
+        "created_at",
+    ),
+)
 _BY_ANSWER = (
     select(_TURN_INFO, _USERS.c.first_name)
     .outerjoin(_USERS, _USERS.c.id == _TURN_INFO.c.user_id)
@@ -72,8 +94,8 @@ class StoredTurnInfo:
 
 def insert_turn_info(conn: Connection, answer_id: int, r: TurnInfoRecord) -> None:
     """Store a turn's record in the caller's transaction (the one that stores its answer)."""
-    conn.execute(
-        _INSERT,
+    _INSERT_RUN.run(
+        conn,
         {
             "answer_id": answer_id,
             "user_message_id": r.user_message_id,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
@@ -23,6 +23,7 @@ from db.models import (
     User,
     utcnow,
 )
+from db.prepared import Prepared
 
 _LLM_CALLS: Table = LLMCall.__table__  # type: ignore[assignment]
 _INSERT_LLM_CALL = insert(_LLM_CALLS)  # built once: it runs on every LLM call
@@ -52,6 +53,11 @@ class LLMCallRecord:
     firing_id: int | None = None
 
 
+_INSERT_LLM_CALL_RUN = Prepared(
+    _INSERT_LLM_CALL, keys=(*(f.name for f in fields(LLMCallRecord)), "created_at")
+)
+
+
 @dataclass(frozen=True)
 class ToolCallRecord:
     """One tool call as the usage log keeps it, with its full result."""
@@ -72,7 +78,7 @@ def insert_llm_call(conn: Connection, record: LLMCallRecord) -> None:
     row = {**vars(record), "created_at": utcnow()}
     if record.schedule_id is None and record.firing_id is None:
         row.update(task_run_columns())  # the scheduled task run it was made for, if any
-    conn.execute(_INSERT_LLM_CALL, row)
+    _INSERT_LLM_CALL_RUN.run(conn, row)
 
 
 class UsageLog:

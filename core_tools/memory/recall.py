@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any, TypeVar
 
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from core_tools.memory import dates
@@ -221,9 +222,11 @@ class MemoryRecall:
         now = self.now()
         # Two small indexed reads, made on the event loop like the conversation reads: a worker thread
         # waits for the GIL behind the busy loop, which measured 2.5-3 ms a hop (bench/bench_chat.py).
-        with self._sessions() as s:
+        # A Core connection, not an ORM session (which cost as much as one of the reads).
+        engine: Engine = self._sessions.kw["bind"]
+        with engine.connect() as conn:
             # Most turns of a user without long/mid memories would otherwise pay for an embedding for nothing.
-            has_relevant, rows = q.prompt_memories(s.connection(), user_id, session_id, now)
+            has_relevant, rows = q.prompt_memories(conn, user_id, session_id, now)
         session = [memory_view(m) for m in rows]
         relevant = (
             await self.recall(user_id, message_text, layers=["long", "mid"], limit=8) if has_relevant else []

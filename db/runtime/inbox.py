@@ -14,7 +14,9 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, Table, bindparam, delete, func, insert, select, update
 
+from db.conversation_statements import INSERT_MESSAGE_RUN, TOUCH_SESSION_RUN
 from db.models import ChatSession, InboxMessage, Message, utcnow
+from db.prepared import Prepared
 
 _INBOX: Table = InboxMessage.__table__  # type: ignore[assignment]
 _MESSAGES: Table = Message.__table__  # type: ignore[assignment]
@@ -31,6 +33,23 @@ _WAITING_IN = (
     .where(_INBOX.c.chat_id == bindparam("cid"))
     .order_by(_INBOX.c.update_id.asc().nulls_first(), _INBOX.c.id)
 )
+_ENTRY_KEYS = (
+    "user_id",
+    "chat_id",
+    "chat_type",
+    "first_name",
+    "username",
+    "content",
+    "tg_message_id",
+    "media",
+    "update_id",
+    "rerun_of",
+    "reply_to",
+    "received_at",
+)
+_INSERT_RUN = Prepared(insert(_INBOX).returning(_INBOX.c.id), keys=_ENTRY_KEYS)
+_DELETE_RUN = Prepared(_DELETE)
+_WAITING_IN_RUN = Prepared(_WAITING_IN)
 _LATEST_IN = select(func.max(_INBOX.c.id)).where(_INBOX.c.chat_id == bindparam("cid"))
 _ANY_IN = select(_INBOX.c.id).where(_INBOX.c.chat_id == bindparam("cid")).limit(1)
 
@@ -74,9 +93,7 @@ class Entry:
 
 def insert_entry(conn: Connection, entry: Entry) -> int:
     """Queue a message in the caller's transaction; returns its inbox id."""
-    key = conn.execute(_INSERT, {**vars(entry), "received_at": utcnow()}).inserted_primary_key
-    assert key is not None
-    return int(key[0])
+    return int(_INSERT_RUN.scalar(conn, {**vars(entry), "received_at": utcnow()}))
 
 
 def move_into_history(
@@ -99,22 +116,23 @@ def move_into_history(
             "chat_id": chat_id,
             "role": "user",
             "content": text,
+            "tool_calls": None,
+            "tool_call_id": None,
+            "tool_name": None,
             "status": status,
             "created_at": now,
             "tg_message_id": tg_message_id,
         }
-        key = conn.execute(_INSERT_MESSAGE, row).inserted_primary_key
-        assert key is not None
-        ids.append(int(key[0]))
+        ids.append(int(INSERT_MESSAGE_RUN.scalar(conn, row)))
     discard_in(conn, inbox_ids)
-    conn.execute(_TOUCH_SESSION, {"sid": session_id, "at": now})
+    TOUCH_SESSION_RUN.run(conn, {"sid": session_id, "at": now})
     return ids
 
 
 def discard_in(conn: Connection, inbox_ids: Sequence[int]) -> None:
     """Take messages out of the inbox in the caller's transaction."""
     if inbox_ids:
-        conn.execute(_DELETE, [{"iid": i} for i in inbox_ids])
+        _DELETE_RUN.run_many(conn, [{"iid": i} for i in inbox_ids])
 
 
 class Inbox:
@@ -192,7 +210,7 @@ class Inbox:
     def waiting_in(self, chat_id: int) -> list[Queued]:
         """A chat's waiting messages in the order Telegram gave them (update id, then arrival)."""
         with self._engine.connect() as conn:
-            rows = conn.execute(_WAITING_IN, {"cid": chat_id}).all()
+            rows = _WAITING_IN_RUN.rows(conn, {"cid": chat_id})
         return [Queued(*row) for row in rows]
 
     def latest_in(self, chat_id: int) -> int:

@@ -46,6 +46,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 
 from db.models import ChatLease, InboxMessage, JobLease, Message, Replica, UpdateSeen, utcnow
+from db.prepared import Prepared
 from db.runtime.inbox import Entry, insert_entry
 
 _REPLICAS: Table = Replica.__table__  # type: ignore[assignment]
@@ -70,6 +71,8 @@ _CLEAR = (
     )
     .values(turn=None, turn_owner=None, stop=None)
 )
+_PUBLISH_RUN = Prepared(_PUBLISH)
+_CLEAR_RUN = Prepared(_CLEAR)
 _PENDING = select(_MESSAGES.c.id, _MESSAGES.c.user_id, _MESSAGES.c.chat_id, _MESSAGES.c.content).where(
     _MESSAGES.c.role == "user", _MESSAGES.c.status == "pending", _MESSAGES.c.chat_id == bindparam("cid")
 )
@@ -159,13 +162,13 @@ DEDUP_WINDOW = timedelta(hours=25)
 def publish_turn(conn: Connection, mark: TurnMark) -> None:
     """Publish the turn a process runs in its chat, in the caller's transaction (the one that stores the
     turn's messages)."""
-    conn.execute(_PUBLISH, {"cid": mark.chat_id, "me": mark.holder, "turn": mark.turn, "owner": mark.owner})
+    _PUBLISH_RUN.run(conn, {"cid": mark.chat_id, "me": mark.holder, "turn": mark.turn, "owner": mark.owner})
 
 
 def clear_turn(conn: Connection, mark: TurnMark) -> None:
     """The turn ended, in the caller's transaction (the one that stores its outcome); a /stop asked for it
     goes with it."""
-    conn.execute(_CLEAR, {"cid": mark.chat_id, "me": mark.holder, "ended": mark.turn})
+    _CLEAR_RUN.run(conn, {"cid": mark.chat_id, "me": mark.holder, "ended": mark.turn})
 
 
 class RuntimeStore:
@@ -192,6 +195,7 @@ class RuntimeStore:
             set_={"seen_at": seen.excluded.seen_at},
             where=_SEEN.c.seen_at < bindparam("expired"),
         ).returning(_SEEN.c.update_id)
+        self._first_delivery_run = Prepared(self._first_delivery)
         claim = self._insert(_CHATS).values(
             chat_id=bindparam("cid"), holder=bindparam("me"), since=bindparam("now")
         )
@@ -320,7 +324,7 @@ class RuntimeStore:
     def _first_delivery_in(self, conn: Connection, bot_id: int, update_id: int) -> bool:
         now = utcnow()
         params = {"bot": bot_id, "upd": update_id, "now": now, "expired": now - self.dedup_window}
-        return conn.execute(self._first_delivery, params).first() is not None
+        return self._first_delivery_run.first(conn, params) is not None
 
     def arrive(self, entry: Entry, *, update_of: int | None = None, claim_for: str | None = None) -> Arrival:
         """Queue a message that just arrived, in one transaction with what comes with it: with `update_of`
