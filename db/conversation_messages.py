@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, select, update
 
+from db import connections
 from db.conversation_records import StoredMessage, UserMessage
 from db.conversation_statements import (
     HISTORY_BETWEEN,
@@ -189,7 +190,7 @@ class MessageLog:
     def messages(self, session_id: str, limit: int = 500, since_id: int | None = None) -> list[StoredMessage]:
         """The newest `limit` messages of a session, oldest first (without `created_at`, to stay cheap),
         and every message from `since_id` on even past the limit (the current turn is always whole)."""
-        with self._engine.connect() as conn:
+        with connections.read(self._engine) as conn:
             rows = HISTORY_RUN.rows(conn, {"sid": session_id, "lim": limit})
             rows.reverse()
             if since_id is not None and rows and rows[0][0] > since_id:

@@ -11,6 +11,7 @@ from sqlalchemy import Connection, Engine, bindparam, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
+from db import connections
 from db.conversation_messages import MessageLog
 from db.conversation_records import (
     OpenedTurn,
@@ -245,7 +246,7 @@ class Conversations(MessageLog):
         turn published on its chat's lease."""
         now = utcnow()
         due = self._user_due(o.user_id, o.first_name, o.username, now)
-        with self._engine.begin() as conn:
+        with connections.begin(self._engine) as conn:
             if due:
                 self._upsert_user(conn, o.user_id, o.first_name, o.username, now)
             session = self._open_session(conn, o.user_id, o.chat_id, o.chat_type)
@@ -276,7 +277,7 @@ class Conversations(MessageLog):
         its mark cleared from the chat's lease; returns the assistant message's id."""
         now = utcnow()
         msg_id = None
-        with self._engine.begin() as conn:
+        with connections.begin(self._engine) as conn:
             if c.answer is not None:
                 content = c.answer.content
                 row = self._message_row(c.session_id, c.user_id, c.chat_id, "assistant", content, now)

@@ -9,7 +9,9 @@ from datetime import datetime
 from sqlalchemy import Engine, Table, bindparam, insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from db import connections
 from db.models import MediaFile, utcnow
+from db.prepared import Prepared
 
 _TABLE: Table = MediaFile.__table__  # type: ignore[assignment]
 _INSERT = insert(_TABLE)  # built once
@@ -78,6 +80,7 @@ _FOR_MESSAGES = (
     .where(_TABLE.c.session_id == bindparam("sid"), _TABLE.c.message_id >= bindparam("first"))
     .order_by(_TABLE.c.id)
 )
+_FOR_MESSAGES_RUN = Prepared(_FOR_MESSAGES)
 
 
 def _row(m: MediaFile) -> MediaRow:
@@ -181,6 +184,6 @@ class MediaFiles:
         if not message_ids:
             return []
         wanted = set(message_ids)
-        with self._engine.connect() as conn:
-            rows = conn.execute(_FOR_MESSAGES, {"sid": session_id, "first": min(wanted)})
-            return [MediaRow(*tuple(r)) for r in rows if r.message_id in wanted]
+        with connections.read(self._engine) as conn:
+            rows = _FOR_MESSAGES_RUN.rows(conn, {"sid": session_id, "first": min(wanted)})
+        return [MediaRow(*r) for r in rows if r[4] in wanted]  # (message_id)

@@ -18,9 +18,9 @@ from core_tools.memory.embedding import MemoryEmbedding, in_worker
 from core_tools.memory.views import change_view, iso, memory_view
 from core_tools.prompts import memory_block_with
 from core_tools.turn_info import PromptSection, recalled
+from db import connections, memory_search, memory_words
 from db import memories as q
 from db import memory_history as h
-from db import memory_search, memory_words
 
 LAYER_CATEGORIES: dict[str, tuple[str, ...]] = {
     "long": ("fact", "preference", "relationship"),
@@ -224,7 +224,7 @@ class MemoryRecall:
         # waits for the GIL behind the busy loop, which measured 2.5-3 ms a hop (bench/bench_chat.py).
         # A Core connection, not an ORM session (which cost as much as one of the reads).
         engine: Engine = self._sessions.kw["bind"]
-        with engine.connect() as conn:
+        with connections.read(engine) as conn:
             # Most turns of a user without long/mid memories would otherwise pay for an embedding for nothing.
             has_relevant, rows = q.prompt_memories(conn, user_id, session_id, now)
         session = [memory_view(m) for m in rows]

@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, Table, bindparam, delete, func, insert, select, update
 
+from db import connections
 from db.conversation_statements import INSERT_MESSAGE_RUN, TOUCH_SESSION_RUN
 from db.models import ChatSession, InboxMessage, Message, utcnow
 from db.prepared import Prepared
@@ -209,7 +210,7 @@ class Inbox:
 
     def waiting_in(self, chat_id: int) -> list[Queued]:
         """A chat's waiting messages in the order Telegram gave them (update id, then arrival)."""
-        with self._engine.connect() as conn:
+        with connections.read(self._engine) as conn:
             rows = _WAITING_IN_RUN.rows(conn, {"cid": chat_id})
         return [Queued(*row) for row in rows]
 

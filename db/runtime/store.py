@@ -45,6 +45,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
+from db import connections
 from db.models import ChatLease, InboxMessage, JobLease, Message, Replica, UpdateSeen, utcnow
 from db.prepared import Prepared
 from db.runtime.inbox import Entry, insert_entry
@@ -330,7 +331,7 @@ class RuntimeStore:
         """Queue a message that just arrived, in one transaction with what comes with it: with `update_of`
         (the bot's id) its update is recorded as seen first, and a duplicate stores nothing; with
         `claim_for` (a process id) its chat is claimed for that process when no live one holds it."""
-        with self._engine.begin() as conn:
+        with connections.begin(self._engine) as conn:
             duplicate = (
                 update_of is not None
                 and entry.update_id is not None
