@@ -13,6 +13,7 @@ from db import connections
 from db.conversation_records import StoredMessage, UserMessage
 from db.conversation_statements import (
     HISTORY_BETWEEN,
+    HISTORY_REVISION_RUN,
     HISTORY_RUN,
     INSERT_MESSAGE,
     INSERT_MESSAGE_RUN,
@@ -22,12 +23,15 @@ from db.conversation_statements import (
     TOUCH_SESSION,
     TOUCH_SESSION_RUN,
 )
+from db.history_cache import HistoryCache
 from db.models import utcnow
 from db.usage import LLMCallRecord, insert_llm_call
 
 
 class MessageLog:
     """Queries over the messages of sessions."""
+
+    _history: HistoryCache  # the histories read here, with their revision (db/history_cache.py)
 
     _engine: Engine
 
@@ -191,9 +195,16 @@ class MessageLog:
         """The newest `limit` messages of a session, oldest first (without `created_at`, to stay cheap),
         and every message from `since_id` on even past the limit (the current turn is always whole)."""
         with connections.read(self._engine) as conn:
-            rows = HISTORY_RUN.rows(conn, {"sid": session_id, "lim": limit})
-            rows.reverse()
-            if since_id is not None and rows and rows[0][0] > since_id:
-                params = {"sid": session_id, "first": since_id, "before": rows[0][0]}
-                rows = [*conn.execute(HISTORY_BETWEEN, params).all(), *rows]
-        return [StoredMessage(*row) for row in rows]
+            # The revision before the rows: rows newer than it are read again next time, never missed.
+            revision = HISTORY_REVISION_RUN.scalar(conn, {"sid": session_id})
+            stored = None if revision is None else self._history.get(session_id, revision, limit)
+            if stored is None:
+                rows = HISTORY_RUN.rows(conn, {"sid": session_id, "lim": limit})
+                rows.reverse()
+                stored = [StoredMessage(*row) for row in rows]
+                if revision is not None:
+                    self._history.put(session_id, revision, limit, stored)
+            if since_id is not None and stored and stored[0].id > since_id:
+                params = {"sid": session_id, "first": since_id, "before": stored[0].id}
+                stored = [*(StoredMessage(*r) for r in conn.execute(HISTORY_BETWEEN, params)), *stored]
+        return stored

@@ -108,3 +108,6 @@ SET_STATUS_RUN = Prepared(SET_STATUS)
 OPEN_SESSION_RUN = Prepared(OPEN_SESSION)
 OPEN_CHAT_SESSION_RUN = Prepared(OPEN_CHAT_SESSION)
 HISTORY_RUN = Prepared(HISTORY)
+# The session's revision of its messages (migration 0023): db/history_cache.py.
+HISTORY_REVISION_RUN = Prepared(select(SESSIONS.c.history_rev).where(SESSIONS.c.id == bindparam("sid")))
+TOUCH_SESSION_REVISION_RUN = Prepared(TOUCH_SESSION.returning(SESSIONS.c.history_rev))

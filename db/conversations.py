@@ -16,6 +16,7 @@ from db.conversation_messages import MessageLog
 from db.conversation_records import (
     OpenedTurn,
     SessionInfo,
+    StoredMessage,
     TurnClosing,
     TurnOpening,
     chat_type_of,
@@ -23,6 +24,7 @@ from db.conversation_records import (
 )
 from db.conversation_statements import (
     CHAT_MODEL,
+    HISTORY_REVISION_RUN,
     INSERT_SESSION,
     OPEN_CHAT_SESSION_RUN,
     OPEN_SESSION_RUN,
@@ -33,6 +35,7 @@ from db.conversation_statements import (
     TIMEZONE,
     USERS,
 )
+from db.history_cache import HistoryCache
 from db.models import ChatSession, ChatSettings, User, new_id, utcnow
 from db.runtime.inbox import Inbox, discard_in, move_into_history
 from db.runtime.store import clear_turn, publish_turn
@@ -58,6 +61,7 @@ class Conversations(MessageLog):
         # last_summary() per (user, chat); reset by end_session
         self._summaries: dict[tuple[int, int], tuple[str, str] | None] = {}
         self._session_chats: dict[str, tuple[int, int]] = {}
+        self._history = HistoryCache()  # the histories read here, with their revision
         self._postgres: bool = self._engine.dialect.name == "postgresql"
         dialect: Any = postgresql if self._postgres else sqlite
         users = dialect.insert(USERS).values(
@@ -259,13 +263,22 @@ class Conversations(MessageLog):
                 conn.execute(SET_STATUS, {"mid": o.rerun_of, "new_status": "pending"})
                 discard_in(conn, o.inbox_ids)  # a re-run waited in the inbox as a request only
                 ids = [o.rerun_of]
+                revision = None  # (the history is read again)
             else:
                 # After the previous turn's rows, out of the inbox.
-                ids = move_into_history(
+                ids, revision = move_into_history(
                     conn, session.id, o.user_id, o.chat_id, o.texts, o.inbox_ids, "pending"
                 )
             if o.mark is not None:
                 publish_turn(conn, o.mark)
+        if revision is None:
+            self._history.drop(session.id)
+        else:
+            added = [
+                StoredMessage(i, "user", text, None, None, None, "pending")
+                for i, (text, _tg) in zip(ids, o.texts, strict=True)
+            ]
+            self._history.wrote(session.id, len(ids), revision, added=added)
         if due:
             self._seen[o.user_id] = ((o.first_name, o.username), now)
         self._remember_session(session)
@@ -277,7 +290,12 @@ class Conversations(MessageLog):
         its mark cleared from the chat's lease; returns the assistant message's id."""
         now = utcnow()
         msg_id = None
+        changed = 0  # message rows: the history kept here is current if the revision moved by this much
         with connections.begin(self._engine) as conn:
+            # The statuses first: a message's row, then its session's (its revision), in the order an edit
+            # of the message takes them (two PostgreSQL transactions never wait on each other's).
+            for i in c.message_ids:
+                changed += SET_STATUS_RUN.run(conn, {"mid": i, "new_status": c.status})
             if c.answer is not None:
                 content = c.answer.content
                 row = self._message_row(c.session_id, c.user_id, c.chat_id, "assistant", content, now)
@@ -285,14 +303,24 @@ class Conversations(MessageLog):
                 # The session was marked active when the turn opened (the user's message): its idle
                 # clock runs from what the user last said, and a turn saves a statement.
                 msg_id = self._insert_message(conn, row, now, touch=False)
+                changed += 1
                 if c.info is not None:
                     insert_turn_info(conn, msg_id, c.info)
             if c.llm_call is not None:
                 insert_llm_call(conn, c.llm_call)
-            if c.message_ids:
-                SET_STATUS_RUN.run_many(conn, [{"mid": i, "new_status": c.status} for i in c.message_ids])
+            kept = self._history.holds(c.session_id)
+            revision = HISTORY_REVISION_RUN.scalar(conn, {"sid": c.session_id}) if kept else None
             if c.mark is not None:  # last: on PostgreSQL the lease's row is locked the shortest
                 clear_turn(conn, c.mark)
+        if revision is not None:
+            answer = c.answer
+            added = (
+                [StoredMessage(msg_id, "assistant", answer.content, None, None, None, answer.status)]
+                if answer is not None and msg_id is not None
+                else []
+            )
+            statuses = dict.fromkeys(c.message_ids, c.status)
+            self._history.wrote(c.session_id, changed, int(revision), added=added, statuses=statuses)
         return msg_id
 
     def last_summary(self, user_id: int, chat_id: int | None = None) -> tuple[str, str] | None:

@@ -52,6 +52,9 @@ class ChatSession(Base):
     last_activity_at: Mapped[datetime] = mapped_column(default=utcnow)
     ended_at: Mapped[datetime | None] = mapped_column()
     summary: Mapped[str | None] = mapped_column(Text)
+    # Raised by the database for every change to the session's messages (migration 0023's triggers): a
+    # process reads a history again only when it moved by more than its own writes (db/history_cache.py).
+    history_rev: Mapped[int] = mapped_column(BigInteger, server_default="0")
 
 
 class Message(Base):

@@ -15,20 +15,14 @@ from typing import Any
 from sqlalchemy import Connection, Engine, Table, bindparam, delete, func, insert, select, update
 
 from db import connections
-from db.conversation_statements import INSERT_MESSAGE_RUN, TOUCH_SESSION_RUN
-from db.models import ChatSession, InboxMessage, Message, utcnow
+from db.conversation_statements import INSERT_MESSAGE_RUN, TOUCH_SESSION_REVISION_RUN
+from db.models import InboxMessage, utcnow
 from db.prepared import Prepared
 
 _INBOX: Table = InboxMessage.__table__  # type: ignore[assignment]
-_MESSAGES: Table = Message.__table__  # type: ignore[assignment]
-_SESSIONS: Table = ChatSession.__table__  # type: ignore[assignment]
 # Built once with bind parameters: building a statement per call is most of a small query's cost.
 _INSERT = insert(_INBOX)
-_INSERT_MESSAGE = insert(_MESSAGES)
 _DELETE = delete(_INBOX).where(_INBOX.c.id == bindparam("iid"))
-_TOUCH_SESSION = (
-    update(_SESSIONS).where(_SESSIONS.c.id == bindparam("sid")).values(last_activity_at=bindparam("at"))
-)
 _WAITING_IN = (
     select(_INBOX)
     .where(_INBOX.c.chat_id == bindparam("cid"))
@@ -105,9 +99,10 @@ def move_into_history(
     messages: Sequence[tuple[str, int | None]],
     inbox_ids: Sequence[int],
     status: str,
-) -> list[int]:
+) -> tuple[list[int], int]:
     """Store a turn's user messages ((text, Telegram id), in order) in the session's history and take them
-    out of the inbox, in the caller's transaction; returns their message ids."""
+    out of the inbox, in the caller's transaction; returns their message ids and the session's history
+    revision after them (db/history_cache.py)."""
     now = utcnow()
     ids = []
     for text, tg_message_id in messages:
@@ -126,8 +121,8 @@ def move_into_history(
         }
         ids.append(int(INSERT_MESSAGE_RUN.scalar(conn, row)))
     discard_in(conn, inbox_ids)
-    TOUCH_SESSION_RUN.run(conn, {"sid": session_id, "at": now})
-    return ids
+    revision = TOUCH_SESSION_REVISION_RUN.scalar(conn, {"sid": session_id, "at": now})
+    return ids, int(revision)
 
 
 def discard_in(conn: Connection, inbox_ids: Sequence[int]) -> None:
@@ -237,4 +232,7 @@ class Inbox:
         """Store a turn's user messages ((text, Telegram id), in order) in the session's history and take
         them out of the inbox, in one transaction; returns their message ids."""
         with self._engine.begin() as conn:
-            return move_into_history(conn, session_id, user_id, chat_id, messages, inbox_ids, status)
+            ids, _revision = move_into_history(
+                conn, session_id, user_id, chat_id, messages, inbox_ids, status
+            )
+            return ids
