@@ -37,9 +37,12 @@ def is_private(chat_type: str, user_id: int, chat_id: int) -> bool:
     return chat_type == ChatType.PRIVATE and chat_id == user_id
 
 
+_CHAT_TYPES = frozenset(t.value for t in ChatType)
+
+
 def chat_type_of(user_id: int, chat_id: int, chat_type: str | None) -> str:
     """A known chat type as a string; when unknown, private only for the user's own chat id."""
-    if chat_type in {t.value for t in ChatType}:
+    if chat_type in _CHAT_TYPES:
         assert chat_type is not None
         return chat_type
     return ChatType.PRIVATE.value if chat_id == user_id else ChatType.GROUP.value

@@ -3,7 +3,7 @@ closes (db/conversations.py reads and writes them)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -16,7 +16,11 @@ from db.usage import LLMCallRecord
 @dataclass(slots=True)
 class StoredMessage:
     """A message row as plain data, not changed once read (not declared frozen: a frozen dataclass's
-    constructor costs four times as much, and every turn reads one per history message)."""
+    constructor costs four times as much, and every turn reads one per history message).
+
+    `derived`: what a reader computed from the row, kept with it (the agent's request form and token
+    estimate: the history cache hands out the same rows turn after turn, db/history_cache.py); a copy
+    made with `dataclasses.replace` starts without it."""
 
     id: int
     role: str
@@ -26,6 +30,7 @@ class StoredMessage:
     tool_name: str | None
     status: str
     created_at: datetime | None = None
+    derived: Any = field(default=None, init=False, repr=False, compare=False)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,6 @@ from db.conversation_records import (
 )
 from db.conversation_statements import (
     CHAT_MODEL,
-    HISTORY_REVISION_RUN,
     INSERT_SESSION,
     OPEN_CHAT_SESSION_RUN,
     OPEN_SESSION_RUN,
@@ -308,19 +307,17 @@ class Conversations(MessageLog):
                     insert_turn_info(conn, msg_id, c.info)
             if c.llm_call is not None:
                 insert_llm_call(conn, c.llm_call)
-            kept = self._history.holds(c.session_id)
-            revision = HISTORY_REVISION_RUN.scalar(conn, {"sid": c.session_id}) if kept else None
             if c.mark is not None:  # last: on PostgreSQL the lease's row is locked the shortest
                 clear_turn(conn, c.mark)
-        if revision is not None:
-            answer = c.answer
-            added = (
-                [StoredMessage(msg_id, "assistant", answer.content, None, None, None, answer.status)]
-                if answer is not None and msg_id is not None
-                else []
-            )
-            statuses = dict.fromkeys(c.message_ids, c.status)
-            self._history.wrote(c.session_id, changed, int(revision), added=added, statuses=statuses)
+        answer = c.answer
+        added = (
+            [StoredMessage(msg_id, "assistant", answer.content, None, None, None, answer.status)]
+            if answer is not None and msg_id is not None
+            else []
+        )
+        # Applied without reading the revision: the next read of it checks that it moved by these alone.
+        statuses = dict.fromkeys(c.message_ids, c.status)
+        self._history.wrote(c.session_id, changed, None, added=added, statuses=statuses)
         return msg_id
 
     def last_summary(self, user_id: int, chat_id: int | None = None) -> tuple[str, str] | None:

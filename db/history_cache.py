@@ -9,9 +9,10 @@ session's current one, read in the same transaction as it would have been read:
 
 - A read checks the revision first and reads the rows only when it moved. (The rows, read after the
   revision, can only be newer than it: the next read finds the revision moved and reads them again.)
-- A turn's own writes (its user messages stored, its answer and their statuses) are applied here too, when
-  the revision after them is exactly the one before plus the rows they changed: any other change in between
-  (an edit, a /forget, another process) raised it by more, and the history is dropped and read again.
+- A turn's own writes (its user messages stored, its answer and their statuses) are applied here too, and
+  the history is then current for the revision before them plus the rows they changed. Whenever the
+  revision is next read (a history, the next turn's `open_turn`), any other change since (an edit, a
+  /forget, another process) shows as a larger one, and the history is dropped and read again.
 """
 
 from __future__ import annotations
@@ -41,10 +42,6 @@ class HistoryCache:
         self._most = sessions
         self._lock = threading.Lock()  # (PostgreSQL's calls run in worker threads)
 
-    def holds(self, session_id: str) -> bool:
-        """Whether a history of the session is kept (a write then reads the revision to keep it current)."""
-        return session_id in self._kept
-
     def get(self, session_id: str, revision: int, limit: int) -> list[StoredMessage] | None:
         """The session's newest `limit` messages if they are kept for this revision, else None."""
         with self._lock:
@@ -66,27 +63,35 @@ class HistoryCache:
         self,
         session_id: str,
         changed: int,
-        revision: int,
+        revision: int | None,
         *,
         added: Iterable[StoredMessage] = (),
         statuses: Mapping[int, str] | None = None,
     ) -> None:
-        """This process changed `changed` message rows of the session in a transaction that ended at
-        `revision`: messages `added` and `statuses` set. Applied when nothing else changed the session
-        since its history was read, else the history is dropped."""
+        """This process changed exactly `changed` message rows of the session in one transaction
+        (committed): messages `added` and `statuses` set. `revision`: the session's revision after it,
+        when the transaction read it; the history is dropped unless that is the kept one plus `changed`
+        (nothing else changed the session). Without it, the history is kept for the revision it should
+        have now, and the next read of the revision (a history, the next turn's `open_turn`) tells
+        whether it does."""
         with self._lock:
             kept = self._kept.get(session_id)
             if kept is None:
                 return
-            if kept.revision + changed != revision:
+            expected = kept.revision + changed
+            if revision is not None and revision != expected:
                 del self._kept[session_id]
                 return
-            rows = kept.rows
-            if statuses:
-                rows = [replace(m, status=statuses[m.id]) if m.id in statuses else m for m in rows]
+            rows = kept.rows  # (a list of this cache's own: `get` hands out copies)
+            left = dict(statuses or {})
+            for i in range(len(rows) - 1, -1, -1):  # a turn's messages are the newest: from the end
+                if not left:
+                    break
+                if (status := left.pop(rows[i].id, None)) is not None:
+                    rows[i] = replace(rows[i], status=status)
             rows.extend(added)
-            kept.rows = rows[-kept.limit :]
-            kept.revision = revision
+            del rows[: max(0, len(rows) - kept.limit)]
+            kept.revision = expected
 
     def drop(self, session_id: str) -> None:
         """Forget a session's history (it is read again next time)."""

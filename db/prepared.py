@@ -152,7 +152,8 @@ class Prepared:
 
 
 def _run(conn: Connection, form: _Form, params: Any, *, fetch: bool, many: bool = False) -> Any:
-    dbapi_conn = conn.connection
+    dbapi_conn = conn.connection.dbapi_connection
+    assert dbapi_conn is not None
     cursor = dbapi_conn.cursor()
     # The engine's cursor events still fire (instrumentation, bench/bench_chat.py's statement counts);
     # a listener's replacement statement or parameters are not taken.
@@ -169,7 +170,7 @@ def _run(conn: Connection, form: _Form, params: Any, *, fetch: bool, many: bool 
         return (cursor.fetchall(), cursor.description) if fetch else cursor.rowcount
     except conn.dialect.loaded_dbapi.Error as error:
         dialect = conn.dialect
-        gone = dialect.is_disconnect(error, dbapi_conn.dbapi_connection, cursor)
+        gone = dialect.is_disconnect(error, dbapi_conn, cursor)
         if gone:
             conn.invalidate(error)
         raise exc.DBAPIError.instance(

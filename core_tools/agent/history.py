@@ -12,11 +12,32 @@ from db.conversation_records import StoredMessage
 
 
 def _to_chat(m: StoredMessage, images: Mapping[int, tuple[str, ...]] | None = None) -> ChatMessage:
-    if not m.tool_calls and not images:  # most messages of a history: every turn converts them all
-        return ChatMessage(m.role, m.content, (), m.tool_call_id, m.tool_name)
-    calls = tuple(ToolCallRequest(c["id"], c["name"], c["arguments"]) for c in m.tool_calls or [])
     pictures = images.get(m.id, ()) if images and m.role == "user" else ()
-    return ChatMessage(m.role, m.content, calls, m.tool_call_id, m.tool_name, pictures)
+    if pictures:
+        calls = tuple(ToolCallRequest(c["id"], c["name"], c["arguments"]) for c in m.tool_calls or [])
+        return ChatMessage(m.role, m.content, calls, m.tool_call_id, m.tool_name, pictures)
+    return _derived(m).chat
+
+
+class _Derived:
+    """A stored message's request form and token estimate, computed once per row (kept on it: a
+    history's rows come back turn after turn from the history cache)."""
+
+    __slots__ = ("chat", "cost")
+
+    def __init__(self, m: StoredMessage) -> None:
+        calls = tuple(ToolCallRequest(c["id"], c["name"], c["arguments"]) for c in m.tool_calls or [])
+        self.chat = ChatMessage(m.role, m.content, calls, m.tool_call_id, m.tool_name)
+        # json.dumps([]) is "[]": most messages have no tool calls.
+        text = json.dumps(m.tool_calls) if m.tool_calls else "[]"
+        self.cost = estimate_tokens((m.content or "") + text) + 4
+
+
+def _derived(m: StoredMessage) -> _Derived:
+    known = m.derived
+    if not isinstance(known, _Derived):
+        known = m.derived = _Derived(m)
+    return known
 
 
 # Under a tight budget each tool result keeps at least its head (where a page's title or an error is); fewer
@@ -27,9 +48,7 @@ CHARS_PER_TOKEN = 4  # the same rough ratio as estimate_tokens
 
 
 def _cost(m: StoredMessage) -> int:
-    # json.dumps([]) is "[]": most messages have no tool calls, and the history is costed every turn.
-    calls = json.dumps(m.tool_calls) if m.tool_calls else "[]"
-    return estimate_tokens((m.content or "") + calls) + 4
+    return _derived(m).cost
 
 
 def cut_result(content: str, keep: int) -> str:

@@ -45,8 +45,9 @@ class BudgetGate(Protocol):
         ...
 
 
-def estimate_tokens(text: str) -> int:
-    """A rough token count (about four characters a token) for servers that report no usage."""
+def estimate_tokens(text: str | bytes) -> int:
+    """A rough token count (about four characters, or bytes of UTF-8, a token) for servers that report no
+    usage."""
     return max(1, len(text) // 4) if text else 0
 
 

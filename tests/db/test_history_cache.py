@@ -1,0 +1,115 @@
+"""A session's history kept between turns (db/history_cache.py): a turn sends what the database holds,
+whoever changed it, and a turn's own writes do not make it read the history again."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import Engine, delete, event, insert, update
+
+from db.conversation_records import Answer, TurnClosing, TurnOpening
+from db.conversations import Conversations
+from db.engine import make_engine, make_sessionmaker
+from db.models import Message, utcnow
+from tests.support.databases import both_databases
+
+db_kind = both_databases()  # the revision's triggers are each database's own
+
+USER = 7
+
+
+def _turn(conv: Conversations, text: str, answer: str) -> str:
+    """One plain turn as the agent stores it; the session's id."""
+    opened = conv.open_turn(TurnOpening(USER, USER, "private", texts=((text, None),)))
+    conv.close_turn(
+        TurnClosing(opened.session.id, USER, USER, tuple(opened.message_ids), "answered", Answer(answer))
+    )
+    return opened.session.id
+
+
+def _seen(conv: Conversations, session_id: str) -> list[tuple[str, str | None, str]]:
+    return [(m.role, m.content, m.status) for m in conv.messages(session_id)]
+
+
+@contextmanager
+def history_reads(engine: Engine) -> Iterator[list[str]]:
+    """The statements that read a history's rows while the block runs."""
+    seen: list[str] = []
+
+    def before(_conn: object, _cursor: object, statement: str, *_rest: object) -> None:
+        if "FROM messages" in statement and statement.lstrip().upper().startswith("SELECT"):
+            seen.append(statement)
+
+    event.listen(engine, "before_cursor_execute", before)
+    try:
+        yield seen
+    finally:
+        event.remove(engine, "before_cursor_execute", before)
+
+
+def test_a_turns_own_writes_keep_its_history_without_reading_it_again(engine: Engine) -> None:
+    conv = Conversations(make_sessionmaker(engine))
+    session = _turn(conv, "Plan my trip", "Where to?")
+    assert _seen(conv, session) == [("user", "Plan my trip", "answered"), ("assistant", "Where to?", "done")]
+    with history_reads(engine) as reads:
+        _turn(conv, "Lisbon", "Lisbon it is.")
+        _turn(conv, "In May", "May is lovely.")
+        history = _seen(conv, session)
+    assert reads == []  # the two turns' own rows were applied to the history kept here
+    assert history[-4:] == [
+        ("user", "Lisbon", "answered"),
+        ("assistant", "Lisbon it is.", "done"),
+        ("user", "In May", "answered"),
+        ("assistant", "May is lovely.", "done"),
+    ]
+    fresh = Conversations(make_sessionmaker(engine))  # a process that keeps nothing yet reads the same
+    assert _seen(fresh, session) == history
+
+
+def test_what_another_process_changes_is_in_the_next_history(database_url: str, engine: Engine) -> None:
+    here = Conversations(make_sessionmaker(engine))
+    other_engine = make_engine(database_url)  # another process, on its own connections
+    try:
+        session = _turn(here, "My PIN is 1234", "Noted.")
+        _turn(here, "What is the capital of Peru?", "Lima.")
+        assert len(_seen(here, session)) == 4
+        with other_engine.begin() as conn:  # an edit there
+            conn.execute(
+                update(Message)
+                .where(Message.content == "What is the capital of Peru?")
+                .values(content="Chile?")
+            )
+        assert ("user", "Chile?", "answered") in _seen(here, session)
+        with other_engine.begin() as conn:  # the user's forgetting there
+            conn.execute(delete(Message).where(Message.content.in_(["My PIN is 1234", "Noted."])))
+        assert [m[1] for m in _seen(here, session)] == ["Chile?", "Lima."]
+        with other_engine.begin() as conn:  # a message stored there
+            row = {"session_id": session, "user_id": USER, "chat_id": USER, "role": "user"}
+            conn.execute(
+                insert(Message).values(**row, content="Sent elsewhere", status="done", created_at=utcnow())
+            )
+        assert [m[1] for m in _seen(here, session)] == ["Chile?", "Lima.", "Sent elsewhere"]
+    finally:
+        other_engine.dispose()
+
+
+def test_a_change_between_a_turns_writes_is_not_lost(database_url: str, engine: Engine) -> None:
+    here = Conversations(make_sessionmaker(engine))
+    other_engine = make_engine(database_url)
+    try:
+        session = _turn(here, "Book a table for two", "Done, at 8.")
+        _seen(here, session)  # kept here
+        with other_engine.begin() as conn:  # edited elsewhere after this turn ended...
+            conn.execute(
+                update(Message).where(Message.content == "Book a table for two").values(content="For four")
+            )
+        _turn(here, "Thanks", "You're welcome.")  # ...before the next turn's own writes
+        assert [m[1] for m in _seen(here, session)] == [
+            "For four",
+            "Done, at 8.",
+            "Thanks",
+            "You're welcome.",
+        ]
+    finally:
+        other_engine.dispose()
