@@ -168,6 +168,9 @@ class ChatMessage:
     name: str | None = None
     # User messages: images as data URLs, sent as `image_url` parts after the text (the caption).
     images: tuple[str, ...] = ()
+    # `to_openai` as the LLM client encoded it (core_tools/llm/chat.py), kept: a history's messages are the
+    # same objects turn after turn (core_tools/agent/history.py), so a request encodes only what is new.
+    encoded: Any = field(default=None, init=False, repr=False, compare=False)
 
     def to_openai(self) -> dict[str, Any]:
         """Return the dict the chat.completions API takes."""

@@ -46,8 +46,16 @@ def _connect_failed(exc: BaseException) -> bool:
     return False
 
 
+def _encoded(m: ChatMessage) -> orjson.Fragment:
+    """A message's JSON, made once per message (kept on it: ChatMessage.encoded)."""
+    if m.encoded is None:
+        m.encoded = orjson.Fragment(orjson.dumps(m.to_openai()))
+    encoded: orjson.Fragment = m.encoded
+    return encoded
+
+
 def _request_body(
-    payload: list[dict[str, Any]], tools: list[dict[str, Any]] | None, model: str, ceiling: int | None
+    payload: list[orjson.Fragment], tools: list[dict[str, Any]] | None, model: str, ceiling: int | None
 ) -> bytes:
     """The JSON of a streamed chat completion request, UTF-8 encoded (orjson: a turn's request with its
     history and tool schemas took the stdlib's encoder about 0.1 ms, bench/bench_chat.py)."""
@@ -174,7 +182,7 @@ class LLMClient:
         model = model or (self.background_model if purpose in BACKGROUND_PURPOSES else self.model)
         has_images = any(m.images for m in messages)
         dropped = has_images and self.sees_images is False
-        payload = [m.to_openai() for m in (_without_images(messages) if dropped else messages)]
+        payload = [_encoded(m) for m in (_without_images(messages) if dropped else messages)]
         # One JSON text of the request: sent as it is, and the rough size its reservation is counted from.
         request = _request_body(payload, tools, model, ceiling)
         hold: BudgetHold | None = None
@@ -198,7 +206,7 @@ class LLMClient:
                     # The endpoint refuses image input: remember it and send the text (captions) alone.
                     log.warning("the LLM endpoint rejected image input; images are left out from now on")
                     self.sees_images, dropped = False, True
-                    payload = [m.to_openai() for m in _without_images(messages)]
+                    payload = [_encoded(m) for m in _without_images(messages)]
                     request = _request_body(payload, tools, model, ceiling)
                     reply = await self._stream(request, on_text, model)
                 if has_images and not dropped:
