@@ -46,14 +46,20 @@ class HistoryCache:
         """The session's newest `limit` messages if they are kept for this revision, else None."""
         with self._lock:
             kept = self._kept.get(session_id)
-            if kept is None or kept.revision != revision or kept.limit != limit:
+            if kept is None or kept.revision != revision or limit <= 0:
+                return None
+            if limit > kept.limit and len(kept.rows) >= kept.limit:  # more than was read
                 return None
             self._kept.move_to_end(session_id)
-            return list(kept.rows)
+            return kept.rows[-limit:]
 
     def put(self, session_id: str, revision: int, limit: int, rows: list[StoredMessage]) -> None:
-        """Keep a history just read (its rows read after `revision`)."""
+        """Keep a history just read (its rows read after `revision`); a shorter read of the same revision
+        leaves a longer one kept (a check of the last message does not evict the turn's history)."""
         with self._lock:
+            kept = self._kept.get(session_id)
+            if kept is not None and kept.revision == revision and limit < kept.limit:
+                return
             self._kept[session_id] = _Kept(revision, limit, list(rows))
             self._kept.move_to_end(session_id)
             while len(self._kept) > self._most:

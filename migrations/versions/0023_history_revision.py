@@ -31,12 +31,24 @@ TRIGGERS_SQLITE = (
     f"CREATE TRIGGER messages_history_updated AFTER UPDATE ON messages BEGIN {_BUMP.format(row='NEW')}; END",
     f"CREATE TRIGGER messages_history_deleted AFTER DELETE ON messages BEGIN {_BUMP.format(row='OLD')}; END",
 )
+# PostgreSQL: once per statement, by the rows it changed in each session (a copy or an erase of many
+# messages updates each session's row once, not once per message). A trigger with transition tables has
+# one event: three triggers, one function each way.
+_BUMP_BY = (
+    "UPDATE sessions SET history_rev = history_rev + c.n FROM (SELECT session_id, count(*) AS n FROM {rows} "
+    "GROUP BY session_id) AS c WHERE sessions.id = c.session_id"
+)
 TRIGGERS_POSTGRESQL = (
-    "CREATE FUNCTION messages_history_changed() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-    f"IF TG_OP = 'DELETE' THEN {_BUMP.format(row='OLD')}; ELSE {_BUMP.format(row='NEW')}; END IF; "
-    "RETURN NULL; END $$",
-    "CREATE TRIGGER messages_history_changed AFTER INSERT OR UPDATE OR DELETE ON messages "
-    "FOR EACH ROW EXECUTE FUNCTION messages_history_changed()",
+    "CREATE FUNCTION messages_history_new() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    f"{_BUMP_BY.format(rows='new_rows')}; RETURN NULL; END $$",
+    "CREATE FUNCTION messages_history_old() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    f"{_BUMP_BY.format(rows='old_rows')}; RETURN NULL; END $$",
+    "CREATE TRIGGER messages_history_inserted AFTER INSERT ON messages REFERENCING NEW TABLE AS new_rows "
+    "FOR EACH STATEMENT EXECUTE FUNCTION messages_history_new()",
+    "CREATE TRIGGER messages_history_updated AFTER UPDATE ON messages REFERENCING NEW TABLE AS new_rows "
+    "FOR EACH STATEMENT EXECUTE FUNCTION messages_history_new()",
+    "CREATE TRIGGER messages_history_deleted AFTER DELETE ON messages REFERENCING OLD TABLE AS old_rows "
+    "FOR EACH STATEMENT EXECUTE FUNCTION messages_history_old()",
 )
 
 
@@ -48,11 +60,11 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    if op.get_bind().dialect.name == "postgresql":
-        op.execute("DROP TRIGGER IF EXISTS messages_history_changed ON messages")
-        op.execute("DROP FUNCTION IF EXISTS messages_history_changed()")
-    else:
-        for name in ("inserted", "updated", "deleted"):
-            op.execute(f"DROP TRIGGER IF EXISTS messages_history_{name}")
+    postgres = op.get_bind().dialect.name == "postgresql"
+    for name in ("inserted", "updated", "deleted"):
+        op.execute(f"DROP TRIGGER IF EXISTS messages_history_{name}" + (" ON messages" if postgres else ""))
+    if postgres:
+        op.execute("DROP FUNCTION IF EXISTS messages_history_new()")
+        op.execute("DROP FUNCTION IF EXISTS messages_history_old()")
     with op.batch_alter_table("sessions") as batch:
         batch.drop_column("history_rev")

@@ -113,3 +113,15 @@ def test_a_change_between_a_turns_writes_is_not_lost(database_url: str, engine: 
         ]
     finally:
         other_engine.dispose()
+
+
+def test_a_shorter_read_is_served_from_the_kept_history_and_leaves_it_whole(engine: Engine) -> None:
+    conv = Conversations(make_sessionmaker(engine))
+    session = _turn(conv, "One", "1")
+    _turn(conv, "Two", "2")
+    assert len(_seen(conv, session)) == 4
+    with history_reads(engine) as reads:
+        assert [m.content for m in conv.messages(session, limit=1)] == ["2"]  # "is there a last message?"
+        assert [m.content for m in conv.messages(session, limit=3)] == ["1", "Two", "2"]
+        assert len(_seen(conv, session)) == 4
+    assert reads == []
