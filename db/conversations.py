@@ -291,8 +291,8 @@ class Conversations(MessageLog):
         msg_id = None
         changed = 0  # message rows: the history kept here is current if the revision moved by this much
         with connections.begin(self._engine) as conn:
-            # The statuses first: a message's row, then its session's (its revision), in the order an edit
-            # of the message takes them (two PostgreSQL transactions never wait on each other's).
+            # The statuses first: a message's row, then its session's (its revision), the order in which an
+            # edit of the message takes them (on PostgreSQL neither can hold one while waiting for the other).
             for i in c.message_ids:
                 changed += SET_STATUS_RUN.run(conn, {"mid": i, "new_status": c.status})
             if c.answer is not None:

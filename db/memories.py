@@ -274,8 +274,8 @@ def prompt_memories(
     """What every turn's prompt needs: whether the user has any current long/mid memory (worth an
     embedding and a recall) and the current session's memories, oldest first.
 
-    Two Core reads with fixed parameters, made on every turn: ORM entities and expanding IN lists cost
-    more than the reads themselves (bench/bench_chat.py)."""
+    Two reads with fixed parameters on the driver's cursor (db/prepared.py), made on every turn: ORM
+    entities and expanding IN lists cost more than the reads themselves (bench/bench_chat.py)."""
     params = {"uid": user_id, "now": now, "sid": session_id, "lim": limit}
     has_relevant = _HAS_LONG_OR_MID_RUN.first(conn, params) is not None
     return has_relevant, session_memories(conn, user_id, session_id, now, limit)

@@ -8,7 +8,7 @@ same transaction that deletes it here, so it is always in exactly one of the two
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
@@ -21,28 +21,12 @@ from db.prepared import Prepared
 
 _INBOX: Table = InboxMessage.__table__  # type: ignore[assignment]
 # Built once with bind parameters: building a statement per call is most of a small query's cost.
-_INSERT = insert(_INBOX)
 _DELETE = delete(_INBOX).where(_INBOX.c.id == bindparam("iid"))
 _WAITING_IN = (
     select(_INBOX)
     .where(_INBOX.c.chat_id == bindparam("cid"))
     .order_by(_INBOX.c.update_id.asc().nulls_first(), _INBOX.c.id)
 )
-_ENTRY_KEYS = (
-    "user_id",
-    "chat_id",
-    "chat_type",
-    "first_name",
-    "username",
-    "content",
-    "tg_message_id",
-    "media",
-    "update_id",
-    "rerun_of",
-    "reply_to",
-    "received_at",
-)
-_INSERT_RUN = Prepared(insert(_INBOX).returning(_INBOX.c.id), keys=_ENTRY_KEYS)
 _DELETE_RUN = Prepared(_DELETE)
 _WAITING_IN_RUN = Prepared(_WAITING_IN)
 _LATEST_IN = select(func.max(_INBOX.c.id)).where(_INBOX.c.chat_id == bindparam("cid"))
@@ -84,6 +68,11 @@ class Entry:
     update_id: int | None = None
     rerun_of: int | None = None
     reply_to: int | None = None
+
+
+_INSERT_RUN = Prepared(
+    insert(_INBOX).returning(_INBOX.c.id), keys=(*(f.name for f in fields(Entry)), "received_at")
+)
 
 
 def insert_entry(conn: Connection, entry: Entry) -> int:
