@@ -11,6 +11,7 @@ from sqlalchemy import Connection, Engine, Table, case, delete, func, insert, se
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from db import connections
 from db.attribution import task_run_columns
 from db.models import (
     Budget,
@@ -73,6 +74,11 @@ class ToolCallRecord:
     duration_ms: int
 
 
+_INSERT_TOOL_CALL_RUN = Prepared(
+    _INSERT_TOOL_CALL, keys=(*(f.name for f in fields(ToolCallRecord)), "created_at")
+)
+
+
 def insert_llm_call(conn: Connection, record: LLMCallRecord) -> None:
     """Store an LLM call record in the caller's transaction (a turn's answer and its usage go together)."""
     row = {**vars(record), "created_at": utcnow()}
@@ -96,8 +102,8 @@ class UsageLog:
 
     def record_tool_call(self, record: ToolCallRecord) -> None:
         """Store one tool call with its full result."""
-        with self._engine.begin() as conn:
-            conn.execute(_INSERT_TOOL_CALL, {**vars(record), "created_at": utcnow()})
+        with connections.begin(self._engine) as conn:
+            _INSERT_TOOL_CALL_RUN.run(conn, {**vars(record), "created_at": utcnow()})
 
 
 @dataclass(frozen=True)
