@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 from sqlalchemy import Connection, Engine, event
 
@@ -58,33 +58,29 @@ def _let_go(engine: Engine) -> None:
 
 
 @contextmanager
-def begin(engine: Engine) -> Iterator[Connection]:
-    """A write transaction, committed when the block ends (rolled back if it raises): `engine.begin()`."""
+def _block(engine: Engine, *, keep: bool) -> Iterator[Connection]:
+    """One transaction on this thread's kept connection (the pool's when there is none or it is in use):
+    committed when the block ends if `keep`, else rolled back; rolled back if the block raises."""
     held = _mine(engine)
     if held is None or held.busy:
-        with engine.begin() as conn:
-            yield conn
-        return
-    held.busy = True
-    try:
-        with held.conn.begin():
-            yield held.conn
-    finally:
-        held.busy = False
-
-
-@contextmanager
-def read(engine: Engine) -> Iterator[Connection]:
-    """A read, its transaction rolled back when the block ends: `engine.connect()`."""
-    held = _mine(engine)
-    if held is None or held.busy:
-        with engine.connect() as conn:
+        with engine.begin() if keep else engine.connect() as conn:
             yield conn
         return
     held.busy = True
     try:
         with held.conn.begin() as transaction:
             yield held.conn
-            transaction.rollback()
+            if not keep:
+                transaction.rollback()
     finally:
         held.busy = False
+
+
+def begin(engine: Engine) -> AbstractContextManager[Connection]:
+    """A write transaction, committed when the block ends (rolled back if it raises): `engine.begin()`."""
+    return _block(engine, keep=True)
+
+
+def read(engine: Engine) -> AbstractContextManager[Connection]:
+    """A read, its transaction rolled back when the block ends: `engine.connect()`."""
+    return _block(engine, keep=False)

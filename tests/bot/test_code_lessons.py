@@ -4,20 +4,17 @@
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, event
 
 from core_tools.types import ToolContext
 from tests.support.databases import both_databases
 from tests.support.fakes.openai_api import FakeLLM, call, text, tool_calls
 from tests.support.fakes.telegram_api import FakeTelegram
 from tests.support.harness import FRIEND, OWNER, Harness, running_bot
+from tests.support.sql import statements
 
 db_kind = both_databases()  # the examples and failures are window-function and substr queries by dialect
 pytestmark = pytest.mark.usefixtures("bot_database")
@@ -38,23 +35,6 @@ def code_description(body: dict[str, Any]) -> str:
 def ctx_of(h: Harness, user: int) -> ToolContext:
     session = h.services.conversations.current_session(user, user).id
     return ToolContext(user_id=user, chat_id=user, session_id=session)
-
-
-@contextmanager
-def statements(engine: Engine) -> Iterator[list[str]]:
-    """The SQL statements run on `engine` (any thread) while the block runs."""
-    seen: list[str] = []
-    lock = threading.Lock()
-
-    def before(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        with lock:
-            seen.append(statement)
-
-    event.listen(engine, "before_cursor_execute", before)
-    try:
-        yield seen
-    finally:
-        event.remove(engine, "before_cursor_execute", before)
 
 
 async def test_codestats_shows_one_short_example_per_top_error_category(

@@ -3,16 +3,14 @@ whoever changed it, and a turn's own writes do not make it read the history agai
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
-from sqlalchemy import Engine, delete, event, insert, update
+from sqlalchemy import Engine, delete, insert, update
 
 from db.conversation_records import Answer, TurnClosing, TurnOpening
 from db.conversations import Conversations
 from db.engine import make_engine, make_sessionmaker
 from db.models import Message, utcnow
 from tests.support.databases import both_databases
+from tests.support.sql import statements
 
 db_kind = both_databases()  # the revision's triggers are each database's own
 
@@ -32,31 +30,20 @@ def _seen(conv: Conversations, session_id: str) -> list[tuple[str, str | None, s
     return [(m.role, m.content, m.status) for m in conv.messages(session_id)]
 
 
-@contextmanager
-def history_reads(engine: Engine) -> Iterator[list[str]]:
-    """The statements that read a history's rows while the block runs."""
-    seen: list[str] = []
-
-    def before(_conn: object, _cursor: object, statement: str, *_rest: object) -> None:
-        if "FROM messages" in statement and statement.lstrip().upper().startswith("SELECT"):
-            seen.append(statement)
-
-    event.listen(engine, "before_cursor_execute", before)
-    try:
-        yield seen
-    finally:
-        event.remove(engine, "before_cursor_execute", before)
+def _history_reads(seen: list[str]) -> list[str]:
+    """The statements that read a history's rows."""
+    return [s for s in seen if "FROM messages" in s and s.lstrip().upper().startswith("SELECT")]
 
 
 def test_a_turns_own_writes_keep_its_history_without_reading_it_again(engine: Engine) -> None:
     conv = Conversations(make_sessionmaker(engine))
     session = _turn(conv, "Plan my trip", "Where to?")
     assert _seen(conv, session) == [("user", "Plan my trip", "answered"), ("assistant", "Where to?", "done")]
-    with history_reads(engine) as reads:
+    with statements(engine) as seen:
         _turn(conv, "Lisbon", "Lisbon it is.")
         _turn(conv, "In May", "May is lovely.")
         history = _seen(conv, session)
-    assert reads == []  # the two turns' own rows were applied to the history kept here
+    assert _history_reads(seen) == []  # the two turns' own rows were applied to the history kept here
     assert history[-4:] == [
         ("user", "Lisbon", "answered"),
         ("assistant", "Lisbon it is.", "done"),
@@ -120,8 +107,8 @@ def test_a_shorter_read_is_served_from_the_kept_history_and_leaves_it_whole(engi
     session = _turn(conv, "One", "1")
     _turn(conv, "Two", "2")
     assert len(_seen(conv, session)) == 4
-    with history_reads(engine) as reads:
+    with statements(engine) as seen:
         assert [m.content for m in conv.messages(session, limit=1)] == ["2"]  # "is there a last message?"
         assert [m.content for m in conv.messages(session, limit=3)] == ["1", "Two", "2"]
         assert len(_seen(conv, session)) == 4
-    assert reads == []
+    assert _history_reads(seen) == []

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, bindparam, event, insert, select
+from sqlalchemy import Engine, bindparam, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from db.conversation_statements import HISTORY, HISTORY_RUN, INSERT_MESSAGE_RUN, MESSAGES
@@ -16,6 +16,7 @@ from db.engine import make_sessionmaker
 from db.models import UpdateSeen
 from db.prepared import Prepared
 from tests.support.databases import both_databases
+from tests.support.sql import statements
 
 db_kind = both_databases()  # each dialect converts datetimes, JSON and numbers its own way
 
@@ -75,9 +76,7 @@ def test_a_duplicate_is_sqlalchemys_integrity_error_and_the_transaction_rolls_ba
 
 
 def test_the_engines_cursor_events_see_its_statements(engine: Engine) -> None:
-    seen: list[str] = []
-    event.listen(engine, "before_cursor_execute", lambda _c, _cur, sql, *_: seen.append(sql))
-    with engine.connect() as conn:
+    with statements(engine) as seen, engine.connect() as conn:
         HISTORY_RUN.rows(conn, {"sid": "none", "lim": 5})
     assert len(seen) == 1 and seen[0].lstrip().upper().startswith("SELECT")
 
