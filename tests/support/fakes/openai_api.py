@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Self
 
+import orjson
 from aiohttp import web
 
 __all__ = [
@@ -392,7 +393,12 @@ class FakeLLM:
         return False
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
-        body = await request.json()
+        raw = await request.read()
+        # orjson, and the prompt counted from the body's size: this server runs on the bot's own thread in
+        # the tests and benches, and what a real provider spends on a request (parsing it, counting its
+        # tokens) must not be charged to the bot's turn in proportion to its history (bench/bench_chat.py).
+        body = orjson.loads(raw)
+        prompt = estimate_tokens(raw.decode())
         self.requests.append(body)
         self.request_headers.append(dict(request.headers))
         self._notify()
@@ -410,11 +416,13 @@ class FakeLLM:
         try:
             await self._sleep(self.delay)
             step = await self._next_step(body)
-            return await self._reply(request, body, step)
+            return await self._reply(request, body, step, prompt)
         finally:
             self.active -= 1
 
-    async def _reply(self, request: web.Request, body: JsonDict, step: Step) -> web.StreamResponse:
+    async def _reply(
+        self, request: web.Request, body: JsonDict, step: Step, prompt: int
+    ) -> web.StreamResponse:
         if isinstance(step, ErrorStep):
             payload = step.body if step.body is not None else _error_body(step.status)
             headers = dict(step.headers or {})
@@ -429,8 +437,8 @@ class FakeLLM:
         if not body.get("stream"):
             if isinstance(step, HangStep | StreamErrorStep):
                 return web.json_response(_error_body(500), status=500)
-            return web.json_response(self._completion(body, step))
-        return await self._stream(request, body, step)
+            return web.json_response(self._completion(body, step, prompt))
+        return await self._stream(request, body, step, prompt)
 
     @staticmethod
     def _drop(request: web.Request) -> web.StreamResponse:
@@ -438,8 +446,8 @@ class FakeLLM:
             request.transport.close()
         return web.Response(status=499)
 
-    def _usage(self, body: JsonDict, output: Any) -> JsonDict:
-        prompt = estimate_tokens({"messages": body.get("messages"), "tools": body.get("tools")})
+    @staticmethod
+    def _usage(prompt: int, output: Any) -> JsonDict:
         completion = estimate_tokens(output) if output else 0
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
@@ -448,7 +456,7 @@ class FakeLLM:
             tc.id = f"call_{next(self._call_ids)}"
         return tc.id
 
-    def _completion(self, body: JsonDict, step: TextStep | ToolCallsStep) -> JsonDict:
+    def _completion(self, body: JsonDict, step: TextStep | ToolCallsStep, prompt: int) -> JsonDict:
         message: JsonDict = {"role": "assistant", "content": step.content, "refusal": None}
         if isinstance(step, ToolCallsStep):
             message["tool_calls"] = [
@@ -474,10 +482,12 @@ class FakeLLM:
             "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
         }
         if step.usage:
-            reply["usage"] = self._usage(body, output)
+            reply["usage"] = self._usage(prompt, output)
         return reply
 
-    async def _stream(self, request: web.Request, body: JsonDict, step: Step) -> web.StreamResponse:
+    async def _stream(
+        self, request: web.Request, body: JsonDict, step: Step, prompt: int
+    ) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         cid = f"chatcmpl-{next(self._ids)}"
         created = int(time.time())
@@ -515,7 +525,7 @@ class FakeLLM:
 
         try:
             await resp.prepare(request)  # a client gone before the first byte counts as a disconnect too
-            return await self._stream_steps(resp, request, body, step, chunk, send, send_text)
+            return await self._stream_steps(resp, request, body, step, prompt, chunk, send, send_text)
         except (ConnectionResetError, ConnectionError):
             self.disconnects += 1  # the client closed the stream before its end (a stopped turn)
             self._notify()
@@ -545,6 +555,7 @@ class FakeLLM:
         request: web.Request,
         body: JsonDict,
         step: Step,
+        prompt: int,
         chunk: Callable[..., JsonDict],
         send: Callable[..., Awaitable[None]],
         send_text: Callable[..., Awaitable[None]],
@@ -590,7 +601,7 @@ class FakeLLM:
         await send(chunk({}, finish))
         options = body.get("stream_options") or {}
         if step.usage and options.get("include_usage"):
-            await send(chunk(None, usage=self._usage(body, output)))
+            await send(chunk(None, usage=self._usage(prompt, output)))
         await send("[DONE]")
         await resp.write_eof()
         return resp
