@@ -81,29 +81,26 @@ def _units(stored: Sequence[StoredMessage]) -> list[list[StoredMessage]]:
     units: list[list[StoredMessage]] = []
     # An answer replaced by /retry or an edit stays in the database but is not part of the conversation.
     stored = [m for m in stored if m.status != "superseded"]
-    i = 0
-    while i < len(stored):
+    i, n = 0, len(stored)
+    while i < n:
         m = stored[i]
-        if m.role == "assistant" and m.tool_calls:
-            wanted = {c["id"] for c in m.tool_calls}
-            group = [m]
-            j = i + 1
-            while j < len(stored) and stored[j].role == "tool":
-                group.append(stored[j])
-                j += 1
-            got = {g.tool_call_id for g in group[1:]}
-            if wanted <= got:
-                units.append([g for g in group if g.role == "assistant" or g.tool_call_id in wanted])
-            i = j
-            continue
-        if m.role == "tool":  # orphan result
-            i += 1
-            continue
-        if m.role == "assistant" and not (m.content or "").strip():
-            i += 1
-            continue
-        units.append([m])
         i += 1
+        role = m.role
+        if role == "user":
+            units.append([m])
+        elif role == "assistant":
+            if m.tool_calls:
+                wanted = {c["id"] for c in m.tool_calls}
+                group = [m]
+                while i < n and stored[i].role == "tool":
+                    group.append(stored[i])
+                    i += 1
+                if wanted <= {g.tool_call_id for g in group[1:]}:
+                    units.append([g for g in group if g.role == "assistant" or g.tool_call_id in wanted])
+            elif (m.content or "").strip():
+                units.append([m])
+        elif role != "tool":  # (a tool result outside its round is an orphan: left out)
+            units.append([m])
     return units
 
 
@@ -146,13 +143,23 @@ def build_history(
     dropped with its partial results: the API rejects a tool call without a result.
     """
     units = _units(stored)
-    starts = [k for k, u in enumerate(units) if u[0].role == "user"]
-    current = next((k for k in starts if units[k][0].id == current_id), starts[-1] if starts else len(units))
+    # The current turn: the unit of `current_id`, else the last one a user message begins (near the end).
+    current, last_start = None, None
+    for k in range(len(units) - 1, -1, -1):
+        first = units[k][0]
+        if first.role == "user":
+            if first.id == current_id:
+                current = k
+                break
+            if last_start is None:
+                last_start = k
+    if current is None:
+        current = last_start if last_start is not None else len(units)
     tail = _fit_current_turn(units[current:], token_budget)
     used = sum(_cost(m) for unit in tail for m in unit)
     kept: list[list[StoredMessage]] = []
     for unit in reversed(units[:current]):
-        cost = sum(_cost(m) for m in unit)
+        cost = _cost(unit[0]) if len(unit) == 1 else sum(_cost(m) for m in unit)
         if used + cost > token_budget and len(unit) > 1:
             unit = _shrunk(unit, MIN_RESULT_CHARS)
             cost = sum(_cost(m) for m in unit)
@@ -160,8 +167,12 @@ def build_history(
             break
         kept.append(unit)
         used += cost
-    older = [_to_chat(m, images) for unit in reversed(kept) for m in unit]
+    kept.reverse()
+    # (Without images each message's request form is the one kept on its row.)
+    older = [_to_chat(m, images) if images else _derived(m).chat for unit in kept for m in unit]
+    now = [_to_chat(m, images) if images else _derived(m).chat for unit in tail for m in unit]
     # A history must not start with tool results or an assistant tool call cut from its user message.
-    while older and older[0].role != "user":
-        older.pop(0)
-    return older + [_to_chat(m, images) for unit in tail for m in unit]
+    start = 0
+    while start < len(older) and older[start].role != "user":
+        start += 1
+    return older[start:] + now
