@@ -55,6 +55,7 @@ from openai import AsyncOpenAI, DefaultAioHttpClient
 import bot.adapter.streaming as streaming_mod
 import core_tools.agent.loop as agent_mod
 from bot.adapter.render import render
+from bot.process import heap
 from bot.process.settings import Settings
 from bot.process.wiring import Services
 from core_tools.llm import LLMClient
@@ -389,10 +390,13 @@ POSTGRES: Any = None  # a tests.support.postgres.TestPostgres when --database po
 
 @asynccontextmanager
 async def bench_bot(path: Path, tg: FakeTelegram, llm: FakeLLM, **overrides: Any) -> AsyncIterator[Harness]:
-    """The bot as the tests run it, on a fresh database of the kind asked for (--database)."""
+    """The bot as the tests run it, on a fresh database of the kind asked for (--database), in a process
+    whose garbage collector is set as `python -m bot` sets its own once started (bot/process/heap.py: the
+    echo bot and the fakes share the process, and so run under the same settings)."""
     harness.DATABASE_URL = POSTGRES.new_database() if POSTGRES is not None else None
     try:
         async with running_bot(path, tg, llm, **overrides) as h:
+            heap.settle()
             yield h
     finally:
         harness.DATABASE_URL = None

@@ -15,6 +15,7 @@ from urllib.parse import urlparse
 
 from pydantic import ValidationError
 
+from bot.process import heap
 from bot.process.logs import Redactor, setup_logging
 from bot.process.setting_errors import bad_fields, describe_errors, settings_without
 from bot.process.settings import Settings, load_settings
@@ -96,6 +97,7 @@ def run_bot(settings: Settings) -> int:
     app = _build(lambda: build_telegram(settings))
     if app is None:
         return 2
+    heap.settle()
     ptb_log = logging.getLogger("telegram.ext")
     ptb_log.addFilter(_HidePTBStartupTraceback())
     try:

@@ -89,6 +89,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
 async def _serve(
     settings: Settings, user_id: int, http: tuple[str, int] | None, token: str, tools: tuple[str, ...]
 ) -> None:
+    from bot.process import heap
     from bot.process.wiring import build_services
     from core_tools.mcp.server import UserGate, build_server, serve_http, serve_stdio
 
@@ -109,6 +110,7 @@ async def _serve(
 
         gate = UserGate(user_id, session_for, services.usage_service.over_budget)
         server = build_server(registry, gate, tools)
+        heap.settle()
         if http is None:
             log.info("MCP server on stdio as user %d: %s", user_id, ", ".join(tools))
             await serve_stdio(server)
