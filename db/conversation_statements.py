@@ -111,3 +111,10 @@ HISTORY_RUN = Prepared(HISTORY)
 # The session's revision of its messages (migration 0023): db/history_cache.py.
 HISTORY_REVISION_RUN = Prepared(select(SESSIONS.c.history_rev).where(SESSIONS.c.id == bindparam("sid")))
 TOUCH_SESSION_REVISION_RUN = Prepared(TOUCH_SESSION.returning(SESSIONS.c.history_rev))
+# A session this process saw open, marked active if it still is: its row as OPEN_SESSION reads it, and its
+# revision before the turn's messages (db/conversations.py, open_turn).
+TOUCH_OPEN_SESSION_RUN = Prepared(
+    TOUCH_SESSION.where(SESSIONS.c.ended_at.is_(None)).returning(
+        *OPEN_SESSION.selected_columns, SESSIONS.c.history_rev
+    )
+)

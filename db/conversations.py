@@ -32,6 +32,7 @@ from db.conversation_statements import (
     SET_STATUS_RUN,
     SUPERSEDE,
     TIMEZONE,
+    TOUCH_OPEN_SESSION_RUN,
     USERS,
 )
 from db.history_cache import HistoryCache
@@ -43,6 +44,11 @@ from db.turn_info import insert_turn_info
 from db.usage import insert_llm_call
 
 LAST_SEEN_RESOLUTION = timedelta(minutes=1)
+
+
+def _open_key(user_id: int, chat_id: int, chat_type: str | None) -> tuple[int, int | None]:
+    """A group's session is the chat's; a private chat's is its user's (as `_open_session` finds them)."""
+    return (chat_id, None) if chat_type_of(user_id, chat_id, chat_type) != "private" else (chat_id, user_id)
 
 
 class Conversations(MessageLog):
@@ -60,6 +66,9 @@ class Conversations(MessageLog):
         # last_summary() per (user, chat); reset by end_session
         self._summaries: dict[tuple[int, int], tuple[str, str] | None] = {}
         self._session_chats: dict[str, tuple[int, int]] = {}
+        # The open session of each chat (and user, in a private chat) as a turn last found it: the next
+        # turn checks it is still open as it marks it active (open_turn), instead of looking it up.
+        self._open: dict[tuple[int, int | None], SessionInfo] = {}
         self._history = HistoryCache()  # the histories read here, with their revision
         self._postgres: bool = self._engine.dialect.name == "postgresql"
         dialect: Any = postgresql if self._postgres else sqlite
@@ -224,6 +233,7 @@ class Conversations(MessageLog):
                 row.ended_at = now or utcnow()
                 row.summary = summary
         self._summaries.clear()
+        self._open.clear()  # (rare: each chat's next turn looks its session up)
 
     def start_session(
         self,
@@ -249,10 +259,18 @@ class Conversations(MessageLog):
         turn published on its chat's lease."""
         now = utcnow()
         due = self._user_due(o.user_id, o.first_name, o.username, now)
+        key = _open_key(o.user_id, o.chat_id, o.chat_type)
+        known = self._open.get(key) if o.rerun_of is None else None
         with connections.begin(self._engine) as conn:
             if due:
                 self._upsert_user(conn, o.user_id, o.first_name, o.username, now)
-            session = self._open_session(conn, o.user_id, o.chat_id, o.chat_type)
+            session, before = None, None
+            if known is not None:  # still open (not ended or erased by any process): marked active now
+                row = TOUCH_OPEN_SESSION_RUN.first(conn, {"sid": known.id, "at": now})
+                if row is not None:
+                    session, before = SessionInfo(*row[:-1]), int(row[-1])
+            if session is None:
+                session = self._open_session(conn, o.user_id, o.chat_id, o.chat_type)
             if session is None:
                 if not due:  # the user's row, surely there (seen a moment ago), before its session
                     conn.execute(self._bare_user, {"uid": o.user_id, "now": now})
@@ -266,7 +284,7 @@ class Conversations(MessageLog):
             else:
                 # After the previous turn's rows, out of the inbox.
                 ids, revision = move_into_history(
-                    conn, session.id, o.user_id, o.chat_id, o.texts, o.inbox_ids, "pending"
+                    conn, session.id, o.user_id, o.chat_id, o.texts, o.inbox_ids, "pending", before
                 )
             if o.mark is not None:
                 publish_turn(conn, o.mark)
@@ -281,6 +299,9 @@ class Conversations(MessageLog):
         if due:
             self._seen[o.user_id] = ((o.first_name, o.username), now)
         self._remember_session(session)
+        if len(self._open) > 10_000 and key not in self._open:  # a bound, refilled on demand
+            self._open.clear()
+        self._open[key] = session
         return OpenedTurn(session, ids)
 
     def close_turn(self, c: TurnClosing) -> int | None:

@@ -88,10 +88,16 @@ def move_into_history(
     messages: Sequence[tuple[str, int | None]],
     inbox_ids: Sequence[int],
     status: str,
+    revision: int | None = None,
 ) -> tuple[list[int], int]:
     """Store a turn's user messages ((text, Telegram id), in order) in the session's history and take them
     out of the inbox, in the caller's transaction; returns their message ids and the session's history
-    revision after them (db/history_cache.py)."""
+    revision after them (db/history_cache.py).
+
+    `revision`: the caller's transaction has marked the session active already and read its revision
+    then (holding its row: on SQLite the whole database, on PostgreSQL the row's lock, which another
+    transaction's message trigger waits for); the revision after is that plus the rows inserted here
+    (migration 0023 counts each)."""
     now = utcnow()
     ids = []
     for text, tg_message_id in messages:
@@ -110,6 +116,8 @@ def move_into_history(
         }
         ids.append(int(INSERT_MESSAGE_RUN.scalar(conn, row)))
     discard_in(conn, inbox_ids)
+    if revision is not None:
+        return ids, revision + len(ids)
     revision = TOUCH_SESSION_REVISION_RUN.scalar(conn, {"sid": session_id, "at": now})
     return ids, int(revision)
 

@@ -1,0 +1,86 @@
+"""A chat's open session as a turn finds it (db/conversations.py, open_turn): taken from what this process
+saw last and checked as the turn marks it active, so a session another process ended or erased is never
+written to again."""
+
+from __future__ import annotations
+
+from sqlalchemy import Engine, delete, select
+
+from db.conversation_records import Answer, TurnClosing, TurnOpening
+from db.conversations import Conversations
+from db.engine import make_engine, make_sessionmaker
+from db.models import ChatSession, Message
+from tests.support.databases import both_databases
+from tests.support.sql import statements
+
+db_kind = both_databases()  # the check is an UPDATE ... RETURNING, and the revision each database's own
+
+USER = 7
+GROUP = -100
+
+
+def _turn(conv: Conversations, text: str, user: int = USER, chat: int = USER, kind: str = "private") -> str:
+    """One plain turn as the agent stores it; the session's id."""
+    opened = conv.open_turn(TurnOpening(user, chat, kind, texts=((text, None),)))
+    conv.close_turn(
+        TurnClosing(opened.session.id, user, chat, tuple(opened.message_ids), "answered", Answer("ok"))
+    )
+    return opened.session.id
+
+
+def _texts(engine: Engine, session_id: str) -> list[str | None]:
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(Message.content).where(Message.session_id == session_id, Message.role == "user")
+        )
+        return [r[0] for r in rows]
+
+
+def test_a_returning_chat_finds_its_session_without_looking_it_up(engine: Engine) -> None:
+    conv = Conversations(make_sessionmaker(engine))
+    first = _turn(conv, "Hello")
+    with statements(engine) as seen:
+        second = _turn(conv, "Still there?")
+    assert second == first
+    assert not [s for s in seen if s.lstrip().upper().startswith("SELECT") and "FROM sessions" in s]
+    assert _texts(engine, first) == ["Hello", "Still there?"]
+    assert [m.content for m in conv.messages(first)] == ["Hello", "ok", "Still there?", "ok"]
+
+
+def test_a_session_another_process_ended_gets_no_more_messages(database_url: str, engine: Engine) -> None:
+    here = Conversations(make_sessionmaker(engine))
+    other_engine = make_engine(database_url)  # another process (a /newsession or the nightly rollover there)
+    try:
+        there = Conversations(make_sessionmaker(other_engine))
+        old = _turn(here, "Plan my trip")
+        there.end_session(old, summary="A trip.")
+        new = there.start_session(USER, USER, chat_type="private").id
+        assert _turn(here, "To Lisbon") == new
+        assert _texts(engine, old) == ["Plan my trip"]
+        assert _texts(engine, new) == ["To Lisbon"]
+        assert [m.content for m in here.messages(new)] == ["To Lisbon", "ok"]
+    finally:
+        other_engine.dispose()
+
+
+def test_a_session_another_process_erased_is_opened_anew(database_url: str, engine: Engine) -> None:
+    here = Conversations(make_sessionmaker(engine))
+    other_engine = make_engine(database_url)
+    try:
+        old = _turn(here, "My PIN is 1234")
+        with other_engine.begin() as conn:  # the user's erase there
+            conn.execute(delete(Message).where(Message.session_id == old))
+            conn.execute(delete(ChatSession).where(ChatSession.id == old))
+        new = _turn(here, "Hello again")
+        assert new != old
+        assert [m.content for m in here.messages(new)] == ["Hello again", "ok"]
+    finally:
+        other_engine.dispose()
+
+
+def test_a_group_keeps_one_session_whoever_speaks(engine: Engine) -> None:
+    conv = Conversations(make_sessionmaker(engine))
+    first = _turn(conv, "Lunch at noon?", user=USER, chat=GROUP, kind="group")
+    assert _turn(conv, "Yes", user=USER + 1, chat=GROUP, kind="group") == first
+    assert _turn(conv, "Private question", user=USER + 1, chat=USER + 1) != first
+    assert _texts(engine, first) == ["Lunch at noon?", "Yes"]
