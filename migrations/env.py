@@ -12,8 +12,9 @@ from db.migrate import is_managed_table, url_from_environment
 from db.models import Base, UTCDateTime
 
 config = context.config
-# Columns and indexes that migrations create by raw SQL on PostgreSQL (db/recall_postgres.py); not models.
-POSTGRESQL_ONLY = frozenset(
+# Columns, indexes and tables that migrations create by raw SQL, not models: PostgreSQL's own
+# (db/recall_postgres.py), and 0024's memory revisions (db/memory_cache.py), kept by triggers.
+NOT_MODELS = frozenset(
     {
         "content_tsv",
         "ix_memories_words",
@@ -22,6 +23,7 @@ POSTGRESQL_ONLY = frozenset(
         "memories_vec_center",
         "memories_vec_versions",
         "memories_vec_log",
+        "memory_revisions",
     }
 )
 url = config.attributes.get("database_url") or url_from_environment()
@@ -46,7 +48,7 @@ def run_migrations() -> None:
         connection.commit()  # end the autobegun read so Alembic owns (and commits) its transaction
 
         def include_name(name: str | None, type_: str, parent_names: Any) -> bool:
-            if name in POSTGRESQL_ONLY:  # the tsvector words of 0002, made by raw SQL on PostgreSQL only
+            if name in NOT_MODELS:  # made by raw SQL (above)
                 return False
             return type_ != "table" or is_managed_table(name, virtual)
 

@@ -21,6 +21,7 @@ from core_tools.turn_info import PromptSection, recalled
 from db import connections, memory_search, memory_words
 from db import memories as q
 from db import memory_history as h
+from db.memory_cache import PromptMemories
 
 LAYER_CATEGORIES: dict[str, tuple[str, ...]] = {
     "long": ("fact", "preference", "relationship"),
@@ -50,6 +51,7 @@ class MemoryRecall:
     """Async reads over db.memories: recall, lists, history and the prompt's block."""
 
     _sessions: sessionmaker[Session]
+    _prompt_memories: PromptMemories  # what each turn's prompt read, with the user's memory revision
     embedding: MemoryEmbedding
     now: Callable[[], datetime]
     keyword_weight: float
@@ -220,13 +222,14 @@ class MemoryRecall:
     ) -> PromptSection:
         """`context_for_prompt` with the memories that went into the block (a turn's "why this answer")."""
         now = self.now()
-        # Two small indexed reads, made on the event loop like the conversation reads: a worker thread
-        # waits for the GIL behind the busy loop, which measured 2.5-3 ms a hop (bench/bench_chat.py).
-        # A Core connection, not an ORM session (which cost as much as one of the reads).
+        # Small indexed reads (the user's memory revision; the two reads behind it only when it moved:
+        # db/memory_cache.py), made on the event loop like the conversation reads: a worker thread waits
+        # for the GIL behind the busy loop, which measured 2.5-3 ms a hop (bench/bench_chat.py). A Core
+        # connection, not an ORM session (which cost as much as one of the reads).
         engine: Engine = self._sessions.kw["bind"]
         with connections.read(engine) as conn:
             # Most turns of a user without long/mid memories would otherwise pay for an embedding for nothing.
-            has_relevant, rows = q.prompt_memories(conn, user_id, session_id, now)
+            has_relevant, rows = self._prompt_memories.read(conn, user_id, session_id, now)
         session = [memory_view(m) for m in rows]
         relevant = (
             await self.recall(user_id, message_text, layers=["long", "mid"], limit=8) if has_relevant else []

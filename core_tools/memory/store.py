@@ -39,6 +39,7 @@ from db import memories as q
 from db import memory_history as h
 from db import memory_search, memory_words
 from db.memories import NewMemory
+from db.memory_cache import PromptMemories
 from db.models import utcnow
 
 __all__ = [
@@ -78,6 +79,7 @@ class MemoryStore(MemoryRecall):
         timezone_of: Callable[[int], tzinfo] | None = None,
     ) -> None:
         self._sessions = sessions
+        self._prompt_memories = PromptMemories()
         self.embedding = MemoryEmbedding(sessions, embedder)
         self.now = now
         self.ttl: dict[str, timedelta | None] = {
