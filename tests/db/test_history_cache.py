@@ -7,12 +7,9 @@ from sqlalchemy import Engine, delete, insert, update
 
 from db.conversation_records import Answer, TurnClosing, TurnOpening
 from db.conversations import Conversations
-from db.engine import make_engine, make_sessionmaker
+from db.engine import make_sessionmaker
 from db.models import Message, utcnow
-from tests.support.databases import both_databases
 from tests.support.sql import statements
-
-db_kind = both_databases()  # the revision's triggers are each database's own
 
 USER = 7
 
@@ -54,52 +51,42 @@ def test_a_turns_own_writes_keep_its_history_without_reading_it_again(engine: En
     assert _seen(fresh, session) == history
 
 
-def test_what_another_process_changes_is_in_the_next_history(database_url: str, engine: Engine) -> None:
+def test_what_another_process_changes_is_in_the_next_history(engine: Engine, other_engine: Engine) -> None:
     here = Conversations(make_sessionmaker(engine))
-    other_engine = make_engine(database_url)  # another process, on its own connections
-    try:
-        session = _turn(here, "My PIN is 1234", "Noted.")
-        _turn(here, "What is the capital of Peru?", "Lima.")
-        assert len(_seen(here, session)) == 4
-        with other_engine.begin() as conn:  # an edit there
-            conn.execute(
-                update(Message)
-                .where(Message.content == "What is the capital of Peru?")
-                .values(content="Chile?")
-            )
-        assert ("user", "Chile?", "answered") in _seen(here, session)
-        with other_engine.begin() as conn:  # the user's forgetting there
-            conn.execute(delete(Message).where(Message.content.in_(["My PIN is 1234", "Noted."])))
-        assert [m[1] for m in _seen(here, session)] == ["Chile?", "Lima."]
-        with other_engine.begin() as conn:  # a message stored there
-            row = {"session_id": session, "user_id": USER, "chat_id": USER, "role": "user"}
-            conn.execute(
-                insert(Message).values(**row, content="Sent elsewhere", status="done", created_at=utcnow())
-            )
-        assert [m[1] for m in _seen(here, session)] == ["Chile?", "Lima.", "Sent elsewhere"]
-    finally:
-        other_engine.dispose()
+    session = _turn(here, "My PIN is 1234", "Noted.")
+    _turn(here, "What is the capital of Peru?", "Lima.")
+    assert len(_seen(here, session)) == 4
+    with other_engine.begin() as conn:  # an edit there
+        conn.execute(
+            update(Message).where(Message.content == "What is the capital of Peru?").values(content="Chile?")
+        )
+    assert ("user", "Chile?", "answered") in _seen(here, session)
+    with other_engine.begin() as conn:  # the user's forgetting there
+        conn.execute(delete(Message).where(Message.content.in_(["My PIN is 1234", "Noted."])))
+    assert [m[1] for m in _seen(here, session)] == ["Chile?", "Lima."]
+    with other_engine.begin() as conn:  # a message stored there
+        row = {"session_id": session, "user_id": USER, "chat_id": USER, "role": "user"}
+        conn.execute(
+            insert(Message).values(**row, content="Sent elsewhere", status="done", created_at=utcnow())
+        )
+    assert [m[1] for m in _seen(here, session)] == ["Chile?", "Lima.", "Sent elsewhere"]
 
 
-def test_a_change_between_a_turns_writes_is_not_lost(database_url: str, engine: Engine) -> None:
+def test_a_change_between_a_turns_writes_is_not_lost(engine: Engine, other_engine: Engine) -> None:
     here = Conversations(make_sessionmaker(engine))
-    other_engine = make_engine(database_url)
-    try:
-        session = _turn(here, "Book a table for two", "Done, at 8.")
-        _seen(here, session)  # kept here
-        with other_engine.begin() as conn:  # edited elsewhere after this turn ended...
-            conn.execute(
-                update(Message).where(Message.content == "Book a table for two").values(content="For four")
-            )
-        _turn(here, "Thanks", "You're welcome.")  # ...before the next turn's own writes
-        assert [m[1] for m in _seen(here, session)] == [
-            "For four",
-            "Done, at 8.",
-            "Thanks",
-            "You're welcome.",
-        ]
-    finally:
-        other_engine.dispose()
+    session = _turn(here, "Book a table for two", "Done, at 8.")
+    _seen(here, session)  # kept here
+    with other_engine.begin() as conn:  # edited elsewhere after this turn ended...
+        conn.execute(
+            update(Message).where(Message.content == "Book a table for two").values(content="For four")
+        )
+    _turn(here, "Thanks", "You're welcome.")  # ...before the next turn's own writes
+    assert [m[1] for m in _seen(here, session)] == [
+        "For four",
+        "Done, at 8.",
+        "Thanks",
+        "You're welcome.",
+    ]
 
 
 def test_a_shorter_read_is_served_from_the_kept_history_and_leaves_it_whole(engine: Engine) -> None:

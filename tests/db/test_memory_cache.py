@@ -8,14 +8,11 @@ from datetime import datetime, timedelta
 from sqlalchemy import Engine, delete, update
 
 from db import connections
-from db.engine import make_engine, make_sessionmaker
+from db.engine import make_sessionmaker
 from db.memories import NewMemory, insert_memory
 from db.memory_cache import PromptMemories
 from db.models import Memory, utcnow
-from tests.support.databases import both_databases
 from tests.support.sql import statements
-
-db_kind = both_databases()  # the revision's triggers are each database's own
 
 USER = 5
 SESSION = "s-1"
@@ -51,24 +48,20 @@ def test_an_unchanged_user_costs_one_read(engine: Engine) -> None:
     assert len(seen) == 1 and "memory_revisions" in seen[0]
 
 
-def test_what_another_process_changes_is_in_the_next_read(database_url: str, engine: Engine) -> None:
+def test_what_another_process_changes_is_in_the_next_read(engine: Engine, other_engine: Engine) -> None:
     cache = PromptMemories()
-    other = make_engine(database_url)  # another process, on its own connections
-    try:
-        _add(engine, "Flight on Friday")
-        assert _read(cache, engine) == (False, ["Flight on Friday"])
-        _add(other, "Lives in Porto", layer="long")  # a long-term memory saved there: worth a recall now
-        assert _read(cache, engine) == (True, ["Flight on Friday"])
-        with other.begin() as conn:  # an edit there
-            conn.execute(
-                update(Memory).where(Memory.content == "Flight on Friday").values(content="Flight moved")
-            )
-        assert _read(cache, engine) == (True, ["Flight moved"])
-        with other.begin() as conn:  # the user's erase there
-            conn.execute(delete(Memory).where(Memory.user_id == USER))
-        assert _read(cache, engine) == (False, [])
-    finally:
-        other.dispose()
+    _add(engine, "Flight on Friday")
+    assert _read(cache, engine) == (False, ["Flight on Friday"])
+    _add(other_engine, "Lives in Porto", layer="long")  # a long-term memory saved there: worth a recall now
+    assert _read(cache, engine) == (True, ["Flight on Friday"])
+    with other_engine.begin() as conn:  # an edit there
+        conn.execute(
+            update(Memory).where(Memory.content == "Flight on Friday").values(content="Flight moved")
+        )
+    assert _read(cache, engine) == (True, ["Flight moved"])
+    with other_engine.begin() as conn:  # the user's erase there
+        conn.execute(delete(Memory).where(Memory.user_id == USER))
+    assert _read(cache, engine) == (False, [])
 
 
 def test_a_session_memory_that_expired_since_is_left_out(engine: Engine) -> None:

@@ -8,12 +8,9 @@ from sqlalchemy import Engine, delete, select
 
 from db.conversation_records import Answer, TurnClosing, TurnOpening
 from db.conversations import Conversations
-from db.engine import make_engine, make_sessionmaker
+from db.engine import make_sessionmaker
 from db.models import ChatSession, Message
-from tests.support.databases import both_databases
 from tests.support.sql import statements
-
-db_kind = both_databases()  # the check is an UPDATE ... RETURNING, and the revision each database's own
 
 USER = 7
 GROUP = -100
@@ -47,35 +44,27 @@ def test_a_returning_chat_finds_its_session_without_looking_it_up(engine: Engine
     assert [m.content for m in conv.messages(first)] == ["Hello", "ok", "Still there?", "ok"]
 
 
-def test_a_session_another_process_ended_gets_no_more_messages(database_url: str, engine: Engine) -> None:
+def test_a_session_another_process_ended_gets_no_more_messages(engine: Engine, other_engine: Engine) -> None:
     here = Conversations(make_sessionmaker(engine))
-    other_engine = make_engine(database_url)  # another process (a /newsession or the nightly rollover there)
-    try:
-        there = Conversations(make_sessionmaker(other_engine))
-        old = _turn(here, "Plan my trip")
-        there.end_session(old, summary="A trip.")
-        new = there.start_session(USER, USER, chat_type="private").id
-        assert _turn(here, "To Lisbon") == new
-        assert _texts(engine, old) == ["Plan my trip"]
-        assert _texts(engine, new) == ["To Lisbon"]
-        assert [m.content for m in here.messages(new)] == ["To Lisbon", "ok"]
-    finally:
-        other_engine.dispose()
+    there = Conversations(make_sessionmaker(other_engine))
+    old = _turn(here, "Plan my trip")
+    there.end_session(old, summary="A trip.")
+    new = there.start_session(USER, USER, chat_type="private").id
+    assert _turn(here, "To Lisbon") == new
+    assert _texts(engine, old) == ["Plan my trip"]
+    assert _texts(engine, new) == ["To Lisbon"]
+    assert [m.content for m in here.messages(new)] == ["To Lisbon", "ok"]
 
 
-def test_a_session_another_process_erased_is_opened_anew(database_url: str, engine: Engine) -> None:
+def test_a_session_another_process_erased_is_opened_anew(engine: Engine, other_engine: Engine) -> None:
     here = Conversations(make_sessionmaker(engine))
-    other_engine = make_engine(database_url)
-    try:
-        old = _turn(here, "My PIN is 1234")
-        with other_engine.begin() as conn:  # the user's erase there
-            conn.execute(delete(Message).where(Message.session_id == old))
-            conn.execute(delete(ChatSession).where(ChatSession.id == old))
-        new = _turn(here, "Hello again")
-        assert new != old
-        assert [m.content for m in here.messages(new)] == ["Hello again", "ok"]
-    finally:
-        other_engine.dispose()
+    old = _turn(here, "My PIN is 1234")
+    with other_engine.begin() as conn:  # the user's erase there
+        conn.execute(delete(Message).where(Message.session_id == old))
+        conn.execute(delete(ChatSession).where(ChatSession.id == old))
+    new = _turn(here, "Hello again")
+    assert new != old
+    assert [m.content for m in here.messages(new)] == ["Hello again", "ok"]
 
 
 def test_a_group_keeps_one_session_whoever_speaks(engine: Engine) -> None:

@@ -15,10 +15,7 @@ from db.conversations import Conversations
 from db.engine import make_sessionmaker
 from db.models import UpdateSeen
 from db.prepared import Prepared
-from tests.support.databases import both_databases
 from tests.support.sql import statements
-
-db_kind = both_databases()  # each dialect converts datetimes, JSON and numbers its own way
 
 SEEN = UpdateSeen.__table__
 TOOL_CALLS = [{"id": "c1", "type": "function", "function": {"name": "run_code", "arguments": '{"a": "é"}'}}]
