@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,34 +15,15 @@ from sqlalchemy.engine import URL, make_url
 from telegram import Bot
 from telegram.error import InvalidToken, TelegramError
 
+from bot.process.app_probe import bounded_check_app
+from bot.process.checks import Check
 from bot.process.settings import Settings
 from core_tools.errors import LLMUnavailable
+from core_tools.text import clip
 
 if TYPE_CHECKING:  # the wiring (and what it imports) loads only for the full doctor, not the quick one
     from bot.process.wiring import Services
     from core_tools.tools.search_providers.base import SearchProvider
-
-
-@dataclass(frozen=True)
-class Check:
-    """One line of the doctor's report: ok, a warning (worth a look, not a failure) or a failure, with
-    what to do about it."""
-
-    name: str
-    ok: bool
-    detail: str
-    fix: str = ""
-    warning: bool = False
-    # The probe did not answer in time (it may still be running in a thread the doctor does not wait for).
-    timed_out: bool = False
-
-    def line(self) -> str:
-        """`ok   name: detail`, `WARN name: detail. Fix: ...` or `FAIL name: detail. Fix: ...`."""
-        tag = "FAIL" if not self.ok else "WARN" if self.warning else "ok  "
-        text = f"{tag} {self.name}: {self.detail}"
-        if self.fix and (not self.ok or self.warning):
-            text = f"{text.rstrip('. ')}. Fix: {self.fix}"
-        return text
 
 
 def sqlite_path(database_url: str) -> Path | None:
@@ -209,7 +189,8 @@ async def check_sandbox(services: Services) -> Check:
         return Check("sandbox", False, f"{text}: a run failed ({exc})", fix)
     if not result.success or result.stdout.strip() != "sandbox-ok":
         why = (result.stderr or result.stdout).strip().splitlines()[-1:] or [f"exit {result.exit_code}"]
-        return Check("sandbox", False, f"{text}: a test run failed ({why[0][:200]})", enable_hint(why[0]))
+        detail = f"{text}: a test run failed ({clip(why[0], 200)})"
+        return Check("sandbox", False, detail, enable_hint(why[0]))
     if executor.isolation is not Isolation.BWRAP:
         return Check("sandbox", False, text, enable_hint(text))
     notes = getattr(executor, "limit_notes", None)  # a sandbox service's limits over this bot's settings
@@ -252,7 +233,7 @@ async def check_search(settings: Settings, services: Services, timeout_s: float)
         except httpx.TimeoutException:  # the search client's own timeout came first
             return f"no answer within {settings.search_timeout_s:g} s (SEARCH_TIMEOUT_S)"
         except Exception as exc:  # ProviderError, httpx errors: the reason without a traceback
-            return " ".join(str(exc).split())[:160] or type(exc).__name__
+            return clip(str(exc), 160) or type(exc).__name__
         return None
 
     providers = services.search.providers
@@ -332,6 +313,7 @@ async def run_doctor(
             _bounded("toolkit", check_toolkit(services), timeout_s, "check the sandbox and CODE_PYTHON_ENV"),
             check_search(settings, services, timeout_s),
             _bounded("embedder", check_embedder(settings, services), timeout_s, "check EMBEDDINGS_BASE_URL"),
+            bounded_check_app(settings, timeout_s),
         )
         return [*checks, *probes, *await mcp, check_tools(services)]
     finally:

@@ -13,6 +13,7 @@ from ddgs.exceptions import RatelimitException
 
 from core_tools.errors import ToolError
 from core_tools.tools.search import UNTRUSTED_WEB_NOTE, SearchTool, build_search_tool
+from core_tools.tools.search_providers.base import ProviderError
 from core_tools.tools.search_providers.brave import BraveProvider
 from core_tools.tools.search_providers.duckduckgo import DuckDuckGoProvider
 from core_tools.tools.search_providers.searxng import SearxngProvider
@@ -735,3 +736,36 @@ def test_public_address_policy() -> None:
         assert not is_public_address(ipaddress.ip_address(addr)), addr
     for addr in ("93.184.216.34", "2606:2800:220:1:248:1893:25c8:1946", "1.1.1.1"):
         assert is_public_address(ipaddress.ip_address(addr)), addr
+
+
+class DDGSException(Exception):
+    """ddgs's own exception class name (the provider reads names, not ddgs's types)."""
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "DNSError: DNSError('error sending request for url (https://search.yahoo.com/search;_ylt=Y7W?p=w) "
+        '> error resolving DNS > DNS error: no records found for Query { name: Name("search.yahoo.com.") }\')',
+        "ConnectError('error sending request for url (https://search.brave.com/search?q=w)')",
+        "engine https://www.mojeek.com/search?q=w answered 500: " + "a very long explanation " * 20,
+    ],
+)
+async def test_a_keyless_failure_names_no_other_engine_and_cuts_no_word(message: str) -> None:
+    class Failing:
+        def text(self, query: str, **kwargs: Any) -> list[dict[str, Any]]:
+            raise DDGSException(message)
+
+        def news(self, query: str, **kwargs: Any) -> list[dict[str, Any]]:
+            raise AssertionError("not called")
+
+    with pytest.raises(ProviderError) as caught:
+        await DuckDuckGoProvider(ddgs_factory=Failing).search("weather", "web", 1)
+    reason = str(caught.value)
+    # ddgs asks several engines: a reason naming one of them reads as if that provider had been asked.
+    assert "yahoo" not in reason and "brave" not in reason and "mojeek" not in reason, reason
+    assert len(reason) <= 160
+    assert reason.endswith((")", "…")), reason
+    if reason.endswith("…"):
+        last_word = reason[:-1].split()[-1]
+        assert last_word in message, reason  # a whole word of the message, not a cut one

@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from core_tools.text import clip, without_urls
 from core_tools.tools.search_providers import base
 
 
@@ -19,6 +20,18 @@ class DDGSLike(Protocol):
 
 def _has_class(exc: BaseException, name: str) -> bool:
     return any(cls.__name__ == name for cls in type(exc).__mro__)
+
+
+def _reason(exc: BaseException) -> str:
+    """Why ddgs failed, naming no engine's host: ddgs tries several keyless engines (Brave, Yahoo,
+    Mojeek...), and a reason that names one of them reads as if another provider had been asked."""
+    text = str(exc)
+    lowered = text.lower()
+    if "dns" in lowered:
+        return "no keyless engine could be reached (DNS lookup failed: is this machine online?)"
+    if any(s in lowered for s in ("error sending request", "connecterror", "connection refused")):
+        return "no keyless engine could be reached (could not connect)"
+    return clip(f"failed: {base.type_name(exc)}: {without_urls(text)}", 160)
 
 
 class DuckDuckGoProvider:
@@ -60,7 +73,7 @@ class DuckDuckGoProvider:
                 raise base.ProviderError("timed out") from exc
             if "no results" in str(exc).lower():
                 return []
-            raise base.ProviderError(f"failed: {base.type_name(exc)}: {str(exc)[:150]}") from exc
+            raise base.ProviderError(_reason(exc)) from exc
         if not isinstance(rows, list):
             raise base.ProviderError("malformed response (results is not a list)")
         url_key_name = "url" if type == "news" else "href"
