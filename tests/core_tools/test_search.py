@@ -746,7 +746,7 @@ class DDGSException(Exception):
     "message",
     [
         "DNSError: DNSError('error sending request for url (https://search.yahoo.com/search;_ylt=Y7W?p=w) "
-        '> error resolving DNS > DNS error: no records found for Query { name: Name("search.yahoo.com.") }\')',
+        "> error resolving DNS > DNS error: no records found for Query { name: Name(search.yahoo.com.) }')",
         "ConnectError('error sending request for url (https://search.brave.com/search?q=w)')",
         "engine https://www.mojeek.com/search?q=w answered 500: " + "a very long explanation " * 20,
     ],
