@@ -3,7 +3,7 @@ db/conversations.py)."""
 
 from __future__ import annotations
 
-from sqlalchemy import Table, bindparam, insert, select, update
+from sqlalchemy import Table, and_, bindparam, exists, insert, not_, or_, select, update
 
 from db.models import ChatSession, ChatSettings, Message, User
 from db.prepared import Prepared
@@ -49,7 +49,7 @@ OPEN_SESSION = (
         SESSIONS.c.chat_id == bindparam("cid"),
         SESSIONS.c.ended_at.is_(None),
     )
-    .order_by(SESSIONS.c.started_at.desc())
+    .order_by(SESSIONS.c.started_at.desc(), SESSIONS.c.id.desc())
     .limit(1)
 )
 # A group's session belongs to the chat, whoever speaks (issue 14): found by the chat alone.
@@ -60,7 +60,7 @@ OPEN_CHAT_SESSION = (
         SESSIONS.c.chat_type != "private",
         SESSIONS.c.ended_at.is_(None),
     )
-    .order_by(SESSIONS.c.started_at.desc())
+    .order_by(SESSIONS.c.started_at.desc(), SESSIONS.c.id.desc())
     .limit(1)
 )
 HISTORY_COLUMNS = (
@@ -111,10 +111,28 @@ HISTORY_RUN = Prepared(HISTORY)
 # The session's revision of its messages (migration 0023): db/history_cache.py.
 HISTORY_REVISION_RUN = Prepared(select(SESSIONS.c.history_rev).where(SESSIONS.c.id == bindparam("sid")))
 TOUCH_SESSION_REVISION_RUN = Prepared(TOUCH_SESSION.returning(SESSIONS.c.history_rev))
-# A session this process saw open, marked active if it still is: its row as OPEN_SESSION reads it, and its
-# revision before the turn's messages (db/conversations.py, open_turn).
+# A session this process saw open, marked active if it is still the one a lookup would find (not ended, and
+# no newer open session of its chat: two first contacts racing can open two, and every process must write
+# to the same one): its row as OPEN_SESSION reads it, and its revision before the turn's messages
+# (db/conversations.py, open_turn). One statement each for a private chat's key and a group's.
+_NEWER = SESSIONS.alias("newer")
+_NEWER_OPEN = and_(
+    _NEWER.c.chat_id == SESSIONS.c.chat_id,
+    _NEWER.c.ended_at.is_(None),
+    or_(
+        _NEWER.c.started_at > SESSIONS.c.started_at,
+        and_(_NEWER.c.started_at == SESSIONS.c.started_at, _NEWER.c.id > SESSIONS.c.id),
+    ),
+)
 TOUCH_OPEN_SESSION_RUN = Prepared(
-    TOUCH_SESSION.where(SESSIONS.c.ended_at.is_(None)).returning(
-        *OPEN_SESSION.selected_columns, SESSIONS.c.history_rev
-    )
+    TOUCH_SESSION.where(
+        SESSIONS.c.ended_at.is_(None),
+        not_(exists().where(_NEWER_OPEN, _NEWER.c.user_id == SESSIONS.c.user_id)),
+    ).returning(*OPEN_SESSION.selected_columns, SESSIONS.c.history_rev)
+)
+TOUCH_OPEN_CHAT_SESSION_RUN = Prepared(
+    TOUCH_SESSION.where(
+        SESSIONS.c.ended_at.is_(None),
+        not_(exists().where(_NEWER_OPEN, _NEWER.c.chat_type != "private")),
+    ).returning(*OPEN_SESSION.selected_columns, SESSIONS.c.history_rev)
 )

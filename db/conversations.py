@@ -32,6 +32,7 @@ from db.conversation_statements import (
     SET_STATUS_RUN,
     SUPERSEDE,
     TIMEZONE,
+    TOUCH_OPEN_CHAT_SESSION_RUN,
     TOUCH_OPEN_SESSION_RUN,
     USERS,
 )
@@ -265,8 +266,9 @@ class Conversations(MessageLog):
             if due:
                 self._upsert_user(conn, o.user_id, o.first_name, o.username, now)
             session, before = None, None
-            if known is not None:  # still open (not ended or erased by any process): marked active now
-                row = TOUCH_OPEN_SESSION_RUN.first(conn, {"sid": known.id, "at": now})
+            if known is not None:  # still the chat's open session (in any process): marked active now
+                touch = TOUCH_OPEN_SESSION_RUN if key[1] is not None else TOUCH_OPEN_CHAT_SESSION_RUN
+                row = touch.first(conn, {"sid": known.id, "at": now})
                 if row is not None:
                     session, before = SessionInfo(*row[:-1]), int(row[-1])
             if session is None:

@@ -73,3 +73,30 @@ def test_a_group_keeps_one_session_whoever_speaks(engine: Engine) -> None:
     assert _turn(conv, "Yes", user=USER + 1, chat=GROUP, kind="group") == first
     assert _turn(conv, "Private question", user=USER + 1, chat=USER + 1) != first
     assert _texts(engine, first) == ["Lunch at noon?", "Yes"]
+
+
+def test_a_newer_open_session_another_process_started_is_the_one_written_to(
+    engine: Engine, other_engine: Engine
+) -> None:
+    # Two first contacts racing (a turn and the app's session lookup, each finding none) leave two open
+    # sessions of one chat: every process must take the newest, as a fresh lookup does, or the
+    # conversation splits in two, each process's turns seeing only their own half.
+    here = Conversations(make_sessionmaker(engine))
+    there = Conversations(make_sessionmaker(other_engine))
+    older = _turn(here, "Plan my trip")
+    newer = there.start_session(USER, USER, chat_type="private").id
+    assert _turn(there, "To Lisbon") == newer
+    assert _turn(here, "By train") == newer
+    assert _texts(engine, newer) == ["To Lisbon", "By train"]
+    assert [m.content for m in here.messages(newer)] == ["To Lisbon", "ok", "By train", "ok"]
+    assert _texts(engine, older) == ["Plan my trip"]
+
+
+def test_a_groups_newer_open_session_is_the_one_written_to(engine: Engine, other_engine: Engine) -> None:
+    here = Conversations(make_sessionmaker(engine))
+    there = Conversations(make_sessionmaker(other_engine))
+    older = _turn(here, "Lunch at noon?", user=USER, chat=GROUP, kind="group")
+    newer = there.start_session(USER + 1, GROUP, chat_type="group").id
+    assert _turn(here, "Yes", user=USER, chat=GROUP, kind="group") == newer
+    assert _texts(engine, older) == ["Lunch at noon?"]
+    assert _texts(engine, newer) == ["Yes"]
