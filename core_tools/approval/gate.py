@@ -85,7 +85,7 @@ class ApprovalGate:
         if not self.policy.needs(call.name, tool):
             return None
         name = call.name
-        if await self._db(lambda: self.store.allowed_always(chat_id, name, user_id)):
+        if await self._db(lambda: self.store.allowed_always(chat_id, name)):
             return None
         summary = summarize(call.arguments, self.secrets)
         asker = self.asker
@@ -143,7 +143,7 @@ class ApprovalGate:
             try:
                 await asker.tell(
                     chat_id,
-                    f"A scheduled task wanted to use {name} ({_brief(summary)}), which needs "
+                    f"A scheduled task wanted to use {name} ({summary.replace(chr(10), ', ')}), which needs "
                     "your approval. Nobody was there to ask, so it was not run. Ask me directly to do it, "
                     "or choose \u201cAlways in this chat\u201d the next time I ask.",
                 )
@@ -153,9 +153,3 @@ class ApprovalGate:
             f"not run: {name} needs the user's approval and a scheduled task has nobody to ask; tell the "
             "user it was not done and that they can ask for it directly"
         )
-
-
-def _brief(summary: str, limit: int = 300) -> str:
-    """A call's summary on one line, cut: the plain message of a refused call (nothing to approve there)."""
-    line = ", ".join(part.strip() for part in summary.split("\n") if part.strip())
-    return line if len(line) <= limit else line[: limit - 1] + "\u2026"
