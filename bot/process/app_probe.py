@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from contextlib import AsyncExitStack
 
 import httpx
 from aiohttp import web
@@ -60,39 +59,43 @@ async def check_app(settings: Settings, timeout_s: float) -> Check:
         return Check("app", True, f"{listen}: a free port chosen at each start (WEBAPP_URL not checked)")
     local = f"http://{'127.0.0.1' if host in ('0.0.0.0', '', '::') else host}:{port}/"  # noqa: S104
     token = secrets.token_hex(16)
-    async with AsyncExitStack() as stack:
-        client = await stack.enter_async_context(
-            httpx.AsyncClient(timeout=timeout_s, follow_redirects=True, trust_env=False)
-        )
+    async with httpx.AsyncClient(timeout=timeout_s, follow_redirects=True, trust_env=False) as client:
         answer = await _get(client, local)
+        runner = None
         if isinstance(answer, httpx.Response):
             if PAGE_MARKER not in answer.content:
                 fix = f"free port {port} or choose another WEBAPP_LISTEN"
                 return Check("app", False, f"{listen} is taken by another server", fix)
-            where = f"the bot serves it on {listen}"
-            expect = PAGE_MARKER
+            where, expect = f"the bot serves it on {listen}", PAGE_MARKER
         else:
             runner = await _stand_in(host, port, token)
             if runner is None:
                 return Check("app", False, f"cannot listen on {listen}", "choose a free HOST:PORT")
-            stack.push_async_callback(runner.cleanup)
-            where = f"{listen} is free (the bot serves the app there)"
-            expect = token.encode()
-        url = settings.webapp_url
-        if not url:
-            fix = "set WEBAPP_URL to the https:// address your reverse proxy serves WEBAPP_LISTEN at"
-            detail = f"{where}; no WEBAPP_URL, so /app and the menu button are off"
-            return Check("app", True, detail, fix, warning=True)
-        public = await _get(client, url)
-        if isinstance(public, str) or expect not in public.content:
-            got = public if isinstance(public, str) else f"HTTP {public.status_code}, not the app"
-            fix = f"make your reverse proxy forward {url} to {listen}"
-            return Check("app", False, f"{where}; {url} does not reach it ({got})", fix)
-        if not url.startswith("https://"):
-            fix = "serve it over https:// (Telegram opens Mini Apps only from https:// pages)"
-            return Check("app", True, f"{where}; {url} reaches it, over plain http", fix, warning=True)
-        return Check("app", True, f"{where}; {url} reaches it")
-    raise AssertionError("unreachable")  # pragma: no cover - the stack's block returns
+            where, expect = f"{listen} is free (the bot serves the app there)", token.encode()
+        try:
+            return await _public(client, settings.webapp_url, listen, where, expect)
+        finally:
+            if runner is not None:
+                await runner.cleanup()
+
+
+async def _public(
+    client: httpx.AsyncClient, url: str | None, listen: str | None, where: str, expect: bytes
+) -> Check:
+    """Whether WEBAPP_URL answers with what is served on WEBAPP_LISTEN (`expect`), over https."""
+    if not url:
+        fix = "set WEBAPP_URL to the https:// address your reverse proxy serves WEBAPP_LISTEN at"
+        detail = f"{where}; no WEBAPP_URL, so /app and the menu button are off"
+        return Check("app", True, detail, fix, warning=True)
+    public = await _get(client, url)
+    if isinstance(public, str) or expect not in public.content:
+        got = public if isinstance(public, str) else f"HTTP {public.status_code}, not the app"
+        fix = f"make your reverse proxy forward {url} to {listen}"
+        return Check("app", False, f"{where}; {url} does not reach it ({got})", fix)
+    if not url.startswith("https://"):
+        fix = "serve it over https:// (Telegram opens Mini Apps only from https:// pages)"
+        return Check("app", True, f"{where}; {url} reaches it, over plain http", fix, warning=True)
+    return Check("app", True, f"{where}; {url} reaches it")
 
 
 async def bounded_check_app(settings: Settings, timeout_s: float) -> Check:

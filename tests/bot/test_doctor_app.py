@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -106,3 +107,22 @@ async def test_no_webapp_url_is_a_warning_naming_the_setting() -> None:
     check = await check_app(settings(webapp_listen=f"127.0.0.1:{free_port()}"), 3)
     assert check.ok and check.warning
     assert "no WEBAPP_URL" in check.line() and "Fix: set WEBAPP_URL" in check.line()
+
+
+async def test_the_running_bots_page_is_recognised_through_the_proxy(
+    serve: Callable[[web.Application], Any],
+) -> None:
+    """The bot's own server on WEBAPP_LISTEN (its real index.html) is told from another server's."""
+    page = (Path(__file__).resolve().parents[2] / "bot" / "webapp" / "static" / "index.html").read_bytes()
+
+    async def index(_: web.Request) -> web.Response:
+        return web.Response(body=page, content_type="text/html")
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", index)
+    bot_page = await serve(app)
+    proxy = await serve(proxy_to(bot_page))
+    listen = bot_page.removeprefix("http://")
+    check = await check_app(settings(webapp_listen=listen, webapp_url=f"{proxy}/app/"), 3)
+    assert check.ok, check.line()
+    assert f"the bot serves it on {listen}; {proxy}/app/ reaches it" in check.line()
