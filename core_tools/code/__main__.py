@@ -14,9 +14,9 @@ import asyncio
 import dataclasses
 import json
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
-from core_tools.code.json_cli import EXIT_INVALID, answer, exit_code, reply
+from core_tools.code.json_cli import EXIT_INVALID, answer, dump, exit_code, reply
 from core_tools.errors import ToolError
 from core_tools.sandbox import ExecutionResult, LocalExecutor, SandboxLimits
 from core_tools.sandbox.model import FileLimits
@@ -26,8 +26,15 @@ class _JsonArgumentParser(argparse.ArgumentParser):
     """In --json mode a usage error is an "invalid" object on stdout too, not argparse's text alone."""
 
     def error(self, message: str) -> NoReturn:
-        print(json.dumps(reply("invalid", f"bad arguments: {message}")))
+        _write(reply("invalid", f"bad arguments: {message}"))
         self.exit(EXIT_INVALID)
+
+
+def _write(obj: dict[str, Any]) -> None:
+    """Write one JSON object to stdout as UTF-8, whatever the locale's encoding and the object's text."""
+    sys.stdout.flush()
+    sys.stdout.buffer.write(dump(obj))
+    sys.stdout.buffer.flush()
 
 
 def _parser(json_mode: bool = False) -> argparse.ArgumentParser:
@@ -62,8 +69,11 @@ def _json_main(args: argparse.Namespace) -> int:
         finally:
             await executor.aclose()
 
-    obj = asyncio.run(answer(sys.stdin.buffer.read(), run, FileLimits()))
-    print(json.dumps(obj, ensure_ascii=False))
+    try:
+        obj = asyncio.run(answer(sys.stdin.buffer.read(), run, FileLimits()))
+    except Exception as exc:  # the contract: one object whatever happens
+        obj = reply("error", f"internal error: {type(exc).__name__}")
+    _write(obj)
     return exit_code(obj)
 
 

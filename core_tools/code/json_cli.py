@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +53,15 @@ def reply(status: str, error: str, **extra: Any) -> dict[str, Any]:
     return {"status": status, "success": False, "error": error, **extra}
 
 
+def dump(obj: dict[str, Any]) -> bytes:
+    """The object as one line of UTF-8 JSON: text that UTF-8 cannot carry (a lone surrogate from the input)
+    is written as a JSON escape instead of failing the write."""
+    try:
+        return (json.dumps(obj, ensure_ascii=False) + "\n").encode("utf-8")
+    except UnicodeEncodeError:
+        return (json.dumps(obj) + "\n").encode("ascii")
+
+
 def exit_code(obj: dict[str, Any]) -> int:
     """The exit code that goes with an answer object."""
     return {"completed": EXIT_COMPLETED, "invalid": EXIT_INVALID, "refused": EXIT_REFUSED}.get(
@@ -79,11 +89,18 @@ def parse_request(raw: bytes, limits: FileLimits) -> Request:
         raise Rejected("invalid", f"the input is not UTF-8: {exc.reason} at byte {exc.start}") from None
     except json.JSONDecodeError as exc:
         raise Rejected("invalid", f"the input is not JSON: {exc.msg} at position {exc.pos}") from None
+    except RecursionError:
+        raise Rejected("invalid", "the input is not usable JSON: nested too deeply") from None
+    except ValueError:  # an integer past Python's int-string limit (4,300 digits)
+        digits = sys.get_int_max_str_digits()
+        message = f"the input is not usable JSON: a number has more than {digits} digits"
+        raise Rejected("invalid", message) from None
     if not isinstance(data, dict):
         raise Rejected("invalid", "the input must be one JSON object")
     unknown = sorted(set(data) - set(FIELDS))
     if unknown:
-        raise Rejected("invalid", f"unknown field(s): {', '.join(unknown)}; known: {', '.join(FIELDS)}")
+        names = ", ".join(n.encode("utf-8", "backslashreplace").decode("utf-8") for n in unknown)
+        raise Rejected("invalid", f"unknown field(s): {_short(names)}; known: {', '.join(FIELDS)}")
     missing = [f for f in REQUIRED if f not in data or data[f] is None]
     if missing:
         raise Rejected("invalid", f"missing required field(s): {', '.join(missing)}")
@@ -92,15 +109,23 @@ def parse_request(raw: bytes, limits: FileLimits) -> Request:
         # bool is an int in Python, never a timeout.
         if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
             raise Rejected("invalid", f"field {name!r} must be a JSON {_json_kind(kind)}")
+    for name in REQUIRED:
+        _check_text(data[name], f"field {name!r}")
     if not data["code"].strip():
         raise Rejected("invalid", "field 'code' is empty")
     timeout_ms = data.get("timeout_ms")
     if timeout_ms is not None and timeout_ms <= 0:
         raise Rejected("invalid", "field 'timeout_ms' must be a positive number of milliseconds")
+    try:
+        timeout_s = None if timeout_ms is None else timeout_ms / 1000
+    except OverflowError:  # 10**400: no float holds it
+        raise Rejected("invalid", "field 'timeout_ms' is too large to be a number of milliseconds") from None
     files: dict[str, bytes] = {}
     for name, content in (data.get("files") or {}).items():
+        _check_text(name, "a file name")
         if not isinstance(content, str):
             raise Rejected("invalid", f"file {name!r}: its content must be a JSON string")
+        _check_text(content, f"file {name!r}")
         problem = _file_name_problem(name)
         if problem is not None:
             raise Rejected("refused", f"file name {name!r} refused: {problem}")
@@ -110,8 +135,20 @@ def parse_request(raw: bytes, limits: FileLimits) -> Request:
     total = sum(len(b) for b in files.values())
     if total > limits.max_bytes:
         raise Rejected("refused", f"files of {total} bytes refused: at most {limits.max_bytes} in all")
-    timeout_s = None if timeout_ms is None else timeout_ms / 1000
     return Request(data["language"], data["code"], timeout_s, files)
+
+
+def _check_text(value: str, what: str) -> None:
+    """Rejected when `value` is not text that UTF-8 can carry (a lone surrogate such as \\ud800)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        message = f"{what} is not text: a lone surrogate {value[exc.start]!a} at position {exc.start}"
+        raise Rejected("invalid", message) from None
+
+
+def _short(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}..."
 
 
 def _json_kind(kind: type) -> str:
@@ -136,6 +173,8 @@ async def answer(raw: bytes, run: Runner, limits: FileLimits) -> dict[str, Any]:
         request = parse_request(raw, limits)
     except Rejected as exc:
         return reply(exc.status, str(exc))
+    except Exception as exc:  # the contract: one object whatever happens
+        return reply("error", f"internal error: {type(exc).__name__}: {_short(str(exc))}")
     try:
         result = await run(request.language, request.code, request.timeout_s, request.files or None, limits)
     except ToolError as exc:  # a language that is not installed, a timeout the executor will not take

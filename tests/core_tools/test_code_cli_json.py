@@ -105,3 +105,76 @@ def test_the_plain_mode_is_unchanged() -> None:
         check=False,
     )
     assert done.returncode == 2 and done.stdout == b"" and b"not available" in done.stderr
+
+
+def run_raw(stdin: bytes, *args: str | bytes) -> tuple[int, dict[str, Any], bytes]:
+    """Exit code, the one JSON object on stdout (nothing else there) and stderr."""
+    done = subprocess.run(
+        [sys.executable, "-m", "core_tools.code", "--json", *args],
+        input=stdin,
+        capture_output=True,
+        cwd=REPO,
+        timeout=120,
+        check=False,
+    )
+    lines = done.stdout.decode("utf-8").splitlines()
+    assert len(lines) == 1, done.stdout
+    obj = json.loads(lines[0])
+    assert isinstance(obj, dict), done.stdout
+    return done.returncode, obj, done.stderr
+
+
+PROGRAM = '"language": "python", "code": "print(1)"'
+
+
+@pytest.mark.parametrize(
+    ("stdin", "says"),
+    [
+        # Python's JSON decoder raises RecursionError past about 1,000 levels.
+        ("{" + PROGRAM + ', "files": ' + "[" * 5000 + "]" * 5000 + "}", "nested too deeply"),
+        ("[" * 5000 + "]" * 5000, "nested too deeply"),
+        # Past the int-string limit (4,300 digits) int() raises ValueError.
+        ("{" + PROGRAM + ', "timeout_ms": ' + "9" * 5000 + "}", "more than 4300 digits"),
+        # 10**400 ms does not fit a float: the division raised OverflowError.
+        ("{" + PROGRAM + ', "timeout_ms": 1' + "0" * 400 + "}", "'timeout_ms' is too large"),
+        # A lone surrogate cannot be encoded as UTF-8 (for the file, or for the answer).
+        ("{" + PROGRAM + ', "files": {"\\ud800.txt": "x"}}', "a file name is not text: a lone surrogate"),
+        ("{" + PROGRAM + ', "files": {"a.txt": "x\\udfff"}}', "file 'a.txt' is not text: a lone surrogate"),
+        ('{"language": "python", "code": "print(\'\\ud800\')"}', "field 'code' is not text"),
+        ('{"language": "py\\ud800", "code": "print(1)"}', "field 'language' is not text"),
+        ("{" + PROGRAM + ', "\\ud800": 1}', "unknown field(s): \\ud800;"),
+        ("{" + PROGRAM + ', "timeout_ms": 1e400}', "'timeout_ms' must be a JSON integer"),
+        ('{"language": "python", "code": "print(1)"', "not JSON"),
+        ('"just a string"', "one JSON object"),
+        ("null", "one JSON object"),
+        ("", "not JSON"),
+    ],
+    ids=[
+        "nested-5000-in-field",
+        "nested-5000-top",
+        "5000-digit-integer",
+        "timeout-10e400",
+        "surrogate-file-name",
+        "surrogate-file-content",
+        "surrogate-code",
+        "surrogate-language",
+        "surrogate-field-name",
+        "timeout-infinite-float",
+        "truncated-json",
+        "string-top-level",
+        "null-top-level",
+        "empty-input",
+    ],
+)
+def test_hostile_input_is_one_invalid_object_and_exit_1_never_a_traceback(stdin: str, says: str) -> None:
+    code, obj, stderr = run_raw(stdin.encode("ascii"), "--bwrap", "/nonexistent/bwrap")
+    assert code == 1 and obj["status"] == "invalid" and obj["success"] is False
+    assert says in obj["error"]
+    assert b"Traceback" not in stderr and stderr == b""
+
+
+def test_a_bad_argument_that_is_not_utf8_is_one_object_too() -> None:
+    request = ("{" + PROGRAM + "}").encode()
+    code, obj, stderr = run_raw(request, "--bogus", b"\xff")
+    assert code == 1 and obj["status"] == "invalid" and "--bogus" in obj["error"]
+    assert b"Traceback" not in stderr
