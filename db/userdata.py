@@ -26,7 +26,9 @@ from db.transfer import RUNTIME_TABLES
 USER_COLUMN = "user_id"
 CHAT_COLUMN = "chat_id"
 # Columns that name the user who did something to a row that is not theirs: cleared, the row kept.
-REFERENCE_COLUMNS = ("updated_by", "set_by", "turn_owner")
+REFERENCE_COLUMNS = ("updated_by", "set_by", "turn_owner", "decided_by")
+# Columns that make a row the user's although it has no `user_id`: what they allowed ("Always in this chat").
+OWNER_COLUMNS = ("allowed_by",)
 SKIPPED_COLUMNS = frozenset({"embedding", "embedding_bits", "words"})  # index data, not the user's words
 
 
@@ -58,6 +60,7 @@ def _where(table: Table, user_id: int) -> Any:
         clauses.append(table.c[USER_COLUMN] == user_id)
     if CHAT_COLUMN in table.c:
         clauses.append(table.c[CHAT_COLUMN] == user_id)
+    clauses += [table.c[column] == user_id for column in OWNER_COLUMNS if column in table.c]
     if table.name == "users":
         clauses.append(table.c["id"] == user_id)
     return or_(*clauses) if clauses else None
@@ -73,10 +76,18 @@ def user_rows(conn: Connection, user_id: int) -> dict[str, list[dict[str, Any]]]
         columns = [c for c in table.c if c.name not in SKIPPED_COLUMNS]
         order = list(table.primary_key.columns) or columns[:1]
         rows = conn.execute(select(*columns).where(where).order_by(*order)).mappings()
-        found = [{k: _plain(v) for k, v in row.items()} for row in rows]
+        found = [_own({k: _plain(v) for k, v in row.items()}) for row in rows]
         if found:
             out[name] = found
     return out
+
+
+def _own(row: dict[str, Any]) -> dict[str, Any]:
+    """A row as the user's export shows it: a group conversation's summary is left out (it tells what the
+    other members said; the user's own messages are in the export)."""
+    if row.get("summary") is not None and row.get("chat_type") not in (None, "private"):
+        row["summary"] = None
+    return row
 
 
 @dataclass
@@ -86,6 +97,9 @@ class Erased:
     rows: dict[str, int] = field(default_factory=dict)
     media: list[str] = field(default_factory=list)
     sessions_handed_on: int = 0
+    # Whether the database's files hold no copy of the deleted rows any more (db/scrub.py); False: another
+    # connection held the WAL, the scrub is to be tried again.
+    scrubbed: bool = True
 
     @property
     def total(self) -> int:
@@ -134,9 +148,20 @@ def erase_user(conn: Connection, user_id: int) -> Erased:
 
 def _hand_on_group_sessions(conn: Connection, user_id: int, erased: Erased) -> None:
     """A group's session is the group's, kept under the user who spoke first: hand it to another speaker
-    (their rows stay), or let it go with the user when nobody else spoke there."""
+    (their rows stay), or let it go with the user when nobody else spoke there. The summary of every group
+    session the user spoke in is dropped (it may tell what they said)."""
     sessions = Base.metadata.tables["sessions"]
     messages = Base.metadata.tables["messages"]
+    spoke = select(messages.c.session_id).where(messages.c.user_id == user_id).distinct()
+    conn.execute(
+        update(sessions)
+        .where(
+            sessions.c.chat_type != "private",
+            sessions.c.summary.is_not(None),
+            or_(sessions.c.user_id == user_id, sessions.c.id.in_(spoke)),
+        )
+        .values(summary=None)
+    )
     shared = conn.execute(
         select(sessions.c.id).where(and_(sessions.c.user_id == user_id, sessions.c.chat_type != "private"))
     ).scalars()

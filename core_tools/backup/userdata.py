@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from core_tools.backup.manifest import BackupError
+from db.scrub import erasing, scrub
 from db.userdata import Erased, erase_user, user_rows
 
 # What each table is called in the export and the erase's summary, for a person.
@@ -142,9 +143,12 @@ def split_file(path: Path, part_bytes: int) -> list[Path]:
 
 
 def forget_user(engine: Engine, media_dir: Path, user_id: int) -> Erased:
-    """Delete every row of the user (one transaction), then the files only they sent."""
-    with engine.begin() as conn:
+    """Delete every row of the user (one transaction, its freed bytes zeroed), leave no copy of them in the
+    database's files (`erased.scrubbed` says whether that could be done now: else `scrub` again later), then
+    delete the files only they sent."""
+    with erasing(engine) as conn, conn.begin():
         erased = erase_user(conn, user_id)
+    erased.scrubbed = scrub(engine, [*erased.rows, "sessions", "approvals"])
     for sha in erased.media:
         for path in (_media_path(media_dir, sha), _media_path(media_dir, sha).with_name(f"{sha}.txt")):
             path.unlink(missing_ok=True)
