@@ -179,7 +179,10 @@ class StreamingReply:
         messages. A part refused even so is named in a short note; this raises only when nothing arrived.
         """
         self._finished = True
-        if self._flush_task is not None:
+        if self._flush_task is not None and not self._lock.locked():
+            # Only a flush still waiting is cancelled: one under way has reached Telegram, which may have
+            # stored the preview already (a cancelled request would leave it beside the answer), so the
+            # answer waits for it below and goes into that message.
             self._flush_task.cancel()
         async with self._lock:
             if self.guard is not None and not await self.guard():

@@ -102,10 +102,11 @@ async def test_every_update_delivered_twice_is_answered_once(
         ) from None
     wrong = not_once()
     shown = dict(list(wrong.items())[:4])
-    assert not wrong, (
-        f"{len(wrong)} of 60 messages not answered exactly once, e.g. {shown} (message: answers)"
-    )
     asked = {m: len(cluster.requests_for(m)) for c in chats for m in messages[c]}
+    assert not wrong, (
+        f"{len(wrong)} of 60 messages not answered exactly once, e.g. {shown} (message: answers); "
+        f"LLM requests for them: { {m: asked[m] for m in shown} }\n{cluster.logs(40)}"
+    )
     assert {m: n for m, n in asked.items() if n != 1} == {}  # one LLM request per message
     assert len(llm.requests) == 70
 
