@@ -66,6 +66,7 @@ def run_full_backup(settings: Settings) -> int:
 def run_restore(settings: Settings, args: argparse.Namespace) -> int:
     """`python -m bot restore`."""
     from core_tools.backup.restore import Target, restore
+    from core_tools.backup.store import scratch_parent
 
     redact = Redactor(settings.secrets()).mask
     if args.to:
@@ -74,7 +75,13 @@ def run_restore(settings: Settings, args: argparse.Namespace) -> int:
         from bot.process.ops import sqlite_path
 
         file = sqlite_path(settings.database_url)
-        work = file.parent if file is not None else Path(settings.backup_dir)
+        # Unpacked beside a SQLite target (moved into place by a rename); for PostgreSQL in a folder beside
+        # MEDIA_DIR, never in BACKUP_DIR (the backup's plaintext must not lie there).
+        work = (
+            file.parent
+            if file is not None
+            else scratch_parent(settings.database_url, settings.media_dir, settings.backup_dir)
+        )
         target = Target(settings.database_url, Path(settings.media_dir), work)
     try:
         identities = load_identities(Path(args.identity)) if args.identity else []
@@ -89,6 +96,9 @@ def run_restore(settings: Settings, args: argparse.Namespace) -> int:
         )
     except BackupError as exc:
         print(redact(f"Restore refused: {exc}. Nothing was changed."), file=sys.stderr)
+        return 1
+    except Exception as exc:  # one line, never a traceback: what the checks did not name
+        print(redact(f"Restore failed: {type(exc).__name__}: {str(exc)[:300]}."), file=sys.stderr)
         return 1
     return 0
 

@@ -23,7 +23,7 @@ from bot.process.wiring import Services
 from bot.runtime.jobs import Job, register_jobs
 from core_tools.backup.crypto import new_identity, recipient_strings
 from core_tools.backup.manifest import BackupError, read_manifest
-from core_tools.backup.store import STATE_NAME, list_backups
+from core_tools.backup.store import STATE_NAME, list_backups, scratch_parent
 from core_tools.backup.take import BackupConfig
 from core_tools.backup.worker import run_worker
 
@@ -218,7 +218,15 @@ class BackupJobs:
 
     async def drill(self, bot: Bot, manifest_path: Path, identities: list[str] | None = None) -> bool:
         """Restore the backup into a temporary folder and compare; tell the owner only when it fails."""
-        payload = {"manifest": str(manifest_path), "work": str(self.folder), "identities": identities or []}
+        settings = self.settings
+        # The drill's plaintext copy goes into a private folder beside the database, never into BACKUP_DIR.
+        work = scratch_parent(settings.database_url, settings.media_dir, settings.backup_dir)
+        payload = {
+            "manifest": str(manifest_path),
+            "work": str(work),
+            "backup_dir": str(self.folder),
+            "identities": identities or [],
+        }
         try:
             result = await run_worker("drill", payload)
         except BackupError as exc:

@@ -10,6 +10,7 @@ from pathlib import Path
 from core_tools.backup.crypto import identity_from
 from core_tools.backup.manifest import BackupError
 from core_tools.backup.restore import drill
+from core_tools.backup.store import clean_old_drills
 from core_tools.backup.take import BackupConfig, take_backup
 from core_tools.backup.worker import lower_priority
 
@@ -34,6 +35,8 @@ def main(argv: list[str]) -> int:
             }
         elif action == "drill":
             identities = [identity_from(s) for s in payload.get("identities", [])]
+            if payload.get("backup_dir"):
+                clean_old_drills(Path(payload["backup_dir"]))  # what drills of earlier versions left there
             outcome = drill(Path(payload["manifest"]), identities, Path(payload["work"]))
             result = {"name": outcome.name, "ok": outcome.ok, "problem": outcome.problem}
         else:

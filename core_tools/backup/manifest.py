@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -102,24 +103,46 @@ def _need(body: dict[str, Any], key: str, kind: type | tuple[type, ...], where: 
     return value
 
 
+def _count(body: dict[str, Any], key: str, where: str, default: int | None = 0) -> int:
+    value = body.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise BackupError(f"{where}: the field {key!r} is not valid")
+    return value
+
+
+def _plain_text(value: str) -> bool:
+    return value.isprintable() and len(value) <= 255
+
+
 def contents_from(body: Any, where: str) -> Contents:
     """Contents from a JSON object (the manifest's or the archive's), checked field by field."""
     if not isinstance(body, dict):
         raise BackupError(f"{where} is not a backup manifest")
     tables = _need(body, "tables", dict, where)
-    if not all(isinstance(k, str) and isinstance(v, int) for k, v in tables.items()):
+    if not all(
+        isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0
+        for k, v in tables.items()
+    ):
         raise BackupError(f"{where}: the table counts are not valid")
     revision = body.get("schema_revision")
-    if revision is not None and not isinstance(revision, str):
+    if revision is not None and not (isinstance(revision, str) and _plain_text(revision)):
         raise BackupError(f"{where}: the field 'schema_revision' is not valid")
+    name = _need(body, "name", str, where)
+    if not _plain_text(name):
+        raise BackupError(f"{where}: the field 'name' is not valid")
+    created_at = _need(body, "created_at", str, where)
+    try:
+        datetime.fromisoformat(created_at)
+    except ValueError:
+        raise BackupError(f"{where}: the field 'created_at' is not a time") from None
     return Contents(
-        name=_need(body, "name", str, where),
-        created_at=_need(body, "created_at", str, where),
+        name=name,
+        created_at=created_at,
         database=_need(body, "database", str, where),
         schema_revision=revision,
         tables=dict(tables),
-        media_files=int(body.get("media_files", 0)),
-        media_bytes=int(body.get("media_bytes", 0)),
+        media_files=_count(body, "media_files", where),
+        media_bytes=_count(body, "media_bytes", where),
     )
 
 
@@ -130,8 +153,8 @@ def read_manifest(path: Path) -> Manifest:
         body = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise BackupError(f"there is no manifest at {path}") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise BackupError(f"{where} cannot be read ({exc})") from None
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise BackupError(f"{where} cannot be read ({str(exc)[:200]})") from None
     if not isinstance(body, dict) or body.get("format") != FORMAT:
         raise BackupError(f"{where} is not a backup manifest of format {FORMAT}")
     contents = contents_from(body, where)
@@ -141,10 +164,13 @@ def read_manifest(path: Path) -> Manifest:
         if not isinstance(raw, dict):
             raise BackupError(f"{where}: a part entry is not valid")
         name = _need(raw, "name", str, where)
-        if "/" in name or "\\" in name or name.startswith("."):
-            raise BackupError(f"{where}: the part name {name!r} is not a plain file name")
-        parts.append(Part(name, _need(raw, "size", int, where), _need(raw, "sha256", str, where)))
+        if "/" in name or "\\" in name or name.startswith(".") or not _plain_text(name):
+            raise BackupError(f"{where}: the part name {name[:40]!r} is not a plain file name")
+        parts.append(Part(name, _count(raw, "size", where, None), _need(raw, "sha256", str, where)))
     if not parts:
         raise BackupError(f"{where} lists no parts")
-    recipients = body.get("recipients") or []
-    return Manifest(contents, bool(body.get("encrypted")), [str(r) for r in recipients], parts)
+    encrypted = _need(body, "encrypted", bool, where)
+    recipients = body.get("recipients", [])
+    if not isinstance(recipients, list) or not all(isinstance(r, str) for r in recipients):
+        raise BackupError(f"{where}: the field 'recipients' is not valid")
+    return Manifest(contents, encrypted, list(recipients), parts)

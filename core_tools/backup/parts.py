@@ -119,6 +119,8 @@ def verify_parts(folder: Path, parts: Sequence[Part]) -> list[Path]:
             size = path.stat().st_size
         except FileNotFoundError:
             raise BackupError(f"{where} is missing from {folder}") from None
+        except (OSError, ValueError) as exc:
+            raise BackupError(f"{where} cannot be read ({exc})") from None
         if size != part.size:
             raise BackupError(
                 f"{where} is {size} bytes, the manifest says {part.size}: it is incomplete or not "

@@ -1,10 +1,11 @@
 """Restoring a backup, and the restore drill (a restore into a temporary folder, compared, then deleted).
 
 Everything is checked before anything is touched: the manifest, every part's size and SHA-256, the schema
-revision (one newer than this code is refused), the decryption, the archive, and each table's rows against
-the manifest. The backup is unpacked and migrated beside the target; only then is it moved into place (a
-SQLite file and MEDIA_DIR renamed, or one PostgreSQL transaction), and what it replaces (with --force) is
-kept beside it under a `.before-restore-TIME` name.
+revision (one newer than this code is refused), the decryption, the archive, the database's schema (exactly
+the migrations', core_tools/backup/schema.py), and each table's rows against the manifest. A refused
+restore changes nothing: the target is only read, read-only. The backup is unpacked and migrated beside the
+target; only then is it moved into place (a SQLite file and MEDIA_DIR renamed, or one PostgreSQL
+transaction), and what it replaces (with --force) is kept beside it under a `.before-restore-TIME` name.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from pathlib import Path
 from typing import IO
 
 from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, create_engine
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 
 from core_tools.backup.crypto import Identity, decrypt_stream
 from core_tools.backup.manifest import (
@@ -38,8 +41,9 @@ from core_tools.backup.manifest import (
     read_manifest,
 )
 from core_tools.backup.parts import PartReader, disk_full, verify_parts
-from core_tools.backup.store import list_backups
-from db.engine import make_engine
+from core_tools.backup.schema import check_schema, open_read_only
+from core_tools.backup.store import list_backups, outside, scratch
+from db.engine import make_engine, sqlite_module
 from db.migrate import alembic_config, head_revision, upgrade
 from db.snapshot import (
     SnapshotError,
@@ -52,6 +56,7 @@ from db.snapshot import (
 )
 
 Say = Callable[[str], None]
+Checkpoint = Callable[[str], None]  # the drill calls it with "unpacked" (the tests stop a drill there)
 HASH_CHUNK = 1 << 20
 
 
@@ -167,7 +172,7 @@ def unpack(manifest_path: Path, identities: Sequence[Identity], into: Path) -> U
         inside = contents_from(
             json.loads((into / CONTENTS).read_text(encoding="utf-8")), "the archive's contents"
         )
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         raise BackupError(
             "the archive inside the backup has no list of its contents: it is damaged"
         ) from None
@@ -178,11 +183,14 @@ def unpack(manifest_path: Path, identities: Sequence[Identity], into: Path) -> U
     if not database.is_file():
         raise BackupError("the archive inside the backup holds no database")
     check_revision(inside.schema_revision)
+    check_schema(database, inside.schema_revision)
     engine = make_engine(sqlite_url(database))
     try:
         with engine.connect() as conn:
-            counts = table_counts(conn)
             problem_rows = conn.exec_driver_sql("PRAGMA integrity_check").scalar()
+            counts = table_counts(conn) if problem_rows == "ok" else {}
+    except DBAPIError as exc:
+        raise BackupError(f"the database in the backup cannot be read ({exc.orig})") from None
     finally:
         engine.dispose()
     if problem_rows != "ok":
@@ -236,16 +244,27 @@ def _media_in_use(media: Path) -> bool:
     return media.is_dir() and any(p.is_file() for p in media.rglob("*"))
 
 
+def _read_only_engine(path: Path) -> Engine:
+    """An engine on a SQLite file that leaves it exactly as it is: read-only, and without a -wal or -shm
+    left behind (a read-only connection cannot delete those it creates, so it is opened immutable unless a
+    -wal is there already, as beside a bot that runs or did not stop cleanly)."""
+    query = "mode=ro" if Path(f"{path}-wal").exists() else "immutable=1"
+    return create_engine("sqlite://", module=sqlite_module(), creator=lambda: open_read_only(path, query))
+
+
 def check_target(target: Target, lease_s: float, force: bool) -> bool:
-    """Refuse a target a bot runs on, and a non-empty one without `force`; whether it holds anything."""
+    """Refuse a target a bot runs on, and a non-empty one without `force`; whether it holds anything. The
+    target is only read (a SQLite file read-only): a refusal changes nothing."""
     sqlite_file = target.sqlite_file()
     holds = False
     if sqlite_file is None or sqlite_file.exists():
-        engine = make_engine(target.database_url)
+        engine = make_engine(target.database_url) if sqlite_file is None else _read_only_engine(sqlite_file)
         try:
             with engine.connect() as conn:
                 running = live_processes(conn, lease_s)
                 holds = not is_empty(conn)
+        except DBAPIError as exc:
+            raise BackupError(f"the target {target.describe()} cannot be read ({exc.orig})") from None
         finally:
             engine.dispose()
         if running:
@@ -379,27 +398,36 @@ class DrillResult:
     problem: str = ""
 
 
-def drill(manifest_path: Path, identities: Sequence[Identity], work_parent: Path) -> DrillResult:
-    """Restore a backup into a temporary folder, compare it with its manifest, migrate it, delete it."""
-    work_parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=".drill-", dir=work_parent))
+def drill(
+    manifest_path: Path,
+    identities: Sequence[Identity],
+    work_parent: Path,
+    checkpoint: Checkpoint = lambda _: None,
+) -> DrillResult:
+    """Restore a backup into a private scratch folder in `work_parent` (never in the folder of backups the
+    backup lies in: then the system's temporary folder), compare it with its manifest, migrate it, delete
+    it."""
     name = manifest_path.name.removesuffix(MANIFEST_SUFFIX)
     try:
-        unpacked = unpack(manifest_path, identities, work)
-        migrate_copy(unpacked, lambda _: None)
-        engine = make_engine(sqlite_url(unpacked.database))
-        try:
-            with engine.connect() as conn:
-                if revision_of(conn) != head_revision():
-                    return DrillResult(
-                        name, False, "the restored database did not migrate to this code's schema"
-                    )
-        finally:
-            engine.dispose()
-        return DrillResult(name, True)
+        with scratch(outside(work_parent, manifest_path.parent.parent)) as work:
+            return _drill(manifest_path, identities, work, name, checkpoint)
     except BackupError as exc:
         return DrillResult(name, False, str(exc))
     except Exception as exc:  # a fault the checks did not name: still the drill's finding
         return DrillResult(name, False, f"{type(exc).__name__}: {exc}")
+
+
+def _drill(
+    manifest_path: Path, identities: Sequence[Identity], work: Path, name: str, checkpoint: Checkpoint
+) -> DrillResult:
+    unpacked = unpack(manifest_path, identities, work)
+    checkpoint("unpacked")
+    migrate_copy(unpacked, lambda _: None)
+    engine = make_engine(sqlite_url(unpacked.database))
+    try:
+        with engine.connect() as conn:
+            if revision_of(conn) != head_revision():
+                return DrillResult(name, False, "the restored database did not migrate to this code's schema")
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        engine.dispose()
+    return DrillResult(name, True)

@@ -3,6 +3,11 @@
 A backup is written into a hidden folder (`.NAME.partial`) and renamed to `NAME` only after its last part
 and its manifest are on disk: a backup cut short (the process killed, the disk full) is never listed, and
 the next run, holding the folder's lock, deletes what it left.
+
+No plaintext copy of the database ever lies in BACKUP_DIR: a backup's snapshot and a drill's unpacked copy
+are written into a private scratch folder (mode 0700, `.backup-scratch-*`) outside it, beside the database
+itself (scratch_parent), locked while in use and deleted after; one a killed run left is deleted by the next
+backup or drill.
 """
 
 from __future__ import annotations
@@ -10,16 +15,21 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+
+from sqlalchemy.engine import make_url
 
 from core_tools.backup.manifest import MANIFEST_SUFFIX, BackupError, Manifest, read_manifest
 
 PARTIAL_SUFFIX = ".partial"
 LOCK_NAME = ".lock"
 STATE_NAME = ".state.json"
+SCRATCH_PREFIX = ".backup-scratch-"
+OLD_DRILL_PREFIX = ".drill-"  # where drills unpacked inside BACKUP_DIR before (never cleaned then)
 
 
 def new_name(folder: Path, now: datetime | None = None) -> str:
@@ -94,4 +104,98 @@ def locked(folder: Path) -> Iterator[None]:
             raise BackupError(f"another backup is being written into {folder}") from None
         yield
     finally:
+        os.close(fd)
+
+
+def clean_old_drills(folder: Path) -> list[str]:
+    """Delete the unpacked copies interrupted drills of earlier versions left in BACKUP_DIR; their names."""
+    gone = []
+    if folder.is_dir():
+        for child in folder.iterdir():
+            if child.name.startswith(OLD_DRILL_PREFIX) and child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child, ignore_errors=True)
+                gone.append(child.name)
+    return gone
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def scratch_parent(database_url: str, media_dir: str, backup_dir: str) -> Path:
+    """Where a backup's or a drill's plaintext is written for a while: beside the SQLite database (what it
+    copies already lies there), else beside MEDIA_DIR; never inside BACKUP_DIR (then the system's temporary
+    folder)."""
+    url = make_url(database_url)
+    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
+        parent = Path(url.database).expanduser().resolve().parent
+    else:
+        parent = Path(media_dir).expanduser().resolve().parent
+    return outside(parent, Path(backup_dir))
+
+
+def outside(parent: Path, backup_dir: Path) -> Path:
+    """`parent`, or the system's temporary folder when `parent` lies inside `backup_dir`."""
+    backups = backup_dir.expanduser().resolve()
+    parent = parent.expanduser().resolve()
+    if _inside(parent, backups):
+        parent = Path(tempfile.gettempdir()).resolve()
+        if _inside(parent, backups):
+            raise BackupError(
+                f"BACKUP_DIR ({backups}) holds the data folder and the temporary folder: set BACKUP_DIR to a "
+                "folder of its own, so that no plaintext copy of the database is ever written into it"
+            )
+    return parent
+
+
+def _open_dir(path: Path) -> int | None:
+    try:
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return None  # gone meanwhile, or another user's
+
+
+def clean_scratch(parent: Path) -> list[str]:
+    """Delete the scratch folders in `parent` that no running backup or drill holds; their names."""
+    gone: list[str] = []
+    if not parent.is_dir():
+        return gone
+    for child in sorted(parent.glob(f"{SCRATCH_PREFIX}*")):
+        fd = _open_dir(child)
+        if fd is None:
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # in use
+            shutil.rmtree(child, ignore_errors=True)
+            gone.append(child.name)
+        finally:
+            os.close(fd)
+    return gone
+
+
+@contextmanager
+def scratch(parent: Path) -> Iterator[Path]:
+    """A new private folder (mode 0700) in `parent`, locked while in use and deleted after; what killed
+    runs left in `parent` is deleted first."""
+    parent.mkdir(parents=True, exist_ok=True)
+    clean_scratch(parent)
+    while True:
+        path = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=parent))  # mode 0700
+        fd = _open_dir(path)
+        if fd is None:
+            continue
+        fcntl.flock(fd, fcntl.LOCK_EX)  # a cleaner that took it first holds it only while deleting it
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # deleted by a cleaner before it was locked: another one
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
         os.close(fd)

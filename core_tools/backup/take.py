@@ -1,5 +1,6 @@
 """Taking a backup: a consistent snapshot of the database and MEDIA_DIR's files, archived (tar), encrypted
-for the recipients when there are any, cut into parts, and listed only once complete."""
+for the recipients when there are any, cut into parts, and listed only once complete. The snapshot (the
+database in plaintext) is written into a private scratch folder outside BACKUP_DIR (store.scratch)."""
 
 from __future__ import annotations
 
@@ -22,11 +23,21 @@ from sqlalchemy.exc import OperationalError
 from core_tools.backup.crypto import encrypt_stream
 from core_tools.backup.manifest import CONTENTS, DATABASE, MEDIA, BackupError, Contents, Manifest
 from core_tools.backup.parts import PartWriter, disk_full
-from core_tools.backup.store import clean_partials, locked, new_name, partial_dir, prune
+from core_tools.backup.store import (
+    clean_old_drills,
+    clean_partials,
+    locked,
+    new_name,
+    partial_dir,
+    prune,
+    scratch,
+    scratch_parent,
+)
 from db.engine import make_engine
 from db.snapshot import SnapshotError, revision_of, snapshot, sqlite_url, table_counts
 
 Say = Callable[[str], None]
+Checkpoint = Callable[[str], None]  # called with "snapshot", then "archive" (the tests stop a backup there)
 TAR_BUFFER = 1 << 20
 DEFAULT_PART_BYTES = 45 * 1024 * 1024  # under the Bot API's 50 MB upload limit
 
@@ -98,11 +109,14 @@ def _free_mb(folder: Path) -> float:
         return 0.0
 
 
-def take_backup(config: BackupConfig, say: Say = lambda _: None) -> tuple[Path, Manifest]:
+def take_backup(
+    config: BackupConfig, say: Say = lambda _: None, checkpoint: Checkpoint = lambda _: None
+) -> tuple[Path, Manifest]:
     """Write a new backup into BACKUP_DIR, then delete the oldest beyond `keep`; (its path, its manifest)."""
     folder = Path(config.backup_dir)
-    with locked(folder):
-        left = clean_partials(folder)
+    private = scratch_parent(config.database_url, config.media_dir, config.backup_dir)
+    with locked(folder), scratch(private) as plain:
+        left = clean_partials(folder) + clean_old_drills(folder)
         if left:
             say(f"deleted what an unfinished backup left: {', '.join(left)}")
         name = new_name(folder)
@@ -110,7 +124,7 @@ def take_backup(config: BackupConfig, say: Say = lambda _: None) -> tuple[Path, 
         work.mkdir()
         writer: PartWriter | None = None
         try:
-            snap = work / "snapshot.sqlite"
+            snap = plain / "snapshot.sqlite"
             say("taking a snapshot of the database")
             snapshot(config.database_url, snap, say)
             engine = make_engine(sqlite_url(snap))
@@ -119,6 +133,7 @@ def take_backup(config: BackupConfig, say: Say = lambda _: None) -> tuple[Path, 
                     counts, revision = table_counts(conn), revision_of(conn)
             finally:
                 engine.dispose()
+            checkpoint("snapshot")
             contents = Contents(
                 name=name,
                 created_at=datetime.now(UTC).isoformat(timespec="seconds"),
@@ -138,6 +153,7 @@ def take_backup(config: BackupConfig, say: Say = lambda _: None) -> tuple[Path, 
                 _write_archive(writer, snap, media_dir, contents)  # type: ignore[arg-type]  # a raw stream
             writer.close()
             snap.unlink()
+            checkpoint("archive")
             manifest = Manifest(contents, bool(config.recipients), list(config.recipients), writer.parts)
             manifest.write(work)
             final = folder / name
@@ -145,6 +161,12 @@ def take_backup(config: BackupConfig, say: Say = lambda _: None) -> tuple[Path, 
             _fsync_dir(folder)
         except BaseException as exc:
             shutil.rmtree(work, ignore_errors=True)
+            if _full_disk(exc, writer) and writer is None:
+                raise BackupError(
+                    f"the disk holding {private} is full ({_free_mb(private):.0f} MB free) while the "
+                    "database's snapshot is written there: nothing of this backup was kept and the older "
+                    "backups are untouched; free space on it"
+                ) from None
             if _full_disk(exc, writer):
                 raise BackupError(
                     f"the disk holding {folder} is full ({_free_mb(folder):.0f} MB free after deleting this "
