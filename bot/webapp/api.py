@@ -66,15 +66,59 @@ def _path_id(request: web.Request) -> str:
     return value
 
 
-async def _body(request: web.Request) -> dict[str, Any]:
-    """The request's JSON object (the server bounds its size before this reads it)."""
+MAX_DEPTH = 32  # the API's bodies are flat objects; deeper nesting is refused, not parsed further
+
+
+def parse_body(raw: bytes) -> dict[str, Any]:
+    """A request body as a JSON object of valid text; ValueError with a short reason for anything else:
+    not UTF-8, not JSON (NaN and Infinity included), nested deeper than MAX_DEPTH (5,000 levels would
+    exhaust the parser's recursion), a lone surrogate (`"\\ud800"` parses, but is no text the database can
+    store), or no object at the top."""
     try:
-        data = json.loads(await request.read() or b"null")
-    except (ValueError, UnicodeDecodeError):
-        raise problem(400, "the body is not JSON") from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError("the body is not UTF-8 text") from None
+    try:
+        data = json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        raise ValueError(f"the body is nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError:
+        raise ValueError("the body is not JSON") from None
     if not isinstance(data, dict):
-        raise problem(400, "the body must be a JSON object")
+        raise ValueError("the body must be a JSON object")
+    _check_values(data)
     return data
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _check_values(data: dict[str, Any]) -> None:
+    """Every string (keys too) is valid Unicode, and nothing is nested deeper than MAX_DEPTH (iterative)."""
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ValueError(f"the body is nested deeper than {MAX_DEPTH} levels")
+        if isinstance(value, dict):
+            stack.extend((k, depth) for k in value)
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value)
+        elif isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError("the body has a lone surrogate (\\ud800 to \\udfff): not text") from None
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    """The request's JSON object (the server bounds its size and has read it before this)."""
+    try:
+        return parse_body(await request.read())
+    except ValueError as exc:
+        raise problem(400, str(exc)) from None
 
 
 class Api:

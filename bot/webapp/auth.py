@@ -82,14 +82,20 @@ def verify(raw: str, key: bytes, *, max_age_s: float, now: float | None = None) 
         raise AuthError("auth_date is in the future")
     try:
         user: Any = json.loads(fields.get("user", ""))
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested thousands deep
         raise AuthError("no user in the init data") from None
     if not isinstance(user, dict) or not isinstance(user.get("id"), int) or isinstance(user["id"], bool):
         raise AuthError("no user id in the init data")
 
     def text(name: str) -> str | None:
         value = user.get(name)
-        return value if isinstance(value, str) else None
+        if not isinstance(value, str):
+            return None
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate ("\ud800" parses): no text to show or store
+            return None
+        return value
 
     return InitData(
         user_id=user["id"],
