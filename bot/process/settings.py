@@ -78,6 +78,12 @@ class Settings(BaseSettings):
     webapp_listen: str | None = None
     webapp_url: str | None = None
     webapp_auth_max_age_s: int = Field(default=86400, ge=60, le=30 * 86400)
+    # Its server against idle and slow clients: a connection that sends no complete request (or body) within
+    # this many seconds, or stays idle that long after an answer, is closed; at most this many connections
+    # open, and from one address (behind a reverse proxy, all come from the proxy's); more get 503.
+    webapp_client_timeout_s: float = Field(default=15.0, gt=0, le=3600)
+    webapp_max_connections: int = Field(default=256, ge=1, le=100_000)
+    webapp_max_connections_per_address: int = Field(default=64, ge=1, le=100_000)
     # Groups and supergroups are served only when listed here (their ids are negative), or, with
     # GROUPS_ALLOWED_SPEAKERS, for the speakers who are in ALLOWED_USER_IDS. In a group the bot answers
     # only when mentioned (@name), replied to, or given a command.

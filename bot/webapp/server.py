@@ -5,12 +5,16 @@ webhook); the page uses relative addresses, so it works under either. Requests t
 `Authorization: tma <initData>`: Telegram's signed launch data, checked on every request (HMAC, microseconds).
 What every answer gets: a Content-Security-Policy that allows only this origin's script and style (no inline
 script) and lets Telegram's web clients frame the page, nosniff, no referrer, no CORS headers at all (same
-origin only). Bodies are bounded (a larger Content-Length is refused before anything is read); each user
-has a request limit per minute (bot/webapp/limits.py).
+origin only). Bodies are bounded (a larger Content-Length is refused before anything is read) and must
+arrive within WEBAPP_CLIENT_TIMEOUT_S, which also closes a connection idle that long (or that never
+completes its request's head); open connections are capped in all and per address (bot/webapp/connections.py);
+each user has a request limit per minute (bot/webapp/limits.py). What clients can make the log say
+(refused connections, refused launch data) is one line, then one count per minute.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -24,7 +28,8 @@ from aiohttp import web
 from bot.process.wiring import Services
 from bot.webapp.api import USER, Api
 from bot.webapp.auth import AuthError, secret_key, verify
-from bot.webapp.limits import RateLimiter
+from bot.webapp.connections import Listener
+from bot.webapp.limits import LogThrottle, RateLimiter
 
 log = logging.getLogger(__name__)
 
@@ -107,9 +112,15 @@ class WebAppServer:
         self.max_age_s = max_age_s
         self.allowed = frozenset(services.settings.allowed_user_ids or ())
         self.limiter = limiter or RateLimiter(RATE_LIMIT, 60.0)
+        settings = services.settings
+        self.client_timeout_s = settings.webapp_client_timeout_s
+        self.max_connections = settings.webapp_max_connections
+        self.max_per_address = settings.webapp_max_connections_per_address
+        self.refusals = LogThrottle(log)  # refused connections and launch data: bounded log lines
         self.api = Api(services)
         self.assets = load_assets()
         self._runner: web.AppRunner | None = None
+        self._listener: Listener | None = None
 
     # ------------------------------------------------------------------ the application
 
@@ -155,11 +166,23 @@ class WebAppServer:
     @web.middleware
     async def _bounded(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         """A body announced larger than MAX_BODY is refused before it is read, and the connection closed
-        (nothing more of it is read); a chunked one is cut at MAX_BODY while reading (client_max_size)."""
+        (nothing more of it is read); a chunked one is cut at MAX_BODY while reading (client_max_size).
+        A body is read here, whole, within the client timeout (the handlers then get it from memory): a
+        client sending it slowly gets 408 and the connection is closed."""
         if request.content_length is not None and request.content_length > MAX_BODY:
             response = _json_error(413, {"error": f"the body is larger than {MAX_BODY} bytes"})
             response.force_close()
             return response
+        if request.body_exists:
+            try:
+                async with asyncio.timeout(self.client_timeout_s):
+                    await request.read()
+            except TimeoutError:
+                response = _json_error(
+                    408, {"error": f"the body did not arrive within {self.client_timeout_s:g} s"}
+                )
+                response.force_close()
+                return response
         return await handler(request)
 
     @web.middleware
@@ -179,7 +202,9 @@ class WebAppServer:
                 if user.user_id not in self.allowed:
                     reason, detail = "not_allowed", f"user {user.user_id} is not in ALLOWED_USER_IDS"
         if reason is not None:
-            log.info("app request refused (%s): %s", reason, detail)
+            self.refusals.note(
+                "requests", "app requests refused", "app request refused (%s): %s", reason, detail
+            )
             return _json_error(
                 401, {"error": REFUSALS[reason], "reason": reason}, {"WWW-Authenticate": "tma"}
             )
@@ -224,18 +249,35 @@ class WebAppServer:
         """Listen on host:port (port 0: a free one, then in `self.port`)."""
         # No access log: the launch data is in a header, not the URL, but one line per request is noise.
         # lingering_time=0: the unread rest of a refused body is not read, the connection is closed.
-        runner = web.AppRunner(self.application(), access_log=None, handle_signals=False, lingering_time=0)
+        # keepalive_timeout: aiohttp closes a connection that has no complete request within it, counted
+        # from its start or its last answer (a trickle of header bytes does not move it on).
+        runner = web.AppRunner(
+            self.application(),
+            access_log=None,
+            handle_signals=False,
+            lingering_time=0,
+            keepalive_timeout=self.client_timeout_s,
+        )
         await runner.setup()
-        site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
-        await site.start()
+        server = runner.server
+        assert server is not None  # set up
         self._runner = runner
-        addresses = runner.addresses
-        if addresses:
-            self.port = int(addresses[0][1])
+        self._listener = Listener(
+            server,
+            lambda: server.connections,
+            max_total=self.max_connections,
+            max_per_address=self.max_per_address,
+            retry_after_s=self.client_timeout_s,
+            refusals=self.refusals,
+        )
+        self.port = await self._listener.start(self.host, self.port)
         log.info("the app's web server listens on %s:%d", self.host, self.port)
 
     async def stop(self) -> None:
         """Stop listening and finish the requests being answered."""
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
