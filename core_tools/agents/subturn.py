@@ -5,8 +5,13 @@ A sub-turn sees only its system prompt (with a short note of its role and the ti
 chat history, no memories unless the memory tool is among its tools. Its LLM requests are accounted as
 purpose `subagent` and pass the usage caps like every other request; a cap reached inside it ends it with
 an error result for the caller's model. It cannot start helpers itself (one level deep), at most
-`max_concurrent` sub-turns run at once in the process (the rest wait for a slot, saying so in the status
-line), and it is cancelled with its caller's turn (/stop).
+`max_concurrent` sub-turns run at once in the process, shared fairly between users (core_tools.agents.slots;
+the rest wait for a slot, saying so in the status line), and it is cancelled with its caller's turn (/stop).
+
+Its time bound (SUBAGENT_TIMEOUT_S) counts from the moment it has a slot; the wait for one has a bound of
+the same length of its own. Every running helper ends within that bound, and a slot given back goes to the
+user holding the fewest, so a helper that waited behind another user's long fan-out still gets its full
+time instead of timing out in the queue.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from core_tools.agents.slots import FairSlots
 from core_tools.errors import BudgetExceeded, LLMUnavailable, ToolError
 from core_tools.llm import LLMClient
 from core_tools.registry import ToolRegistry
@@ -122,7 +128,7 @@ class SubTurns:
         # refused here (set by the wiring).
         self.needs_approval: Callable[[str], bool] = lambda name: False
         self.clock = clock
-        self._slots = asyncio.Semaphore(self.limits.max_concurrent)
+        self.slots = FairSlots(self.limits.max_concurrent)
         self._turns: dict[Hashable, _Count] = {}
 
     def caller_tools(self, ctx: ToolContext) -> list[str]:
@@ -135,9 +141,12 @@ class SubTurns:
             if not self.is_helper_tool(n) and (private or n not in self.private_tools)
         ]
 
-    async def run(self, helper: Helper, task: str, ctx: ToolContext) -> dict[str, Any]:
+    async def run(
+        self, helper: Helper, task: str, ctx: ToolContext, timeout_s: float | None = None
+    ) -> dict[str, Any]:
         """Run one sub-turn to its answer; ToolError (an error result for the caller's model) when it
-        cannot start or finish. Cancelled with the caller's turn."""
+        cannot start or finish. `timeout_s` bounds the wait for a slot, and then the work from the moment
+        it has one (None: no bound). Cancelled with the caller's turn."""
         if in_helper():
             raise ToolError("a helper cannot start another helper (helpers are one level deep)")
         task = task.strip()
@@ -149,16 +158,33 @@ class SubTurns:
         waiting = True
         token = _IN_HELPER.set(True)
         try:
-            if self._slots.locked():
+            if self.slots.full():
                 await self._status(ctx, helper, count, "waiting for a free helper slot")
-            async with self._slots:
+            if not await self.slots.acquire(ctx.user_id, timeout_s):
+                raise ToolError(
+                    f"the helper {helper.label} did not start: no helper slot came free within "
+                    f"{timeout_s:g} s (at most {self.slots.total} run at once for all users); try again "
+                    "later, or do the task yourself"
+                )
+            try:
                 count.waiting -= 1
                 count.running += 1
                 waiting = False
+                bound = asyncio.timeout(timeout_s)
                 try:
-                    return await self._work(helper, task, ctx, count)
+                    async with bound:
+                        return await self._work(helper, task, ctx, count)
+                except TimeoutError:
+                    if not bound.expired():
+                        raise
+                    raise ToolError(
+                        f"the helper {helper.label} did not finish within {timeout_s:g} s "
+                        "(SUBAGENT_TIMEOUT_S)"
+                    ) from None
                 finally:
                     count.running -= 1
+            finally:
+                self.slots.release(ctx.user_id)
         finally:
             if waiting:  # cancelled (or refused) before it got a slot
                 count.waiting -= 1

@@ -33,6 +33,12 @@ _TASK_SCHEMA: dict[str, Any] = {
 }
 
 
+def outer_timeout(timeout_s: float) -> float:
+    """The registry's backstop on a helper call: its wait for a slot and its work, each up to `timeout_s`,
+    with room to spare (SubTurns.run ends either first, with a clear error)."""
+    return 2 * timeout_s + 30.0
+
+
 def is_helper_tool(name: str) -> bool:
     """Whether a tool starts a sub-turn (never offered inside one)."""
     return name == DELEGATE or name.startswith(AGENT_PREFIX)
@@ -44,9 +50,16 @@ class HelperTools:
     def __init__(self, subturns: SubTurns, agents: Sequence[AgentSpec] = ()) -> None:
         self.subturns = subturns
         self.agents = list(agents)
+        self.timeout_s: float | None = None
 
     def register(self, registry: ToolRegistry, *, timeout_s: float, delegate: bool) -> None:
-        """Register `agent__NAME` for each agent, and `delegate` when enabled."""
+        """Register `agent__NAME` for each agent, and `delegate` when enabled.
+
+        `timeout_s` (SUBAGENT_TIMEOUT_S) bounds a helper's wait for a slot and, from the moment it has one,
+        its work (SubTurns.run): the registry's own bound on the call is only a backstop above both.
+        """
+        self.timeout_s = timeout_s
+        backstop = outer_timeout(timeout_s)
         for spec in self.agents:
             registry.register_external(
                 spec.tool_name,
@@ -54,17 +67,17 @@ class HelperTools:
                 "(not this conversation) and answers you, not the user.",
                 _TASK_SCHEMA,
                 self._agent_fn(spec),
-                timeout_s=timeout_s,
+                timeout_s=backstop,
                 capabilities=ANY,
             )
         if delegate:
-            registry.register(self.delegate, timeout_s=timeout_s)
+            registry.register(self.delegate, timeout_s=backstop)
 
     def _agent_fn(self, spec: AgentSpec) -> Any:
         helper = Helper(spec.name, spec.system_prompt, spec.tools, spec.model, spec.max_tokens)
 
         async def run(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
-            return await self.subturns.run(helper, str(args.get("task", "")), ctx)
+            return await self.subturns.run(helper, str(args.get("task", "")), ctx, self.timeout_s)
 
         return run
 
@@ -98,4 +111,5 @@ class HelperTools:
             raise ToolError(
                 f"not among your tools: {', '.join(unknown)}; choose from: {', '.join(mine) or 'none'}"
             )
-        return await self.subturns.run(Helper(DELEGATE, DELEGATE_PROMPT, tuple(chosen)), task, ctx)
+        helper = Helper(DELEGATE, DELEGATE_PROMPT, tuple(chosen))
+        return await self.subturns.run(helper, task, ctx, self.timeout_s)

@@ -1,6 +1,7 @@
 """Helper agents through the whole bot (fake Bot API, fake LLM, a real database): an agent's sub-turn with
 its own tool call and usage, `delegate` with a subset of tools, one level deep, at most
-SUBAGENT_MAX_CONCURRENT at once, /stop during a sub-turn, and a usage cap reached inside one."""
+SUBAGENT_MAX_CONCURRENT at once, shared fairly between users, /stop during a sub-turn, and a usage cap reached
+inside one."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 from db.models import LLMCall, Message, ToolCallLog
 from tests.support.fakes.openai_api import FakeLLM, Step, call, text, tool_calls
 from tests.support.fakes.telegram_api import FakeTelegram
-from tests.support.harness import OWNER, rows, running_bot
+from tests.support.harness import FRIEND, OWNER, rows, running_bot
 
 PLANNER_PROMPT = "You are PLANNER. Look at the user's schedules with the schedule tool."
 
@@ -261,3 +262,76 @@ async def test_a_helper_gets_private_tools_only_in_the_users_private_chat(
         assert error == "the tool 'memory' is not available to this helper"
         assert offered(in_private) == {"memory", "schedule", "read_result"}
         assert "memory" not in [t["tool"] for t in rows(h, ToolCallLog)]
+
+
+class FanOut:
+    """The model for two users at once, routed by what each request is: the owner's turn fans out six
+    helpers that each block until the test releases them, the friend's turn one that answers at once."""
+
+    def __init__(self) -> None:
+        self.release = {f"owner task {n}": asyncio.Event() for n in range(1, 7)}
+        self.started: list[str] = []  # helper tasks, in the order their first request came
+        self.active = 0  # helper requests in flight
+        self.max_active = 0
+
+    async def __call__(self, body: dict[str, Any]) -> Step:
+        messages = body["messages"]
+        if "You are a helper working on one task" in str(messages[0]["content"]):
+            task = str(messages[-1]["content"])
+            self.started.append(task)
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+            try:
+                if task in self.release:
+                    await self.release[task].wait()
+                return text(f"done: {task}")
+            finally:
+                self.active -= 1
+        asked = next(str(m["content"]) for m in messages if m["role"] == "user")
+        if messages[-1]["role"] == "tool":
+            results = [json.loads(m["content"]) for m in messages if m["role"] == "tool"]
+            answers = sorted(str(r.get("answer", r.get("error"))) for r in results)
+            return text(f"{asked}: {'; '.join(answers)}")
+        if asked == "fan out six":
+            return tool_calls(*(call("delegate", {"task": t, "tools": []}) for t in self.release))
+        return tool_calls(call("delegate", {"task": "friend task", "tools": []}))
+
+
+async def test_one_users_fan_out_does_not_keep_another_users_helper_waiting(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    model = FanOut()
+    llm.default = model
+    async with running_bot(
+        tmp_path, tg, llm, subagent_delegate=True, subagent_max_concurrent=2, memory_extract=False
+    ) as h:
+        tg.push_text(OWNER, "fan out six")
+        await tg.wait_for(
+            lambda: (
+                len(model.started) == 2
+                and any("[helpers: 2 running, 4 waiting]" in t for t in shown(tg, OWNER))
+            ),
+            what="two of the owner's helpers at the model and four waiting",
+        )
+        tg.push_text(FRIEND, "one quick thing")
+        await tg.wait_for(
+            lambda: any("waiting for a free helper slot" in t for t in shown(tg, FRIEND)),
+            what="the friend's helper waiting for a slot",
+        )
+        first, second = model.started
+        model.release[first].set()
+        # The slot the owner gives back goes to the friend, not to the owner's third helper: the friend
+        # holds none, the owner still holds one.
+        await tg.wait_for(lambda: len(model.started) == 3, what="the next helper at the model")
+        assert model.started[2] == "friend task"
+        await h.final_text(FRIEND, "one quick thing: done: friend task")
+        # ...while the owner's other helper is still blocked (the friend's slot then went on to the owner).
+        assert not model.release[second].is_set() and second in model.started
+        assert not any("fan out six:" in t for t in tg.sent_texts(OWNER))
+
+        for event in model.release.values():
+            event.set()
+        answer = await h.final_text(OWNER, "fan out six: ")
+        assert answer.count("done: owner task") == 6
+        assert model.max_active == 2  # the operator's limit held throughout
+        assert sorted(model.started) == sorted([*model.release, "friend task"])
