@@ -12,6 +12,8 @@ from sqlalchemy.orm import InstrumentedAttribute, Session, sessionmaker
 
 from db.models import CodeExecution
 
+FIRST_LINE_CHARS = 200  # of the code line a list of runs carries
+
 
 @dataclass(frozen=True)
 class CodeStats:
@@ -38,6 +40,7 @@ class RunRow:
     created_at: datetime
     truncated: bool
     files: int  # files the run wrote under out/
+    first_line: str = ""  # the code's first line that is not blank (up to FIRST_LINE_CHARS)
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,7 @@ def _run_row(r: CodeExecution) -> RunRow:
         r.created_at,
         bool(r.truncated),
         len(r.files_out or []),
+        next((line.strip() for line in (r.code or "").splitlines() if line.strip()), "")[:FIRST_LINE_CHARS],
     )
 
 

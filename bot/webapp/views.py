@@ -19,6 +19,7 @@ from db.executions import RunDetail, RunRow
 from db.media import MediaRow
 
 OUTPUT_CHARS = 100_000  # of a run's code, stdout and stderr each: a page shows that much, the chat less
+CODE_LINE_CHARS = 80  # of the code line a list of runs shows for each run
 
 
 def _utc(value: datetime | None) -> str | None:
@@ -46,10 +47,13 @@ def change(c: dict[str, Any]) -> dict[str, Any]:
 def schedule(view: dict[str, Any]) -> dict[str, Any]:
     """A schedule as /reminders shows it, with what can be done to it and its spend this month.
 
+    `state`: what the page's badge says: the status, except "snoozed" while a snooze of a reminder that is
+    not paused is pending (a one-time reminder that fired is "done" until its snooze comes).
     `spend_month_usd`: a task's spend this calendar month, as /reminders shows it; None for a reminder or
     when costs are not known (the page shows "–")."""
     out = dict(view)
     status = view["status"]
+    out["state"] = "snoozed" if "snoozed_until" in view and status != "paused" else status
     if status == "paused":
         out["paused_why"] = PAUSE_REASONS.get(view.get("paused") or "", PAUSE_REASONS["failures"])
     out["actions"] = [
@@ -130,11 +134,17 @@ def everyone(service: UsageService, month: AllUsage, allowed: list[int]) -> dict
     }
 
 
+def code_line(line: str) -> str:
+    """A run's first line of code, cut to CODE_LINE_CHARS ("…" where cut); the page shows it as text."""
+    return line if len(line) <= CODE_LINE_CHARS else line[: CODE_LINE_CHARS - 1] + "…"
+
+
 def run(r: RunRow) -> dict[str, Any]:
-    """One code run in a list."""
+    """One code run in a list (with its first line of code)."""
     return {
         "id": r.id,
         "language": r.language,
+        "code_line": code_line(r.first_line),
         "status": "ok" if r.success else "failed",
         "exit_code": r.exit_code,
         "duration_ms": r.duration_ms,

@@ -32,7 +32,11 @@ class Page:
         self._tasks: set[asyncio.Future[None]] = set()
         page.on("dialog", self._dialog)
         page.on("pageerror", lambda exc: self.errors.append(str(exc)))
-        page.on("console", lambda msg: msg.type == "error" and self.errors.append(msg.text))
+        page.on("console", self._console)
+
+    def _console(self, msg: Any) -> None:
+        if msg.type == "error":
+            self.errors.append(msg.text)
 
     def _dialog(self, dialog: Any) -> None:
         self.dialogs.append(dialog.message)

@@ -24,6 +24,7 @@ export async function runsView(ctx, root) {
         el("strong", {}, `${r.status === "ok" ? "✓" : "✗"} ${r.language}`),
         el("span", { class: `badge ${r.status}` }, r.status === "ok" ? "ok" : r.error_category || "failed"),
       ),
+      r.code_line ? el("code", { class: "code-line" }, r.code_line) : null, // a text node: markup shows as text
       el("div", { class: "small hint" }, `${when(r.created_at)} · ${duration(r.duration_ms)}`, r.files ? ` · ${r.files} file(s)` : ""),
     );
   }

@@ -28,9 +28,10 @@ export async function schedulesView(ctx, root) {
 
   function card(s) {
     const kind = s.kind === "task" ? "task" : "reminder";
+    const state = s.state || s.status; // "snoozed" while a snooze is pending, never the "done" of the fired one
     const next = s.snoozed_until ? [`snoozed until ${s.snoozed_until}`] : s.next;
     const rows = [
-      el("div", { class: "row" }, el("strong", {}, `#${s.id} ${kind}`), el("span", { class: `badge ${s.status}` }, s.status)),
+      el("div", { class: "row" }, el("strong", {}, `#${s.id} ${kind}`), el("span", { class: `badge ${state}` }, state)),
       el("p", { class: "content" }, s.text),
       el("div", { class: "small" }, "Next: ", next.length ? next.join(" · ") : "no further time", ` (${s.timezone})`),
     ];

@@ -1,20 +1,30 @@
 // Usage: tokens and cost per day over 30 days by purpose or model, the caps and what is left; the owner
 // also sees everyone's month and caps.
 
-import { stackedBars } from "../chart.js";
+import { stackedBars, tokenTicks, usdTicks } from "../chart.js";
 import { el, replace, tokens, usd, when } from "../dom.js";
 
 const DAYS = 30;
 const MAX_SERIES = 7; // more purposes or models than this are summed as "other"
+const MIN_DAYS = 7; // the charts start at the first day with data, but show at least this many days
 
-/** The series of one field (tokens or cost) by purpose or model, in the order of `names`, the rest summed. */
-function seriesOf(data, names, by, field) {
+/** The index of the first day the charts show: the first with data, at most MIN_DAYS before the last. */
+export function firstShown(data) {
+  const first = data.lines.reduce((low, line) => Math.min(low, line.day), data.days.length);
+  return Math.max(0, Math.min(first, data.days.length - MIN_DAYS));
+}
+
+/** The series of one field (tokens or cost) by purpose or model, in the order of `names`, the rest summed;
+ * from day `start` on. */
+function seriesOf(data, names, by, field, start) {
   const kept = names.slice(0, MAX_SERIES);
-  const series = kept.map((name) => ({ name, values: data.days.map(() => 0) }));
-  const other = { name: "other", values: data.days.map(() => 0) };
+  const shown = data.days.slice(start);
+  const series = kept.map((name) => ({ name, values: shown.map(() => 0) }));
+  const other = { name: "other", values: shown.map(() => 0) };
   for (const line of data.lines) {
+    if (line.day < start) continue;
     const target = series.find((s) => s.name === line[by]) || other;
-    target.values[line.day] += line[field] || 0;
+    target.values[line.day - start] += line[field] || 0;
   }
   if (other.values.some((v) => v > 0)) series.push(other);
   return series;
@@ -70,10 +80,16 @@ export async function usageView(ctx, root) {
   function draw() {
     for (const b of toggle.children) b.setAttribute("aria-selected", String(b.dataset.by === by));
     const names = namesBy(data, by);
+    const start = firstShown(data);
+    const days = data.days.slice(start);
     replace(
       charts,
-      stackedBars({ title: "Tokens per day", days: data.days, series: seriesOf(data, names, by, "tokens"), format: tokens }),
-      stackedBars({ title: "Cost per day (estimated)", days: data.days, series: seriesOf(data, names, by, "cost"), format: usd }),
+      stackedBars({
+        title: "Tokens per day", days, series: seriesOf(data, names, by, "tokens", start), format: tokens, ticks: tokenTicks,
+      }),
+      stackedBars({
+        title: "Cost per day (estimated)", days, series: seriesOf(data, names, by, "cost", start), format: usd, ticks: usdTicks,
+      }),
     );
   }
 
