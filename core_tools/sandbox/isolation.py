@@ -9,9 +9,11 @@ process count starts at zero, so each run gets its own `max_processes` no matter
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 from dataclasses import dataclass, replace
@@ -84,14 +86,56 @@ def hidden_from_runs(path: Path) -> str | None:
     """Why a directory could not be shown to code runs (as the data toolkit, at TOOLKIT_MOUNT), or None.
 
     Where it lives on the host does not matter otherwise (under /tmp, or in a home that only root may
-    enter): it is mounted at a fixed place of its own inside every run. The bot's own files, home and
-    system directories are never shown at all."""
+    enter: the bot then keeps the toolkit in a place bwrap can enter, see `closed_to_runs`): it is mounted
+    at a fixed place of its own inside every run. The bot's own files, home and system directories are
+    never shown at all."""
     resolved = path.resolve()
     if not _is_safe_prefix(resolved):
         return (
             f"{resolved} is not a directory of its own (a system directory, the bot's folder or one above "
             "it, the home directory or the bot's environment), which the sandbox never shows"
         )
+    return None
+
+
+def _umask() -> int:
+    """This process's umask, read without changing it (Linux 4.7+; else the common 022)."""
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    return 0o022
+
+
+def closed_to_runs(path: Path) -> tuple[Path, int] | None:
+    """The first directory on the way to `path` (itself included) that bwrap cannot enter, and its mode;
+    None when every one can be entered.
+
+    Started by root, bwrap runs as SANDBOX_UID (see the module's note) and looks a bind's source up on the
+    host as that uid, so a directory it may not search (a 0700 home, a `mktemp -d`) hides everything below
+    it; an open descriptor does not help (bwrap resolves `--bind-fd` to its path too). Started by anyone
+    else, bwrap looks up as that user, who reaches what the bot reaches. A part that does not exist yet
+    counts as made with this process's umask (`mkdir -p`)."""
+    if os.geteuid() != 0:
+        return None
+    umask = _umask()
+    resolved = path.resolve()
+    for part in [*reversed(resolved.parents), resolved]:
+        try:
+            st = os.stat(part)
+        except FileNotFoundError:
+            mode = 0o777 & ~umask
+            return (part, mode) if not mode & stat.S_IXOTH else None
+        except OSError:
+            return part, 0
+        if st.st_uid == SANDBOX_UID:
+            bit = stat.S_IXUSR
+        elif st.st_gid == SANDBOX_UID:
+            bit = stat.S_IXGRP
+        else:
+            bit = stat.S_IXOTH
+        if not st.st_mode & bit:
+            return part, stat.S_IMODE(st.st_mode)
     return None
 
 
@@ -151,8 +195,9 @@ def toolkit_interpreter(env: str, base: Interpreter | None = None) -> Interprete
         (str(p), f".cache/matplotlib/{p.name}") for p in sorted(cache.glob("*.json")) if p.is_file()
     )
     # Shown at TOOLKIT_MOUNT whatever its place on the host: a place under /tmp (which every run replaces)
-    # works, and nobody needs to enter its parent directories. Its python3 links to the base interpreter,
-    # whose own binds come along.
+    # works. bwrap must still be able to enter every directory above it (`closed_to_runs`: the toolkit
+    # keeps itself elsewhere when it cannot). Its python3 links to the base interpreter, whose own binds
+    # come along.
     binds = base.binds if base is not None else ()
     return Interpreter(f"{TOOLKIT_MOUNT}/bin/python3", binds, files, ((str(resolved), TOOLKIT_MOUNT),))
 

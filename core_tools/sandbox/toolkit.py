@@ -9,6 +9,11 @@ background at start, so that it answers meanwhile; a Python run that starts whil
 installer (the Docker image and the test suite use it too): it locks the target, imports every package
 before it writes the stamp (the requirements' hash), and leaves an up-to-date target alone. After it, one run
 through the real sandbox imports the packages: only then does the code tool say that Python has them.
+
+A bot run by root starts bwrap as an unprivileged uid, which must be able to enter every directory above
+the toolkit. When it cannot (a checkout in a 0700 home or `mktemp -d`), the toolkit is kept in a place of
+its own under SHARED_PLACE instead, which it can enter; the log says so. Nothing else moves: the bot's data
+stays where it is, and runs still see only the toolkit.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from pathlib import Path
 from typing import Literal
 
 from core_tools.sandbox.executor import LocalExecutor
-from core_tools.sandbox.isolation import find_interpreters, hidden_from_runs
+from core_tools.sandbox.isolation import SANDBOX_UID, closed_to_runs, find_interpreters, hidden_from_runs
 from core_tools.sandbox.model import Executor, Isolation
 
 log = logging.getLogger(__name__)
@@ -37,6 +42,8 @@ REQUIREMENTS = REPO / "sandbox" / "requirements.txt"
 INSTALLER = REPO / "scripts" / "sandbox-toolkit.sh"
 STAMP = ".requirements.sha256"
 DEFAULT_ENV = "data/sandbox-python"
+# Where a toolkit goes whose own place the sandbox could not enter: one directory per configured place.
+SHARED_PLACE = Path("/var/cache/assistant-sandbox")
 INSTALL_TIMEOUT_S = 1800.0  # a slow mirror, not a hang: past this the install counts as failed
 # What the installer may see of the bot's environment: enough for uv to find its cache, the index and a
 # proxy; never the bot's secrets.
@@ -89,6 +96,34 @@ def is_current(env: Path, requirements: Path = REQUIREMENTS) -> bool:
 def visibility_problem(env: str) -> str | None:
     """Why code runs could not see a toolkit at `env`, or None."""
     return hidden_from_runs(Path(env).expanduser())
+
+
+def place_for(env: Path) -> tuple[Path, str]:
+    """Where the toolkit configured at `env` is installed and run from, and why when that is not `env`
+    ("" when it is)."""
+    closed = closed_to_runs(env)
+    if closed is None or closed_to_runs(SHARED_PLACE.parent) is not None:
+        return env, ""  # there (or nowhere better: the check after the install says what to do)
+    where, mode = closed
+    digest = hashlib.sha256(str(env.resolve()).encode()).hexdigest()[:12]
+    place = SHARED_PLACE / f"{env.name}-{digest}"
+    why = (
+        f"code runs (uid {SANDBOX_UID}) cannot enter {where} (mode {mode:04o}) above {env}, so the toolkit "
+        f"is kept at {place}"
+    )
+    return place, why
+
+
+def _make_shared_place() -> None:
+    """SHARED_PLACE, owned by root and enterable by every uid (whatever the umask)."""
+    try:
+        SHARED_PLACE.mkdir(parents=True, exist_ok=True)
+        os.chmod(SHARED_PLACE, 0o755)  # noqa: S103 - public packages, which the sandbox's uid must read
+    except OSError as exc:
+        raise ToolkitError(
+            f"cannot make {SHARED_PLACE} ({exc.strerror}). Fix: set CODE_PYTHON_ENV to a directory whose "
+            "parents every user may enter, such as /opt/assistant-sandbox, then restart"
+        ) from exc
 
 
 def import_check(names: list[str]) -> str:
@@ -187,7 +222,15 @@ class Toolkit:
     ) -> None:
         """`env` is CODE_PYTHON_ENV (None: no toolkit); `executor` runs the code (a sandbox service has its
         own toolkit, which is only checked here); `on_change` is told when the state changes."""
-        self.env = Path(env).expanduser().absolute() if env else None
+        # CODE_PYTHON_ENV as configured, and the place really used (`place_for`: elsewhere when the
+        # sandbox could not enter it)
+        self.configured = Path(env).expanduser().absolute() if env else None
+        self.env = self.configured
+        self.moved = ""
+        if self.configured is not None and isinstance(executor, LocalExecutor):
+            self.env, self.moved = place_for(self.configured)
+            if self.moved:
+                log.info("sandbox toolkit: %s", self.moved)
         self.executor = executor
         self.requirements = requirements
         self.packages = packages(requirements)
@@ -254,6 +297,8 @@ class Toolkit:
         started = time.monotonic()
         python = find_interpreters().get("python")
         try:
+            if self.moved:
+                _make_shared_place()
             await run_installer(self.env, python.path if python else None)
             if not self.executor.use_python_env(str(self.env)):
                 raise ToolkitError(

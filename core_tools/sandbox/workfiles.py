@@ -17,6 +17,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path, PurePosixPath
 
+from core_tools.sandbox.isolation import closed_to_runs
 from core_tools.sandbox.model import FileLimits
 from core_tools.types import OutputFile
 
@@ -27,9 +28,18 @@ OUT_DIR = "out"
 def input_dir() -> str:
     """An empty host directory, readable by the sandbox's uid, for a read-only bind as in/ (filled later by
     `write_inputs`, before the program is sent: a sandbox may be started before its files are known)."""
-    root = tempfile.mkdtemp(prefix="code-in-")
+    root = tempfile.mkdtemp(prefix="code-in-", dir=_input_base())
     os.chmod(root, 0o755)  # noqa: S103 - the sandbox's unprivileged uid must read it; it is mounted read-only
     return root
+
+
+def _input_base() -> str | None:
+    """Where in/ directories are made: the temporary directory, unless bwrap could not enter it (a TMPDIR
+    in a 0700 home with the bot run as root, see `closed_to_runs`), then a system one it can enter."""
+    for base in (tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm"):  # noqa: S108
+        if os.path.isdir(base) and closed_to_runs(Path(base)) is None:
+            return base
+    return None  # mkdtemp's own choice: the run then fails with bwrap's reason
 
 
 def write_inputs(root: str, files: Mapping[str, bytes], mode: int = 0o644) -> None:

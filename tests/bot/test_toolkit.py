@@ -7,6 +7,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -83,7 +84,7 @@ async def test_first_start_installs_the_toolkit_and_a_code_turn_plots(
         text("Here is column B."),
     )
     # A first install on a cold cache may take minutes here: the run waits for it as long as for a run slot.
-    waits = {"code_queue_wait_s": 600, "turn_timeout_s": 1800}
+    waits: dict[str, Any] = {"code_queue_wait_s": 600, "turn_timeout_s": 1800}
     async with running_bot(fresh_dir, tg, llm, code_python_env=DEFAULT_ENV, **waits) as h:
         assert f"installing numpy, pandas and matplotlib into {fresh_dir / DEFAULT_ENV}" in caplog.text
         # The bot answers while the toolkit installs.
@@ -169,6 +170,53 @@ async def test_code_python_env_the_sandbox_cannot_see_is_refused_in_one_line(
     assert line.startswith("Configuration error: CODE_PYTHON_ENV is invalid")
     assert "/usr is not a directory of its own" in line and "data/sandbox-python" in line
     assert tg.calls_to("getMe") == []  # refused before anything started
+
+
+@pytest.mark.slow
+async def test_a_checkout_under_a_folder_others_cannot_enter_installs_and_plots(
+    tg: FakeTelegram,
+    llm: FakeLLM,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A clone in a 0700 folder (a Fedora home, a `mktemp -d`): with the bot run as root, bwrap runs as
+    nobody and could not enter it, so the first start keeps the toolkit where it can, and charts work."""
+    caplog.set_level(logging.INFO, logger=LOG)
+    home = Path(tempfile.mkdtemp(prefix="home-"))  # as `mktemp -d` makes it: 0700
+    assert home.stat().st_mode & 0o777 == 0o700
+    checkout = home / "assistant"
+    checkout.mkdir()
+    monkeypatch.chdir(checkout)  # CODE_PYTHON_ENV's default, data/sandbox-python, is relative to it
+    llm.script(
+        text("Got the spreadsheet."),
+        tool_calls(call("code", {"action": "execute", "code": CHART})),
+        text("Here is column B."),
+    )
+    place: Path | None = None
+    try:
+        # A first install on a cold cache may take minutes: the run waits for it as long as for a run slot.
+        async with running_bot(
+            checkout, tg, llm, code_python_env=DEFAULT_ENV, code_queue_wait_s=600, turn_timeout_s=1800
+        ) as h:
+            assert h.services.toolkit is not None
+            place = h.services.toolkit.env
+            tg.push_document(OWNER, b"A,B\nx,3\ny,5\nz,9\n", "sheet.csv", "text/csv")
+            await h.final_text(OWNER, "Got the spreadsheet.", timeout=120)
+            tg.push_text(OWNER, "plot column B of this spreadsheet")
+            await h.final_text(OWNER, "Here is column B.", timeout=900)
+            assert await until_settled(h) == "ready", h.services.toolkit.reason
+        result = json.loads(llm.requests[2]["messages"][-1]["content"])
+        assert result["success"] and "sum of B: 17" in result["stdout"], result
+        (photo,) = tg.calls_to("sendPhoto")
+        assert photo.params["photo"].data.startswith(PNG_SIGNATURE)
+        assert "not installed" not in caplog.text
+        if os.geteuid() == 0:  # the sandbox runs as nobody: the log says where the toolkit went instead
+            assert "(mode 0700)" in caplog.text and f"kept at {place}" in caplog.text
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+        if place is not None and place != checkout / DEFAULT_ENV:
+            shutil.rmtree(place, ignore_errors=True)
+            Path(f"{place}.lock").unlink(missing_ok=True)
 
 
 @pytest.mark.slow
