@@ -144,7 +144,8 @@ class Settings(BaseSettings):
     # "system_prompt", "tools", "model", "max_tokens"}]}, each offered as the tool agent__NAME;
     # SUBAGENT_DELEGATE offers the built-in `delegate`. A helper's sub-turn (purpose subagent, capped like
     # every request) is one level deep; at most SUBAGENT_MAX_CONCURRENT run at once in the process, each with
-    # at most SUBAGENT_MAX_ROUNDS tool rounds and SUBAGENT_TIMEOUT_S seconds (counted from when it has a slot; the wait for one has the same bound).
+    # at most SUBAGENT_MAX_ROUNDS tool rounds and SUBAGENT_TIMEOUT_S seconds (counted from when it has a
+    # slot; the wait for one has the same bound).
     agents_file: str | None = None
     subagent_delegate: bool = False
     subagent_max_concurrent: int = Field(default=2, ge=1, le=32)
