@@ -390,7 +390,7 @@ def build_application(data: BotData, bot: ExtBot[None], job_queue: JobQueue[Ctx]
     register_usage_handlers(app, services.usage_service)
     register_schedule_handlers(app, services, data.schedule_runner)
     register_jobs(app)
-    register_data_commands(app, services)  # /export, /forget_me
+    register_data_commands(app, services, h.runner)  # /export, /forget_me
     register_backup_jobs(app, data.backups)  # BACKUP_SCHEDULE
     new = filters.UpdateType.MESSAGE
     app.add_handler(

@@ -27,7 +27,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import datetime
 from typing import TypeVar
@@ -114,6 +115,11 @@ class TurnRunner:
         self._states: dict[int, ChatState] = {}
         self._typing: dict[int, float] = {}  # inbox id -> when "typing" was shown for it here
         self._refused = False  # a chat was left undriven for want of a slot
+        # Users whose data is being erased (`quiet`): their turns wait until it ends; and per user, the turns
+        # of theirs running here (from the batch taken to the last write).
+        self._quiet: dict[int, asyncio.Event] = {}
+        self._active: dict[int, int] = {}
+        self._ended = asyncio.Condition()
 
     def place(self, chat_id: int) -> Place:
         """Where a conversation (a chat, or a forum topic's key: db/topics.py) is answered in Telegram."""
@@ -152,6 +158,8 @@ class TurnRunner:
     async def submit(self, bot: Bot, item: Incoming) -> None:
         """Store a message; drive its chat unless a process already does (it takes the message next)."""
         hold: Hold | None = None
+        if item.user_id in self._quiet:  # stored only once the erase of the sender's data has ended
+            await self._quiet[item.user_id].wait()
         if item.inbox_id is None:
             # In the database before any wait: a restart during the debounce or another turn loses nothing.
             # Its chat is claimed in the same transaction when nothing here holds it. On the event loop, as
@@ -247,8 +255,20 @@ class TurnRunner:
         first = True
         while (batch := await self._next_batch(bot, chat_id, state, first)) is not None:
             first = False
-            async with self.locks.hold(chat_id):
-                await self._run(bot, batch, state)
+            user_id = batch[0].user_id
+            if user_id in self._quiet:  # their data is being erased (its inbox rows too): look again after
+                await self._quiet[user_id].wait()
+                continue
+            self._active[user_id] = self._active.get(user_id, 0) + 1
+            try:
+                async with self.locks.hold(chat_id):
+                    await self._run(bot, batch, state)
+            finally:
+                self._active[user_id] -= 1
+                if not self._active[user_id]:
+                    del self._active[user_id]
+                async with self._ended:
+                    self._ended.notify_all()
 
     async def _next_batch(
         self, bot: Bot, chat_id: int, state: ChatState, first: bool
@@ -387,6 +407,27 @@ class TurnRunner:
                 media.link(media_ids, msg_id, session.id)
 
     # ------------------------------------------------------------------ control
+
+    @asynccontextmanager
+    async def quiet(self, user_id: int) -> AsyncIterator[None]:
+        """While the user's data is erased: their running turns are stopped (their private chat's wherever
+        it runs) and have ended, stored what they store and cleared their marks when this enters; a turn of
+        theirs does not start, nor is a message of theirs stored, until it exits."""
+        done = self._quiet.setdefault(user_id, asyncio.Event())
+        try:
+            for state in list(self._states.values()):
+                running = state.running
+                if running is not None and running.owner_id == user_id:
+                    running.control.stop_requested = True
+                    running.task.cancel()
+            await self.stops.stop(user_id, user_id, True)  # their private chat's turn in another process
+            async with self._ended:
+                await self._ended.wait_for(lambda: user_id not in self._active)
+            yield
+        finally:
+            if self._quiet.get(user_id) is done:
+                del self._quiet[user_id]
+            done.set()
 
     def stop_here(self, chat_id: int, number: int) -> bool:
         """Stop turn `number` of a chat if it runs in this process (a /stop another process received)."""

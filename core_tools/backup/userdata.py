@@ -155,6 +155,12 @@ def forget_user(engine: Engine, media_dir: Path, user_id: int) -> Erased:
     return erased
 
 
+def scrub_files(engine: Engine) -> bool:
+    """Try again to leave no copy of erased rows in the database's files (after `forget_user` said it could
+    not yet); whether that is done."""
+    return scrub(engine)
+
+
 def summary(erased: Erased) -> Iterator[str]:
     """What an erase deleted, one line per kind, for a person."""
     for table, count in sorted(erased.rows.items(), key=lambda item: -item[1]):

@@ -18,7 +18,8 @@ import asyncio
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -145,6 +146,9 @@ class MemoryExtractor:
         self._running: set[asyncio.Task[None]] = set()
         self._locks: dict[str, asyncio.Lock] = {}
         self._turns: dict[str, int] = {}
+        self._users: dict[asyncio.Task[None], int] = {}  # whose session each waiting or running task reads
+        self._forgetting: set[int] = set()  # users whose data is being erased: nothing scheduled for them
+        self._asking: set[asyncio.Task[Any]] = set()  # tasks waiting on the LLM (safe to cancel there)
 
     # -- scheduling ----------------------------------------------------------------------------------
 
@@ -165,11 +169,15 @@ class MemoryExtractor:
 
     def schedule(self, user_id: int, session_id: str) -> None:
         """Extract the session once it has been quiet for `delay_s` (a waiting extraction is pushed back)."""
+        if user_id in self._forgetting:
+            return
         old = self._waiting.pop(session_id, None)
         if old is not None:
             old.cancel()
         task = asyncio.get_running_loop().create_task(self._later(user_id, session_id))
         self._waiting[session_id] = task
+        self._users[task] = user_id
+        task.add_done_callback(lambda done: self._users.pop(done, None))
 
     async def _later(self, user_id: int, session_id: str) -> None:
         await asyncio.sleep(self.delay_s)
@@ -213,6 +221,38 @@ class MemoryExtractor:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
+    @asynccontextmanager
+    async def forget(self, user_id: int) -> AsyncIterator[None]:
+        """While the user's data is erased: their waiting extractions are dropped, a running one is stopped
+        and has ended when this enters (nothing it read is written after), and none is scheduled for them
+        until it exits."""
+        self._forgetting.add(user_id)
+        try:
+            for session_id, task in list(self._waiting.items()):
+                if self._users.get(task) == user_id:
+                    del self._waiting[session_id]
+                    task.cancel()
+            for task in list(self._running):
+                # Cancelled while it waits on the LLM; elsewhere (a write in a worker thread, which a cancel
+                # would not stop) it stops at its next step, as it sees the user is being forgotten.
+                if self._users.get(task) == user_id and task in self._asking:
+                    task.cancel()
+            await self.idle(user_id)
+            yield
+        finally:
+            self._forgetting.discard(user_id)
+
+    async def idle(self, user_id: int) -> None:
+        """Return once no extraction of the user's runs or waits (a cancelled one has ended)."""
+        tasks = [t for t, user in list(self._users.items()) if user == user_id]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _check(self, user_id: int) -> None:
+        """Stop an extraction here when its user's data is being erased (nothing more of it is written)."""
+        if user_id in self._forgetting:
+            raise asyncio.CancelledError
+
     def _run(self, fn: Callable[[Session], Any]) -> Any:
         with self._sessions() as s, s.begin():
             return fn(s)
@@ -238,7 +278,11 @@ class MemoryExtractor:
                     + json.dumps(m.content[:MAX_MESSAGE_CHARS], ensure_ascii=False)
                     for i, m in enumerate(said, 1)
                 ]
+                me = asyncio.current_task()
+                if me is not None:
+                    self._asking.add(me)
                 try:
+                    self._check(user_id)
                     reply = await self.llm.complete(
                         [ChatMessage("system", EXTRACT_PROMPT), ChatMessage("user", "\n".join(lines))],
                         purpose="memory_extract",
@@ -249,7 +293,10 @@ class MemoryExtractor:
                     # Not marked as read: the next extraction (or the catch-up after a restart) tries again.
                     log.info("memory extraction of session %s skipped: %s", session_id, exc)
                     return []
+                finally:
+                    self._asking.discard(me)
                 for item in parse(reply.content, [m.created_at for m in said]):
+                    self._check(user_id)
                     try:
                         results.append(
                             await self.store.store(
@@ -267,6 +314,7 @@ class MemoryExtractor:
                     except ToolError as exc:
                         log.info("extracted memory not stored: %s", exc)
             now = self.clock()
+            self._check(user_id)
             await asyncio.to_thread(
                 self._run, lambda s: h.mark_extracted(s, session_id, user_id, last_id, now)
             )

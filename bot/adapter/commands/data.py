@@ -7,6 +7,7 @@ import asyncio
 import logging
 import shutil
 import tempfile
+from contextlib import AsyncExitStack
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,9 @@ from telegram.ext import Application, CallbackQueryHandler, CommandHandler
 
 from bot.adapter.context import Ctx
 from bot.process.wiring import Services
+from bot.runtime.runner import TurnRunner
 from core_tools.backup.manifest import BackupError
-from core_tools.backup.userdata import export_user, forget_user, split_file, summary
+from core_tools.backup.userdata import export_user, forget_user, scrub_files, split_file, summary
 
 log = logging.getLogger(__name__)
 
@@ -42,14 +44,26 @@ CONFIRM = (
     "and the files you sent. It cannot be undone (backups taken before keep it until they are rotated "
     "out). Send /export first if you want a copy."
 )
+EXPORT_BUSY = "Your export is being made already: it comes in a moment. Send /export again after it arrived."
+ERASE_BUSY = "Your data is being deleted already."
+NOT_SCRUBBED = (
+    "\n\nThe database file still holds a copy of the deleted data until it is compacted; that is retried "
+    "in the next minutes."
+)
+SCRUB_RETRY_S = 60.0
+SCRUB_TRIES = 10
 
 
 class DataCommands:
     """The handlers of /export and /forget_me."""
 
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: Services, runner: TurnRunner | None = None) -> None:
         self.services = services
+        self.runner = runner
         self.media_dir = Path(services.settings.media_dir)
+        self._exporting: set[int] = set()  # one export per user at a time (each takes disk space)
+        self._erasing: set[int] = set()
+        self._scrubbing: asyncio.Task[None] | None = None
 
     def _export(self, user_id: int, folder: Path) -> tuple[list[Path], int]:
         stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
@@ -62,6 +76,16 @@ class DataCommands:
         if asked is None:
             return
         msg, user = asked
+        if user.id in self._exporting:
+            await msg.reply_text(EXPORT_BUSY)
+            return
+        self._exporting.add(user.id)
+        try:
+            await self._send_export(msg, user, context)
+        finally:
+            self._exporting.discard(user.id)
+
+    async def _send_export(self, msg: Message, user: User, context: Ctx) -> None:
         folder = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="export-"))
         try:
             try:
@@ -113,28 +137,60 @@ class DataCommands:
             await query.edit_message_text("Cancelled: nothing was deleted.")
             return
         user_id = query.from_user.id
+        if user_id in self._erasing:
+            await query.edit_message_text(ERASE_BUSY)
+            return
+        self._erasing.add(user_id)
         try:
-            erased = await asyncio.to_thread(forget_user, self.services.engine, self.media_dir, user_id)
+            async with AsyncExitStack() as quiet:
+                # Nothing of theirs runs meanwhile, nor is written after: their turns are stopped and
+                # ended, their memory extraction dropped or ended; new ones wait until the erase is done.
+                if self.runner is not None:
+                    await quiet.enter_async_context(self.runner.quiet(user_id))
+                await quiet.enter_async_context(self.services.extractor.forget(user_id))
+                erased = await asyncio.to_thread(forget_user, self.services.engine, self.media_dir, user_id)
         except Exception:
             log.exception("erasing the data of user %s failed", user_id)
             await query.edit_message_text(
                 "Deleting failed on my side; nothing was deleted. Please try again later."
             )
             return
+        finally:
+            self._erasing.discard(user_id)
         log.info("user %s erased their data: %d row(s), %d file(s)", user_id, erased.total, len(erased.media))
         lines = list(summary(erased))
         text = "Done. I deleted everything I stored about you:\n" + "\n".join(f"- {line}" for line in lines)
         if not lines:
             text = "There was nothing stored about you."
+        if not erased.scrubbed:
+            text += NOT_SCRUBBED
+            self._scrub_later()
         try:
             await query.edit_message_text(text)
         except TelegramError:
             await context.bot.send_message(user_id, text)
 
+    def _scrub_later(self) -> None:
+        """Try the scrub of the database's files again (another connection held the WAL)."""
+        if self._scrubbing is None or self._scrubbing.done():
+            self._scrubbing = asyncio.get_running_loop().create_task(self._scrub_again())
 
-def register_data_commands(app: Application[Any, Any, Any, Any, Any, Any], services: Services) -> None:
-    """Add /export, /forget_me and the confirmation button."""
-    commands = DataCommands(services)
+    async def _scrub_again(self) -> None:
+        for _ in range(SCRUB_TRIES):
+            await asyncio.sleep(SCRUB_RETRY_S)
+            if await asyncio.to_thread(scrub_files, self.services.engine):
+                log.info("erase: the database's files are scrubbed now")
+                return
+        log.warning(
+            "erase: the WAL could not be truncated after %d tries; it is at the next erase", SCRUB_TRIES
+        )
+
+
+def register_data_commands(
+    app: Application[Any, Any, Any, Any, Any, Any], services: Services, runner: TurnRunner | None = None
+) -> None:
+    """Add /export, /forget_me and the confirmation button (`runner`: the turns an erase stops first)."""
+    commands = DataCommands(services, runner)
     app.add_handler(CommandHandler("export", commands.export))
     app.add_handler(CommandHandler("forget_me", commands.forget_me))
     app.add_handler(CallbackQueryHandler(commands.pressed, pattern=r"^forget:"))
