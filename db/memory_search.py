@@ -273,6 +273,7 @@ def hybrid_search(
     vector_weight: float = 1.0,
     rrf_k: int = 5,
     candidates: int = 50,
+    vector_candidates: int | None = None,
     period: tuple[datetime, datetime] | None = None,
     date_weight: float = 0.0,
     outside_factor: float = 1.0,
@@ -288,7 +289,8 @@ def hybrid_search(
     use_vec = vector is not None and embedder_id is not None and vector_weight > 0
     # The bit stage costs O(rows x k): ask for what can reach the fused top `limit` (a vector rank past
     # 2 x limit needs the keyword ranking's help, which the keyword candidates' exact distances give).
-    bit_k = min(candidates, max(20, 2 * limit))
+    # `vector_candidates` sets it instead.
+    bit_k = vector_candidates if vector_candidates is not None else min(candidates, max(20, 2 * limit))
     one_layer = layers[0] if layers and len(layers) == 1 else None
     backend = recall_backend(s)
     # Oversample: superseded, expired and other-session rows are filtered after each search.

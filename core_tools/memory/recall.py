@@ -41,6 +41,10 @@ RRF_K = 5
 DATE_WEIGHT = 1.0
 OUTSIDE_FACTOR = 0.0  # a query that names a period gets only that period's rows (when it has any)
 PERIOD_QUERY = "Today I went to"
+# Candidates each ranking contributes before fusion (keywords; the vector's bit stage asks for VECTOR_DEPTH
+# or, when None, twice the limit with a floor of 20: db.memory_search.hybrid_search).
+RECALL_DEPTH = 50
+VECTOR_DEPTH: int | None = None
 MAX_LIMIT = 50
 LIST_MAX = 50
 
@@ -58,6 +62,9 @@ class MemoryRecall:
     vector_weight: float
     rrf_k: int
     date_weight: float
+    outside_factor: float
+    recall_depth: int
+    vector_depth: int | None
     timezone_of: Callable[[int], tzinfo] | None
 
     # -- plumbing -------------------------------------------------------------------------------------
@@ -133,7 +140,9 @@ class MemoryRecall:
                 rrf_k=self.rrf_k,
                 period=(named.start, named.end) if named is not None else None,
                 date_weight=self.date_weight,
-                outside_factor=OUTSIDE_FACTOR,
+                outside_factor=self.outside_factor,
+                candidates=self.recall_depth,
+                vector_candidates=self.vector_depth,
             )
             return [memory_view(h.memory, h.relevance) for h in hits]
 

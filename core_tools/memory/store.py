@@ -28,7 +28,10 @@ from core_tools.memory.recall import (
     DATE_WEIGHT,
     KEYWORD_WEIGHT,
     LAYER_CATEGORIES,
+    OUTSIDE_FACTOR,
+    RECALL_DEPTH,
     RRF_K,
+    VECTOR_DEPTH,
     VECTOR_WEIGHT,
     MemoryRecall,
 )
@@ -76,6 +79,9 @@ class MemoryStore(MemoryRecall):
         vector_weight: float = VECTOR_WEIGHT,
         rrf_k: int = RRF_K,
         date_weight: float = DATE_WEIGHT,
+        outside_factor: float = OUTSIDE_FACTOR,
+        recall_depth: int = RECALL_DEPTH,
+        vector_depth: int | None = VECTOR_DEPTH,
         timezone_of: Callable[[int], tzinfo] | None = None,
     ) -> None:
         self._sessions = sessions
@@ -94,6 +100,9 @@ class MemoryStore(MemoryRecall):
         self.vector_weight = vector_weight
         self.rrf_k = rrf_k
         self.date_weight = date_weight
+        self.outside_factor = outside_factor
+        self.recall_depth = recall_depth
+        self.vector_depth = vector_depth
         # The user's time zone for dates in recall queries ("yesterday" is the user's); UTC when unset.
         self.timezone_of = timezone_of
 
