@@ -1,4 +1,5 @@
-"""Tool calls waiting for their user's approval, and the tools a chat always allows (migration 0022).
+"""Tool calls waiting for their user's approval, and the tools a person always allows in a chat
+(migrations 0022, 0025).
 
 The turn that asks writes a "pending" row and reads its status until it changes; the process that receives
 the button press (any process on the database) writes the decision, once: the first decision wins.
@@ -89,20 +90,21 @@ class Approvals:
             if always and by is not None:
                 row = s.get(Approval, approval_id)
                 assert row is not None
-                if s.get(ApprovalAlways, (row.chat_id, row.tool)) is None:
+                if s.get(ApprovalAlways, (row.chat_id, row.tool, by)) is None:
                     s.add(ApprovalAlways(chat_id=row.chat_id, tool=row.tool, allowed_by=by))
         return True
 
-    def allowed_always(self, chat_id: int, tool: str) -> bool:
-        """Whether the chat allowed the tool with "Always in this chat"."""
+    def allowed_always(self, chat_id: int, tool: str, user_id: int) -> bool:
+        """Whether `user_id` allowed the tool for their own calls in the chat with "Always in this chat"
+        (per person: in a group, one member's choice is not the others')."""
         with self._sm() as s:
-            return s.get(ApprovalAlways, (chat_id, tool)) is not None
+            return s.get(ApprovalAlways, (chat_id, tool, user_id)) is not None
 
     def allow_always(self, chat_id: int, tool: str, by: int) -> None:
-        """Allow the tool in the chat from now on (idempotent)."""
+        """Allow `by`'s calls of the tool in the chat from now on (idempotent)."""
         try:
             with self._sm.begin() as s:
-                if s.get(ApprovalAlways, (chat_id, tool)) is None:
+                if s.get(ApprovalAlways, (chat_id, tool, by)) is None:
                     s.add(ApprovalAlways(chat_id=chat_id, tool=tool, allowed_by=by))
         except IntegrityError:  # another process allowed it at the same moment
             pass

@@ -4,11 +4,14 @@ press that decides it (in whichever process receives it: the decision goes throu
 from __future__ import annotations
 
 import contextlib
+import html
 import logging
+import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, Update
+from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, InputFile, Update
+from telegram.constants import ParseMode
 from telegram.error import TelegramError
 from telegram.ext import Application, CallbackQueryHandler, ContextTypes
 
@@ -23,11 +26,16 @@ T = TypeVar("T")
 
 Ctx = ContextTypes.DEFAULT_TYPE
 PREFIX = "apr:"
-# What a press means: the decision stored, whether the chat allows the tool from now on, what is shown.
+# A press's data, strictly: ASCII digits of an id the approvals table can hold, and a known verb. Anything
+# else (a forged or stale button) is answered "no longer open" and goes no further.
+_DATA = re.compile(r"apr:([1-9][0-9]{0,9}):([ynas])", re.ASCII)
+MAX_ID = 2**31 - 1  # the approvals.id column (Integer)
+SHOW_ALL = "s"
+# What a press means: the decision stored, whether the person allows the tool from now on, what is shown.
 CHOICES = {
     "y": ("approved", False, "Approved"),
     "n": ("denied", False, "Denied"),
-    "a": ("approved", True, "Approved for this chat"),
+    "a": ("approved", True, "Approved for your calls in this chat"),
 }
 ENDED = {
     "timeout": "No answer in time: not run.",
@@ -35,23 +43,72 @@ ENDED = {
     "approved": "Approved.",
     "denied": "Denied: not run.",
 }
+# How much of a call the prompt shows (a message holds 4096 characters); "Show all" sends the rest.
+PREVIEW_LINES = 25
+PREVIEW_CHARS = 2500
+
+
+def parse_press(data: str) -> tuple[int, str] | None:
+    """The request id and verb of a button's data; None for anything not made by `keyboard`."""
+    m = _DATA.fullmatch(data)
+    if m is None or int(m.group(1)) > MAX_ID:
+        return None
+    return int(m.group(1)), m.group(2)
+
+
+def preview(summary: str) -> tuple[str, int]:
+    """The first lines of a call's summary that fit the prompt, and how many lines are left out (a first
+    line too long to fit is shown cut, and counts as left out)."""
+    lines = summary.split("\n")
+    shown: list[str] = []
+    size = 0
+    for line in lines[:PREVIEW_LINES]:
+        if size + len(line) > PREVIEW_CHARS:
+            break
+        shown.append(line)
+        size += len(line) + 1
+    if not shown:
+        return lines[0][:PREVIEW_CHARS] + "\u2026", len(lines)
+    return "\n".join(shown), len(lines) - len(shown)
 
 
 def prompt_text(request: ApprovalRequest, name: str) -> str:
-    """The prompt: who decides, which tool, its arguments (already bounded and masked)."""
-    return f"{name}, may I run {request.tool}?\n\n{request.summary}"
+    """The prompt (HTML): who decides, which tool, and what it will run. Every name and value is escaped
+    and the call's arguments are in a code block, so nothing in a call can pass for the prompt's text."""
+    shown, more = preview(request.summary)
+    text = f"{html.escape(name)}, may I run {html.escape(request.tool)}?\n\n<pre>{html.escape(shown)}</pre>"
+    if more:
+        lines = f"{more} more line{'s' if more != 1 else ''}"
+        text += f"\n\u2026 and {lines}: \u201cShow all\u201d sends the whole call."
+    return text
 
 
-def keyboard(approval_id: int) -> InlineKeyboardMarkup:
-    """Approve, Deny, Always in this chat (callback data `apr:<id>:<y|n|a>`: far under 64 bytes)."""
-    return InlineKeyboardMarkup(
+def _always_label(chat_id: int) -> str:
+    # In a group the choice is the presser's own (others are still asked): say so.
+    return "Always for me in this chat" if chat_id < 0 else "Always in this chat"
+
+
+def keyboard(request: ApprovalRequest) -> InlineKeyboardMarkup:
+    """Approve, Deny, Always (callback data `apr:<id>:<y|n|a|s>`: far under 64 bytes), and "Show all"
+    when the prompt shows only the start of the call."""
+    rows = [
         [
-            [
-                InlineKeyboardButton("Approve", callback_data=f"{PREFIX}{approval_id}:y"),
-                InlineKeyboardButton("Deny", callback_data=f"{PREFIX}{approval_id}:n"),
-            ],
-            [InlineKeyboardButton("Always in this chat", callback_data=f"{PREFIX}{approval_id}:a")],
-        ]
+            InlineKeyboardButton("Approve", callback_data=f"{PREFIX}{request.id}:y"),
+            InlineKeyboardButton("Deny", callback_data=f"{PREFIX}{request.id}:n"),
+        ],
+        [InlineKeyboardButton(_always_label(request.chat_id), callback_data=f"{PREFIX}{request.id}:a")],
+    ]
+    if preview(request.summary)[1]:
+        rows.append([InlineKeyboardButton("Show all", callback_data=f"{PREFIX}{request.id}:{SHOW_ALL}")])
+    return InlineKeyboardMarkup(rows)
+
+
+def _show_all_only(request: ApprovalRequest) -> InlineKeyboardMarkup | None:
+    """What stays under a decided prompt: "Show all", when the call was longer than the prompt."""
+    if not preview(request.summary)[1]:
+        return None
+    return InlineKeyboardMarkup(
+        [[InlineKeyboardButton("Show all", callback_data=f"{PREFIX}{request.id}:{SHOW_ALL}")]]
     )
 
 
@@ -74,7 +131,8 @@ class TelegramApprovals:
             place.chat_id,
             prompt_text(request, await self._db(lambda: self.store.name_of(request.user_id))),
             message_thread_id=place.thread_id,
-            reply_markup=keyboard(request.id),
+            reply_markup=keyboard(request),
+            parse_mode=ParseMode.HTML,
         )
         return sent.message_id
 
@@ -86,7 +144,13 @@ class TelegramApprovals:
         place = self.topics.place(request.chat_id)
         text = prompt_text(request, await self._db(lambda: self.store.name_of(request.user_id)))
         try:
-            await bot.edit_message_text(f"{text}\n\n{ENDED.get(status, status)}", place.chat_id, message_id)
+            await bot.edit_message_text(
+                f"{text}\n\n{html.escape(ENDED.get(status, status))}",
+                place.chat_id,
+                message_id,
+                parse_mode=ParseMode.HTML,
+                reply_markup=_show_all_only(request),
+            )
         except TelegramError as exc:
             log.info("could not update approval prompt %d: %s", request.id, exc)
 
@@ -100,10 +164,15 @@ class TelegramApprovals:
         """Approve, Deny or Always: only the person whose turn it is decides, once."""
         query, user = update.callback_query, update.effective_user
         assert query and user
-        head, _, choice = (query.data or "").removeprefix(PREFIX).partition(":")
-        row = await self._db(lambda: self.store.get(int(head))) if head.isdigit() else None
-        if row is None or choice not in CHOICES:
+        press = parse_press(query.data or "")
+        row = await self._db(lambda: self.store.get(press[0])) if press is not None else None
+        if press is None or row is None or not await self._under_prompt(query, row.chat_id):
             await _answer(query.answer("This request is no longer open."))
+            return
+        choice = press[1]
+        request = ApprovalRequest(row.id, row.chat_id, row.user_id, row.tool, row.summary)
+        if choice == SHOW_ALL:  # anyone who sees the prompt may read the whole call
+            await self._show_all(query, request)
             return
         if user.id != row.user_id:
             name = await self._db(lambda: self.store.name_of(row.user_id))
@@ -125,11 +194,43 @@ class TelegramApprovals:
             user.id,
         )
         await _answer(query.answer(f"{shown}."))
-        request = ApprovalRequest(row.id, row.chat_id, row.user_id, row.tool, row.summary)
         text = prompt_text(request, await self._db(lambda: self.store.name_of(row.user_id)))
-        by = user.first_name or f"user {user.id}"
+        by = html.escape(user.first_name or f"user {user.id}")
         with contextlib.suppress(TelegramError):
-            await query.edit_message_text(f"{text}\n\n{shown} by {by}.")
+            await query.edit_message_text(
+                f"{text}\n\n{shown} by {by}.",
+                parse_mode=ParseMode.HTML,
+                reply_markup=_show_all_only(request),
+            )
+
+    async def _under_prompt(self, query: Any, chat_id: int) -> bool:
+        """Whether the press came from the chat the request was asked in (a forged id of another chat's
+        request does not reach it); a press whose message Telegram no longer gives is let through."""
+        message = query.message
+        if message is None:
+            return True
+        try:
+            place = await self._db(lambda: self.topics.place(chat_id))
+        except LookupError:
+            return False
+        return bool(message.chat.id == place.chat_id)
+
+    async def _show_all(self, query: Any, request: ApprovalRequest) -> None:
+        """The whole call, as a text file in the chat (or topic): a program of any length, unshortened."""
+        place = self.topics.place(request.chat_id)
+        body = f"{request.tool}\n\n{request.summary}\n".encode()
+        try:
+            await self.bot.send_document(
+                place.chat_id,
+                InputFile(body, filename=f"call-{request.id}-{request.tool[:40]}.txt"),
+                caption=f"The whole call of {request.tool} (request {request.id}).",
+                message_thread_id=place.thread_id,
+            )
+        except TelegramError as exc:
+            log.info("could not send the whole call of approval %d: %s", request.id, exc)
+            await _answer(query.answer("The whole call could not be sent; please try again."))
+            return
+        await _answer(query.answer("Sent the whole call."))
 
 
 async def _answer(call: Any) -> None:

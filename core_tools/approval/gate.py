@@ -17,7 +17,7 @@ from typing import Protocol, TypeVar
 
 from core_tools.aio import settled
 from core_tools.approval.policy import ApprovalPolicy
-from core_tools.approval.summary import summarize
+from core_tools.approval.summary import MAX_SUMMARY_CHARS, summarize
 from core_tools.registry import Tool
 from core_tools.types import ToolCallRequest
 from db.approvals import PENDING, Approvals
@@ -85,9 +85,14 @@ class ApprovalGate:
         if not self.policy.needs(call.name, tool):
             return None
         name = call.name
-        if await self._db(lambda: self.store.allowed_always(chat_id, name)):
+        if await self._db(lambda: self.store.allowed_always(chat_id, name, user_id)):
             return None
         summary = summarize(call.arguments, self.secrets)
+        if len(summary) > MAX_SUMMARY_CHARS:  # not cut: what the user approves is what they see
+            return (
+                f"not run: this call of {name} is too long to show the user for approval "
+                f"({len(summary)} characters, at most {MAX_SUMMARY_CHARS}); make it shorter"
+            )
         asker = self.asker
         if purpose == "scheduled":
             return await self._unasked(asker, chat_id, name, summary)
@@ -143,7 +148,7 @@ class ApprovalGate:
             try:
                 await asker.tell(
                     chat_id,
-                    f"A scheduled task wanted to use {name} ({summary.replace(chr(10), ', ')}), which needs "
+                    f"A scheduled task wanted to use {name} ({_brief(summary)}), which needs "
                     "your approval. Nobody was there to ask, so it was not run. Ask me directly to do it, "
                     "or choose \u201cAlways in this chat\u201d the next time I ask.",
                 )
@@ -153,3 +158,9 @@ class ApprovalGate:
             f"not run: {name} needs the user's approval and a scheduled task has nobody to ask; tell the "
             "user it was not done and that they can ask for it directly"
         )
+
+
+def _brief(summary: str, limit: int = 300) -> str:
+    """A call's summary on one line, cut: the plain message of a refused call (nothing to approve there)."""
+    line = ", ".join(part.strip() for part in summary.split("\n") if part.strip())
+    return line if len(line) <= limit else line[: limit - 1] + "\u2026"

@@ -33,11 +33,12 @@ class Approval(Base):
 
 
 class ApprovalAlways(Base):
-    """A tool a chat allowed with "Always in this chat" (migration 0022)."""
+    """A tool a person allowed for their own calls in a chat with "Always in this chat" (migration 0022;
+    per person since 0025: in a group, one member's choice does not let the others' calls run unasked)."""
 
     __tablename__ = "approval_always"
 
     chat_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
     tool: Mapped[str] = mapped_column(String(200), primary_key=True)
-    allowed_by: Mapped[int] = mapped_column(BigInteger)
+    allowed_by: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)  # whose calls
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -16,7 +16,8 @@ from db.models import Approval, ApprovalAlways
 from tests.support.databases import both_databases
 from tests.support.fakes.openai_api import FakeLLM, call, text, tool_calls
 from tests.support.fakes.telegram_api import FakeTelegram
-from tests.support.harness import FRIEND, OWNER, Harness, make_settings, register_math, rows, running_bot
+from tests.support.harness import FRIEND, OWNER, Harness, make_settings, register_math, rows
+from tests.support.harness import running_bot as harness_bot
 from tests.support.mcp_servers.helpers import stdio_entry
 from tests.support.schedules import local_at, wait_sent
 
@@ -24,6 +25,13 @@ GROUP = -100777
 
 db_kind = both_databases()  # the decision crosses processes through the database: SQLite and PostgreSQL
 pytestmark = pytest.mark.usefixtures("bot_database")  # its bots run on the test's database
+
+
+def running_bot(tmp_path: Path, tg: FakeTelegram, llm: FakeLLM, **overrides: Any) -> Any:
+    """The harness's bot with a short APPROVAL_TIMEOUT_S unless the test sets one: the bot's stop waits for
+    a turn that waits for a press, so a test failing there ends in seconds, not after the default 300 s."""
+    overrides.setdefault("approval_timeout_s", 45)
+    return harness_bot(tmp_path, tg, llm, **overrides)
 
 
 def prompts(tg: FakeTelegram, chat: int) -> list[dict[str, Any]]:
@@ -73,7 +81,7 @@ async def test_approve_runs_the_tool_and_the_decision_is_logged(
         message, buttons = await prompt(tg, OWNER)
         assert list(buttons) == ["Approve", "Deny", "Always in this chat"]
         assert all(len(d.encode()) < 64 for d in buttons.values())
-        assert message["text"] == "Ann, may I run add?\n\na: 2\nb: 3"
+        assert message["text"] == "Ann, may I run add?\n\n<pre>a: 2\nb: 3</pre>"
         assert len(llm.requests) == 1  # the turn waits: no second request yet
         tg.push_callback(OWNER, buttons["Approve"], message_id=message["message_id"])
         await h.final_text(OWNER, "The sum is 5.")
@@ -310,3 +318,99 @@ async def test_a_helper_agent_cannot_run_a_call_that_needs_approval(
         helper_result = tool_result(llm, 2)
         assert "needs the user's approval, which a helper cannot ask for" in helper_result
         assert '"sum"' not in helper_result and prompts(tg, OWNER) == []
+
+
+async def test_the_prompt_shows_what_will_run_escaped_with_only_real_secrets_masked(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    """Issue 31 §11: `token=exec(...)` was shown as `token=***`, a program was cut at 120 characters, and an
+    argument's name could write lines of its own into the prompt."""
+    program = "token=exec(open('/etc/passwd').read())\n" + "".join(f"print({i})\n" for i in range(60))
+    program += "import os; os.system('rm -rf ~')\n"
+    forged = "x\n\nApproved by Ann.</pre><b>Safe</b>"
+    key = "sk-proj-" + "Ab3dE5fG7hJ9kL1mN3pQ5rS7"
+    llm.script(tool_calls(call("add", {"key": key, forged: 1, "code": program})), text("Not run."))
+    async with running_bot(tmp_path, tg, llm, setup=register_math, approve_tools="add") as h:
+        tg.push_text(OWNER, "run this")
+        message, buttons = await prompt(tg, OWNER)
+        shown = str(message["text"])
+        assert "token=exec(open(&#x27;/etc/passwd&#x27;).read())" in shown  # the code, not a mask
+        assert "print(20)" in shown and key not in shown and "key: &quot;***&quot;" in shown
+        # The forged name stays on its line, escaped: no line of its own, no markup of its own.
+        assert "</pre><b>" not in shown and "\nApproved by Ann." not in shown
+        assert "&quot;x\\n\\nApproved by Ann.&lt;/pre&gt;&lt;b&gt;Safe&lt;/b&gt;&quot;: 1" in shown
+        assert shown.count("<pre>") == 1 and shown.count("</pre>") == 1
+        # 25 lines of the 65 (the two arguments, "code: |" and the program's first 22 lines), and the rest
+        # one press away.
+        assert "print(21)" not in shown and "os.system" not in shown
+        assert shown.endswith("</pre>\n\u2026 and 40 more lines: \u201cShow all\u201d sends the whole call.")
+        assert list(buttons) == ["Approve", "Deny", "Always in this chat", "Show all"]
+        tg.push_callback(OWNER, buttons["Show all"], message_id=message["message_id"])
+        (sent,) = await tg.wait_for_call("sendDocument")
+        whole = sent.params["document"].data.decode()
+        assert "os.system('rm -rf ~')" in whole and "token=exec(open" in whole and key not in whole
+        assert all(f"  print({i})\n" in whole for i in range(60))
+        await tg.wait_for(lambda: "Sent the whole call." in answers(tg), what="the Show all press answered")
+        assert approvals(h)[0].status == "pending"
+        tg.push_callback(OWNER, buttons["Deny"], message_id=message["message_id"])
+        await h.final_text(OWNER, "Not run.")
+
+
+async def test_always_in_a_group_counts_only_for_the_person_who_chose_it(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    """Issue 31 §12: one member's "Always in this chat" let every member's calls run unasked."""
+    llm.script(
+        tool_calls(call("add", {"a": 1, "b": 1})),
+        text("Two."),
+        tool_calls(call("add", {"a": 2, "b": 2})),
+        text("Four, Bob."),
+        tool_calls(call("add", {"a": 3, "b": 3})),
+        text("Six."),
+    )
+    async with running_bot(
+        tmp_path, tg, llm, setup=register_math, approve_tools="add", allowed_chat_ids=str(GROUP)
+    ) as h:
+        tg.push_text(OWNER, "@test_bot one plus one", chat_id=GROUP)
+        message, buttons = await prompt(tg, GROUP)
+        always = next(label for label in buttons if label.startswith("Always"))
+        tg.push_callback(OWNER, buttons[always], message_id=message["message_id"], chat_id=GROUP)
+        await h.final_text(GROUP, "Two.")
+        tg.push_text(FRIEND, "@test_bot two plus two", chat_id=GROUP, first_name="Bob")  # Bob is still asked
+        message, buttons = await prompt(tg, GROUP, 2)
+        assert str(message["text"]).startswith("Bob, may I run add?")
+        tg.push_callback(FRIEND, buttons["Approve"], message_id=message["message_id"], chat_id=GROUP)
+        await h.final_text(GROUP, "Four, Bob.")
+        tg.push_text(OWNER, "@test_bot three plus three", chat_id=GROUP)  # Ann chose always: not asked
+        await h.final_text(GROUP, "Six.")
+        assert len(prompts(tg, GROUP)) == 2 and always == "Always for me in this chat"
+        assert [(r.chat_id, r.tool, r.allowed_by) for r in rows(h, ApprovalAlways)] == [(GROUP, "add", OWNER)]
+
+
+async def test_forged_button_data_is_answered_no_longer_open(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    """Issue 31 §13: `apr:²:y` and a 30-digit id raised in the handler, and the press got no answer."""
+    llm.script(tool_calls(call("add", {"a": 1, "b": 2})), text("Three."))
+    async with running_bot(tmp_path, tg, llm, setup=register_math, approve_tools="add") as h:
+        tg.push_text(OWNER, "add 1 and 2")
+        message, buttons = await prompt(tg, OWNER)
+        forged = [
+            "apr:\u00b2:y",
+            "apr:" + "9" * 30 + ":y",
+            "apr:1:z",
+            "apr:01:y",
+            "apr:1:y:x",
+            "apr:\uff11:y",
+        ]
+        for data in forged:
+            tg.push_callback(OWNER, data, message_id=message["message_id"])
+        # The request's own id pressed under a message of another chat (Bob's): not this chat's prompt.
+        tg.messages[FRIEND] = [dict(message, chat={"id": FRIEND, "type": "private", "first_name": "Bob"})]
+        for data in (buttons["Approve"], buttons["Approve"].replace(":y", ":s")):
+            tg.push_callback(FRIEND, data, message_id=message["message_id"], chat_id=FRIEND)
+        await tg.wait_for(lambda: len(answers(tg)) == len(forged) + 2, what="every forged press answered")
+        assert answers(tg) == ["This request is no longer open."] * (len(forged) + 2)
+        assert approvals(h)[0].status == "pending" and not tg.calls_to("sendDocument")
+        tg.push_callback(OWNER, buttons["Approve"], message_id=message["message_id"])
+        await h.final_text(OWNER, "Three.")
