@@ -23,7 +23,7 @@ from bot.process.wiring import Services
 from bot.runtime.jobs import Job, register_jobs
 from core_tools.backup.crypto import new_identity, recipient_strings
 from core_tools.backup.manifest import BackupError, read_manifest
-from core_tools.backup.store import STATE_NAME, list_backups, scratch_parent
+from core_tools.backup.store import STATE_NAME, clean_leftovers, list_backups, scratch_parent
 from core_tools.backup.take import BackupConfig
 from core_tools.backup.worker import run_worker
 
@@ -52,6 +52,7 @@ class BackupJobs:
         self.started = datetime.now(UTC)
         self.lock = asyncio.Lock()
         self.backoff_s = SEND_BACKOFF_S  # the first wait between tries of an upload, doubled each time
+        self.cleaned = False  # what killed runs left is deleted at the first tick
 
     # ------------------------------------------------------------------ state
 
@@ -99,8 +100,22 @@ class BackupJobs:
 
     # ------------------------------------------------------------------ the job
 
+    async def clean(self) -> list[str]:
+        """Delete what backups and drills killed midway (this process stopped) left: in BACKUP_DIR and in
+        their private scratch folders beside the database."""
+        settings = self.settings
+        private = scratch_parent(settings.database_url, settings.media_dir, settings.backup_dir)
+        gone = await asyncio.to_thread(clean_leftovers, self.folder, private)
+        if gone:
+            log.info("deleted what unfinished backups or drills left: %s", ", ".join(gone))
+        return gone
+
     async def tick(self, context: Ctx) -> None:
-        """The periodic check: take a backup when one is due (never two at once)."""
+        """The periodic check: take a backup when one is due (never two at once); the first one after the
+        start deletes what killed runs left."""
+        if not self.cleaned and not self.lock.locked():
+            self.cleaned = True
+            await self.clean()
         if self.lock.locked() or not await asyncio.to_thread(self.due):
             return
         await self.run(context.bot)

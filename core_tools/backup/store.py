@@ -199,3 +199,16 @@ def scratch(parent: Path) -> Iterator[Path]:
     finally:
         shutil.rmtree(path, ignore_errors=True)
         os.close(fd)
+
+
+def clean_leftovers(folder: Path, private: Path) -> list[str]:
+    """What killed backups and drills left, in BACKUP_DIR and in the scratch folder's parent `private`;
+    their names. A partial backup is left while another backup holds BACKUP_DIR's lock (that one's own)."""
+    gone = clean_scratch(private) + clean_old_drills(folder)
+    if folder.is_dir():
+        try:
+            with locked(folder):
+                gone += clean_partials(folder)
+        except BackupError:
+            pass  # a backup is being written: it cleans what others left before it starts
+    return gone

@@ -5,6 +5,7 @@ folder) and what earlier versions left in BACKUP_DIR are deleted by the next run
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -15,6 +16,7 @@ import sys
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from telegram import Bot
@@ -217,3 +219,41 @@ async def test_the_bots_drill_unpacks_outside_backup_dir_and_deletes_old_leftove
     assert await jobs.drill(bot, path, [secret]) is True
     assert plaintext_databases(backups) == []
     assert not list(backups.glob(".drill-*")) and scratch_folders(live_db.parent) == []
+
+
+async def test_the_bots_first_backup_check_deletes_what_killed_runs_left(
+    live: tuple[BackupConfig, str], tmp_path: Path
+) -> None:
+    config, _ = live
+    backups, live_db = Path(config.backup_dir), Path(config.database_url.removeprefix("sqlite:///"))
+    private = scratch_parent(config.database_url, config.media_dir, config.backup_dir)
+    left = [
+        backups / ".backup-20260101-000000.partial" / "backup-20260101-000000.tar.age.000",
+        backups / ".drill-q1w2e3" / "database.sqlite",  # an earlier version's drill
+        private / f"{SCRATCH_PREFIX}killed" / "snapshot.sqlite",  # a killed backup's snapshot
+    ]
+    for path in left:
+        path.parent.mkdir(parents=True)
+        shutil.copyfile(live_db, path)
+    held = private / f"{SCRATCH_PREFIX}running"  # a backup or drill that runs: kept
+    held.mkdir()
+    fd = os.open(held, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+
+    class Services:  # what BackupJobs reads of the services
+        settings = make_settings(
+            tmp_path,
+            None,
+            FakeLLM(),
+            database_url=config.database_url,
+            media_dir=config.media_dir,
+            backup_dir=config.backup_dir,
+        )
+
+    jobs = BackupJobs(Services())  # type: ignore[arg-type]
+    try:
+        await jobs.tick(SimpleNamespace(bot=None))  # type: ignore[arg-type]  # no backup is due
+        assert not any(path.parent.exists() for path in left)
+        assert held.is_dir() and plaintext_databases(backups) == []
+    finally:
+        os.close(fd)
