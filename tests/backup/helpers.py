@@ -11,7 +11,7 @@ from sqlalchemy import Engine, func, select
 from core_tools.memory.store import MemoryStore
 from db.engine import make_sessionmaker
 from db.models import ChatSession, MediaFile, Message, Schedule, User
-from tests.db.test_memories import TinyEmbedder
+from tests.support.embedders import TinyEmbedder
 
 
 def store_file(media_dir: Path, data: bytes) -> str:
