@@ -119,8 +119,13 @@ def _own_patterns(query: str, local_now: datetime, tz: tzinfo) -> Period | None:
     return None
 
 
+# A day number alone ("my 18th birthday", "the 2nd time") is not a date: dateparser takes it for that day of
+# the current month.
+_LONE_DAY = re.compile(r"^\W*(?:(?:on|the|of)\s+)*\d{1,2}(?:st|nd|rd|th)?\W*$", re.IGNORECASE)
+
+
 def _acceptable(words: str, query: str) -> bool:
-    if not _DATE_WORD.search(words):
+    if not _DATE_WORD.search(words) or _LONE_DAY.match(words):
         return False
     return not (_BARE_MAY.match(words) and not _MAY_AS_MONTH.search(query))
 
