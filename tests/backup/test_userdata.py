@@ -11,12 +11,14 @@ import tarfile
 import zipfile
 from pathlib import Path
 
+import pytest
 from sqlalchemy import Engine, text
 
 from core_tools.backup.take import BackupConfig, take_backup
-from core_tools.backup.userdata import export_user, forget_user
+from core_tools.backup.userdata import export_user, forget_user, scrub_files
 from core_tools.memory.store import MemoryStore
 from db.engine import make_engine, make_sessionmaker
+from db.migrate import upgrade
 from db.models import ChatSession, CodeExecution, LLMCall, MediaFile, Message, ToolCallLog, TurnEvent, User
 from tests.backup.helpers import fill, store_file
 from tests.support.embedders import TinyEmbedder
@@ -120,6 +122,16 @@ async def fill_words(engine: Engine, media: Path, user_id: int) -> str:
             .first()
         )
     assert await store.edit(user_id, str(public), f"User keeps two of {WORD} at home") is not None
+    with sm.begin() as s:  # a long message that waited in the inbox: deleted (as a turn takes it) before
+        s.execute(
+            text(
+                "INSERT INTO inbox (chat_id, user_id, chat_type, content, received_at) "
+                "VALUES (:u, :u, 'private', :t, CURRENT_TIMESTAMP)"
+            ),
+            {"u": user_id, "t": f"long {WORD} " * 2000},
+        )
+    with sm.begin() as s:
+        s.execute(text("DELETE FROM inbox WHERE user_id = :u"), {"u": user_id})
     return group.id
 
 
@@ -182,4 +194,31 @@ async def test_a_group_summary_is_not_in_a_members_export(database_url: str, tmp
         everything = z.read("all_tables.json").decode()
     assert "Ann told the group" not in everything  # another member's words
     assert "private notes" in everything
+    engine.dispose()
+
+
+@pytest.mark.slow  # the checkpoint waits out the busy timeout on each of its tries
+async def test_an_erase_while_another_connection_reads_says_not_scrubbed_and_a_later_scrub_does_it(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    upgrade(url)
+    engine = make_engine(url)
+    media = tmp_path / "media"
+    await fill(engine, media, FRIEND)
+    await fill_words(engine, media, OWNER)
+    db = Path(str(engine.url.database))
+    files = [db, db.with_name(db.name + "-wal")]
+    reader = make_engine(url)
+    raw = reader.raw_connection()
+    cursor = raw.cursor()
+    cursor.execute("BEGIN")
+    cursor.execute("SELECT count(*) FROM messages").fetchall()  # a snapshot held open: the WAL stays
+    erased = forget_user(engine, media, OWNER)
+    assert not erased.scrubbed and erased.rows["messages"] == 31
+    raw.rollback()
+    raw.close()
+    assert scrub_files(engine)
+    assert WORD.encode() not in raw_bytes(files)
+    reader.dispose()
     engine.dispose()
