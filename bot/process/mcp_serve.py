@@ -10,9 +10,18 @@ import argparse
 import asyncio
 import logging
 import sys
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from bot.process.settings import Settings
 from core_tools.mcp.config import SERVED_TOOLS  # no SDK import: every `python -m bot` builds this parser
+
+DENIED = "denied by the user"  # core_tools.approval.DENIED, without importing it at every start
+
+if TYPE_CHECKING:
+    from core_tools.approval import ApprovalGate, ApprovalRequest
+    from core_tools.types import ToolCallRequest
+    from db.approvals import Approvals
 
 log = logging.getLogger("bot.mcp")
 
@@ -52,6 +61,131 @@ def tool_names(value: str | None) -> tuple[str, ...]:
 
 class UnknownTools(ValueError):
     """`--tools` named a tool the bot does not have."""
+
+
+# What the MCP client's form asks for: one choice (issue 31 §17: APPROVE_TOOLS applies here too).
+DECISION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "decision": {
+            "type": "string",
+            "title": "Decision",
+            "description": "approve: run it once; deny: do not run it; always: run it and do not ask again",
+            "enum": ["approve", "deny", "always"],
+        }
+    },
+    "required": ["decision"],
+}
+
+
+class ElicitAsker:
+    """The approval gate's Asker for one MCP call on a connection that can send the client requests (the
+    handshake protocol versions): the question goes as an elicitation (a form with one choice), and its
+    answer is stored as a button press is (db/approvals.py)."""
+
+    def __init__(self, session: Any, related_request_id: Any, store: Approvals, timeout_s: float) -> None:
+        self.session = session
+        self.related_request_id = related_request_id
+        self.store = store
+        self.timeout_s = timeout_s
+
+    async def ask(self, request: ApprovalRequest) -> int | None:
+        """Ask the client and store its answer; no answer within the gate's timeout is a "timeout"."""
+        try:
+            result = await asyncio.wait_for(
+                self.session.elicit_form(
+                    question(request.tool, request.summary), DECISION_SCHEMA, self.related_request_id
+                ),
+                self.timeout_s,
+            )
+        except TimeoutError:
+            self.store.decide(request.id, "timeout", None)
+            return None
+        status, always = decision(result)
+        self.store.decide(request.id, status, request.user_id, always=always)
+        return None
+
+    async def settled(self, request: ApprovalRequest, message_id: int | None, status: str) -> None:
+        """Nothing stays on the client's screen to take away."""
+
+    async def tell(self, chat_id: int, text: str) -> None:
+        """No scheduled task runs in the MCP server."""
+
+
+def question(tool: str, summary: str) -> str:
+    """What the client shows the user."""
+    return f"May I run {tool}?\n\n{summary}"
+
+
+def decision(result: Any) -> tuple[str, bool]:
+    """The stored decision of an elicitation's result, and whether it is "always"."""
+    choice = (result.content or {}).get("decision") if result.action == "accept" else None
+    if choice in ("approve", "always"):
+        return "approved", choice == "always"
+    return "denied", False  # declined, dismissed, or "deny"
+
+
+STATE = "approval:"  # the request state of a call waiting for its answer: "approval:<id>"
+
+
+def approver(gate: ApprovalGate, registry: Any, user_id: int) -> Callable[[Any, Any, Any], Awaitable[Any]]:
+    """The MCP server's check before a call: APPROVE_TOOLS (and MCP `confirm`) as in the user's private
+    chat, asked through the client when it supports elicitation, refused with a clear error when not.
+
+    On a connection that can send the client requests the call waits for the elicitation's answer; on the
+    2026-07-28 protocol (no server requests) the call answers "input required" with the elicitation, and
+    the client's retry carries the answer and the request's id (checked: this user's pending request of
+    this very call)."""
+    import mcp_types as types
+
+    from core_tools.approval import summarize
+
+    can_ask = types.ClientCapabilities(elicitation=types.ElicitationCapability())
+    store = gate.store
+
+    async def approve(ctx: Any, params: Any, call: ToolCallRequest) -> Any:
+        tool = registry.get(call.name)
+        if not gate.policy.needs(call.name, tool):
+            return None
+        if store.allowed_always(user_id, call.name, user_id):  # "Always" in the private chat
+            return None
+        if not ctx.session.check_client_capability(can_ask):
+            return (
+                f"not run: {call.name} needs the user's approval (APPROVE_TOOLS), and this MCP client "
+                "cannot ask for it (it does not support elicitation); use a client that does, or run the "
+                "tool from Telegram"
+            )
+        if ctx.session.can_send_request:
+            asker = ElicitAsker(ctx.session, ctx.request_id, store, gate.timeout_s)
+            return await gate.check(call, tool, chat_id=user_id, user_id=user_id, purpose="mcp", asker=asker)
+        summary = summarize(call.arguments, gate.secrets)
+        answer = (params.input_responses or {}).get("approval")
+        state = params.request_state or ""
+        if answer is not None and state.startswith(STATE) and state[len(STATE) :].isascii():
+            head = state[len(STATE) :]
+            row = store.get(int(head)) if head.isdigit() and len(head) <= 10 else None
+            if (
+                row is not None
+                and row.status == "pending"
+                and (row.user_id, row.chat_id, row.tool, row.summary)
+                == (user_id, user_id, call.name, summary)
+                and isinstance(answer, types.ElicitResult)
+            ):
+                status, always = decision(answer)
+                if store.decide(row.id, status, user_id, always=always) and status == "approved":
+                    return None
+                return f"{DENIED}: the call was not run; do not try it again unless the user asks"
+            return "not run: that approval is no longer open; call the tool again to be asked"
+        approval_id = store.ask(user_id, user_id, call.name, summary)
+        form = types.ElicitRequestFormParams(
+            message=question(call.name, summary), requested_schema=DECISION_SCHEMA
+        )
+        return types.InputRequiredResult(
+            input_requests={"approval": types.ElicitRequest(params=form)},
+            request_state=f"{STATE}{approval_id}",
+        )
+
+    return approve
 
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
@@ -108,7 +242,8 @@ async def _serve(
         def session_for(uid: int) -> str:
             return conv.current_session(uid, uid, chat_type="private").id
 
-        gate = UserGate(user_id, session_for, services.usage_service.over_budget)
+        approve = approver(services.approvals, registry, user_id) if services.approvals is not None else None
+        gate = UserGate(user_id, session_for, services.usage_service.over_budget, approve)
         server = build_server(registry, gate, tools)
         heap.settle()
         if http is None:

@@ -25,6 +25,7 @@ from bot.adapter.commands.catalog import new_session_text
 from bot.adapter.commands.model import ModelChoice
 from bot.process.wiring import Services
 from bot.runtime.leases import ChatLocks
+from bot.terminal.approvals import TerminalAsker
 from bot.terminal.commands import TerminalCommands
 from bot.terminal.delivery import TerminalReminders
 from core_tools.agent import TurnControl, TurnInput, TurnResult
@@ -47,6 +48,7 @@ class Console:
         self.mode = ""  # "prompt" while waiting for input, "answer" while one streams
         self.at_line_start = True
         self.answered = False  # some of the current answer was written
+        self.asked_in = ""  # the mode a question interrupted
 
     def _write(self, text: str) -> None:
         if text:
@@ -96,6 +98,24 @@ class Console:
             self._write(f"\n\n{note}" if self.answered else note)
         self._write("\n")
         self.mode = ""
+
+    def question(self, text: str) -> None:
+        """A question the next line typed answers (a tool call's approval); no newline after it."""
+        self._new_line()
+        self._write(text)
+        if self.mode != "question":
+            self.asked_in = self.mode
+        self.mode = "question"
+
+    def decided(self, text: str) -> None:
+        """The question is answered (or ended): say how, and go on where it was asked."""
+        if self.mode != "question":
+            self.asked_in = self.mode
+        self._new_line()
+        self._write(text + "\n")
+        self.mode = self.asked_in
+        if self.mode == "answer":
+            self._write(ANSWER)
 
     def notice(self, text: str) -> None:
         """Something that arrived on its own, on lines of its own; then the prompt or prefix again."""
@@ -174,6 +194,11 @@ class TerminalChat:
         self.models = ModelChoice(settings.models, services.conversations, services.usage_service.prices)
         self.commands = TerminalCommands(services, user_id, self.models)
         self.reminders = TerminalReminders(services, self.chat_id, self.console, self.locks.hold, woken)
+        # A call that needs approval is asked about here (y/n/always), not refused.
+        self.asker: TerminalAsker | None = None
+        if services.approvals is not None:
+            self.asker = TerminalAsker(services.approvals.store, console, services.approvals.timeout_s)
+            services.approvals.asker = self.asker
         self._lines: asyncio.Queue[str | None] = asyncio.Queue()
         self._running: tuple[asyncio.Task[TurnResult], TurnControl] | None = None
         self._quitting = False
@@ -202,6 +227,11 @@ class TerminalChat:
         if line is not None and line.strip().lower() == "/stop" and self._running is not None:
             self._stop_turn()
             return
+        if self.asker is not None and self.asker.waiting:  # the answer to "May I run ...?"
+            self.console.at_line_start = self._echoed
+            self.asker.typed(line)
+            if line is not None:
+                return
         self._lines.put_nowait(line)
 
     def _start_reader(self) -> None:

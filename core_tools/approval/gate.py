@@ -78,10 +78,18 @@ class ApprovalGate:
         return await settled(call, off_loop=self.store.over_network)
 
     async def check(
-        self, call: ToolCallRequest, tool: Tool | None, *, chat_id: int, user_id: int, purpose: str
+        self,
+        call: ToolCallRequest,
+        tool: Tool | None,
+        *,
+        chat_id: int,
+        user_id: int,
+        purpose: str,
+        asker: Asker | None = None,
     ) -> str | None:
         """None when the call may run; otherwise why not, which the model gets as the tool's result.
-        Waits (up to `timeout_s`) for the user's decision when the call needs one."""
+        Waits (up to `timeout_s`) for the user's decision when the call needs one; `asker` asks instead of
+        the front end's (an MCP client, for its own calls)."""
         if not self.policy.needs(call.name, tool):
             return None
         name = call.name
@@ -93,7 +101,7 @@ class ApprovalGate:
                 f"not run: this call of {name} is too long to show the user for approval "
                 f"({len(summary)} characters, at most {MAX_SUMMARY_CHARS}); make it shorter"
             )
-        asker = self.asker
+        asker = asker or self.asker
         if purpose == "scheduled":
             return await self._unasked(asker, chat_id, name, summary)
         if asker is None:  # a front end without buttons (the terminal chat)

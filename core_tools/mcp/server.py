@@ -41,10 +41,14 @@ class UserGate:
         user_id: int,
         session_for: Callable[[int], str],
         over_budget: Callable[[int], str | None] | None = None,
+        approve: Callable[[Any, Any, ToolCallRequest], Awaitable[Any]] | None = None,
     ) -> None:
         self.user_id = user_id
         self.session_for = session_for
         self.over_budget = over_budget
+        # Whether a call may run (the request's context and params, the call): None; why not (a text);
+        # or the result to answer with meanwhile (an InputRequiredResult: the user is being asked).
+        self.approve = approve
 
     def context(self) -> ToolContext:
         """The tool context of one call: the user's private chat and its open session."""
@@ -83,7 +87,9 @@ def build_server(
             ]
         )
 
-    async def call_tool(_ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def call_tool(
+        ctx: Any, params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
         offered = schemas()
         if params.name not in offered:
             return _error(f"unknown tool {params.name!r}; available: {', '.join(offered)}")
@@ -95,6 +101,11 @@ def build_server(
             params.name,
             json.dumps(params.arguments or {}, ensure_ascii=False),
         )
+        held = await gate.approve(ctx, params, request) if gate.approve is not None else None
+        if isinstance(held, str):
+            return _error(held)
+        if held is not None:
+            return held  # type: ignore[no-any-return]
         outcome = await registry.call(request, gate.context())
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=outcome.content)], is_error=not outcome.ok

@@ -7,9 +7,11 @@ import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import httpx2
+import mcp_types
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
@@ -207,3 +209,56 @@ def test_the_old_entry_point_says_where_the_server_went(tmp_path: Path) -> None:
         timeout=60,
     )
     assert old.returncode == 2 and "run `python -m bot mcp --user-id 1`" in old.stderr
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_approve_tools_asks_through_the_client_or_refuses(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM, mode: Any
+) -> None:
+    """Issue 31 §17: APPROVE_TOOLS did not apply to `python -m bot mcp`. A client that supports elicitation is
+    asked (approve / deny / always); one that does not gets a clear error, and nothing runs. On the
+    2026-07-28 protocol ("auto") the question rides an input-required result and the client's retry; on the
+    handshake versions ("legacy") it is a request of the server's while the call waits."""
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "bot", "mcp", "--user-id", str(OWNER)],
+        env=full_env(tmp_path, tg, llm, APPROVE_TOOLS="memory"),
+        cwd=str(tmp_path),
+    )
+    async with Client(params, mode=mode) as plain:  # no elicitation callback: it cannot ask
+        refused = await plain.call_tool("memory", {"action": "list"})
+        assert refused.is_error
+        assert "needs the user's approval (APPROVE_TOOLS), and this MCP client cannot ask for it" in (
+            refused.content[0].text  # type: ignore[union-attr]
+        )
+        ran = await plain.call_tool("code", {"action": "execute", "code": "print(1)"})
+        assert not ran.is_error  # a tool that needs no approval runs as before
+    assert [r.tool for r in db_rows(tmp_path, ToolCallLog)] == ["code"]  # type: ignore[attr-defined]
+
+    answers = [
+        mcp_types.ElicitResult(action="decline"),
+        mcp_types.ElicitResult(action="accept", content={"decision": "deny"}),
+        mcp_types.ElicitResult(action="accept", content={"decision": "approve"}),
+        mcp_types.ElicitResult(action="accept", content={"decision": "always"}),
+    ]
+    asked: list[str] = []
+
+    async def elicit(
+        context: Any, params: mcp_types.ElicitRequestParams
+    ) -> mcp_types.ElicitResult | mcp_types.ErrorData:
+        asked.append(params.message)
+        return answers[len(asked) - 1]
+
+    async with Client(params, mode=mode, elicitation_callback=elicit) as client:
+        for _ in range(2):  # declined, then denied
+            denied = await client.call_tool("memory", {"action": "store", "content": "Ann likes tea"})
+            assert denied.is_error and "denied by the user" in denied.content[0].text  # type: ignore[union-attr]
+        stored = await client.call_tool(
+            "memory", {"action": "store", "layer": "long", "content": "Ann likes tea"}
+        )
+        assert not stored.is_error, stored
+        listed = await client.call_tool("memory", {"action": "list"})  # always: not asked again
+        assert "Ann likes tea" in listed.content[0].text  # type: ignore[union-attr]
+        listed = await client.call_tool("memory", {"action": "list"})
+        assert not listed.is_error and len(asked) == 4
+    assert asked[0].startswith('May I run memory?\n\naction: "store"\ncontent: "Ann likes tea"')

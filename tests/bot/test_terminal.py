@@ -290,3 +290,44 @@ async def test_stop_and_ctrl_c_stop_the_answer_and_the_chat_goes_on(tmp_path: Pa
         assert users == ["a long question", "another long one", "are you there?"]  # nothing was lost
         term.proc.send_signal(signal.SIGINT)  # Ctrl-C at the prompt leaves
         assert await term.exit_code() == 0
+
+
+async def test_a_call_that_needs_approval_is_asked_about_in_the_terminal(
+    tmp_path: Path, llm: FakeLLM
+) -> None:
+    """Issue 31 §17: with APPROVE_TOOLS set, the terminal chat answered "cannot be asked for here"."""
+    question = "Run it? [y]es / [n]o / [a]lways: "
+    listing = tool_calls(call("schedule", {"action": "list"}))
+    llm.script(listing, text("Listed."), listing, text("Not listed."), listing, text("Listed again."))
+    llm.script(listing, text("Listed unasked."))
+
+    def result(request: int) -> str:
+        return str(next(m for m in llm.requests[request]["messages"][::-1] if m["role"] == "tool")["content"])
+
+    async with terminal(tmp_path, llm, APPROVE_TOOLS="schedule") as term:
+        at = await term.send("what is planned?")
+        asked = await term.wait_for(question, after=at)
+        assert 'May I run schedule?\n  action: "list"\n' + question in asked
+        at = await term.send("maybe")  # not an answer: asked again, nothing decided
+        await term.wait_for(f"Please answer y, n or always. {question}", after=at)
+        at = await term.send("y")
+        await term.wait_for("Approved.", "Listed.", after=at)
+        await term.ready()
+        assert '"ok": true' in result(1)
+
+        at = await term.send("and now?")
+        await term.wait_for(question, after=at)
+        at = await term.send("n")
+        await term.wait_for("Denied: not run.", "Not listed.", after=at)
+        await term.ready()
+        assert "denied by the user" in result(3)
+
+        at = await term.send("once more")
+        await term.wait_for(question, after=at)
+        at = await term.send("always")
+        await term.wait_for("Approved, and not asked again in this chat.", "Listed again.", after=at)
+        await term.ready()
+        shown = await term.ask("and again", "Listed unasked.")  # not asked again
+        assert "May I run" not in shown and '"ok": true' in result(7)
+        assert await term.quit() == 0
+    assert "Traceback" not in term.errors()
