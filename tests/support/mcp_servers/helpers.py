@@ -34,14 +34,19 @@ async def until(predicate: Callable[[], bool], timeout: float = 15.0, what: str 
         await asyncio.sleep(0.05)
 
 
-def wait_port(port: int, timeout: float = 20.0) -> None:
+def wait_port(port: int, proc: subprocess.Popen[bytes] | None = None, timeout: float = 120.0) -> None:
+    """Wait until something listens on `port`; fail at once, with its error output, if `proc` ends first.
+    (The bound is generous: a bot process starting on a loaded two-core machine took over 20 s.)"""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 return
+        if proc is not None and proc.poll() is not None:
+            err = proc.stderr.read().decode(errors="replace")[-2000:] if proc.stderr else ""
+            raise AssertionError(f"the process ended ({proc.returncode}) before listening on {port}: {err}")
         time.sleep(0.05)
-    raise AssertionError(f"nothing listens on port {port}")
+    raise AssertionError(f"nothing listens on port {port} after {timeout:.0f} s")
 
 
 @contextmanager
@@ -52,7 +57,7 @@ def process(
     proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         if port is not None:
-            wait_port(port)
+            wait_port(port, proc)
         yield proc
     finally:
         proc.terminate()
