@@ -39,10 +39,10 @@ async def test_the_same_update_id_after_a_token_switch_is_answered_and_a_true_du
     async with running_bot(tmp_path, tg, llm):
         first = tg.push_text(OWNER, "/start")
         delivered = copy.deepcopy(tg.updates[-1])
-        await tg.wait_for(lambda: greetings(tg), timeout=15, what="the test bot's answer to /start")
+        await tg.wait_for(lambda: greetings(tg), what="the test bot's answer to /start")
         # Telegram delivers the same update again (its 200 got lost): answered once only.
         assert tg.push_update(delivered) == first
-        await tg.wait_for(dropped, timeout=15, what="the second delivery dropped")
+        await tg.wait_for(dropped, what="the second delivery dropped")
         assert len(greetings(tg)) == 1
 
     # Then switches to the real bot's token on the same database: that bot's update ids start over, and its
@@ -52,5 +52,5 @@ async def test_the_same_update_id_after_a_token_switch_is_answered_and_a_true_du
         running_bot(tmp_path, real, llm, telegram_bot_token=REAL_TOKEN),
     ):
         assert real.push_text(OWNER, "/start") == first
-        await real.wait_for(lambda: greetings(real), timeout=15, what="the real bot's answer to /start")
+        await real.wait_for(lambda: greetings(real), what="the real bot's answer to /start")
         assert len(dropped()) == 1

@@ -69,7 +69,7 @@ async def test_answer_refused_as_too_long_is_split_and_resent(
     async with running_bot(tmp_path, tg, llm):
         tg.push_text(OWNER, "a long recipe")
         await tg.wait_for(
-            lambda: squeeze("".join(tg.sent_texts(OWNER))) == expected, what="the whole answer", timeout=15
+            lambda: squeeze("".join(tg.sent_texts(OWNER))) == expected, what="the whole answer", timeout=60
         )
         sent = tg.sent_texts(OWNER)
         assert len(sent) >= 3 and not any(APOLOGY in t for t in sent)
