@@ -210,15 +210,13 @@ async def test_export_and_forget_me_are_answered_only_in_private(
 ) -> None:
     group = -1001234
     async with running_bot(tmp_path, tg, llm, allowed_chat_ids=str(group)):
-        for command in ("/export", "/forget_me"):
+        for told, command in enumerate(("/export", "/forget_me"), start=1):
             tg.push_text(OWNER, command, chat_id=group)
-            await tg.wait_for(
-                lambda c=command: (
-                    sum("private chat with me" in t for t in tg.sent_texts(group))
-                    == (1 if c == "/export" else 2)
-                ),
-                what=f"the answer to {command} in the group",
-            )
+
+            def answered(told: int = told) -> bool:
+                return sum("private chat with me" in t for t in tg.sent_texts(group)) == told
+
+            await tg.wait_for(answered, what=f"the answer to {command} in the group")
     # Nothing about the user's own data went to the group: no archive, no confirmation button.
     assert not documents(tg, group)
     assert not any(
