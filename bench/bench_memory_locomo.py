@@ -149,6 +149,19 @@ def content_of(turn: Turn, form: str) -> str:
     return f"{turn.speaker}: {text}"
 
 
+def context_of(turns: list[Turn], i: int, form: str) -> str | None:
+    """The conversation a turn's memory carries, as the bot's extraction has it: the turn it answers
+    ('before'), and also the reply it got ('around'); none with 'none'. Within the turn's session."""
+    if form == "none":
+        return None
+    parts = []
+    if i > 0 and turns[i - 1].at == turns[i].at:
+        parts.append(f"{turns[i - 1].speaker}: {turns[i - 1].text}")
+    if form == "around" and i + 1 < len(turns) and turns[i + 1].at == turns[i].at:
+        parts.append(f"{turns[i + 1].speaker}: {turns[i + 1].text}")
+    return "\n".join(parts) or None
+
+
 @dataclass(frozen=True)
 class Mode:
     """One recall setting: MemoryStore's own parameters (the defaults unless a lever sets them)."""
@@ -252,10 +265,17 @@ async def measure(args: argparse.Namespace, convs: list[Conversation], db: Datab
     store_ms: list[float] = []
     t_all = time.perf_counter()
     for uid, conv in enumerate(convs, start=1):
-        for turn in conv.turns:
+        for n, turn in enumerate(conv.turns):
             store.now = lambda at=turn.at: at  # type: ignore[misc]
             t0 = time.perf_counter()
-            res = await store.store(uid, "long", content_of(turn, args.content), category="fact")
+            res = await store.store(
+                uid,
+                "long",
+                content_of(turn, args.content),
+                category="fact",
+                said_at=turn.at,
+                context=context_of(conv.turns, n, args.context),
+            )
             store_ms.append((time.perf_counter() - t0) * 1000)
             turn_of.setdefault(res["memory"]["id"], set()).add(turn.dia_id)
     stored_s = time.perf_counter() - t_all
@@ -265,7 +285,8 @@ async def measure(args: argparse.Namespace, convs: list[Conversation], db: Datab
     print(
         f"LoCoMo {', '.join(c.sample_id for c in convs)} on {db.kind}: "
         f"{sum(len(c.turns) for c in convs)} turns stored through MemoryStore.store in {stored_s:.0f} s "
-        f"(content {args.content!r}), {len(turn_of)} rows; {n_q} questions of categories 1-4 "
+        f"(content {args.content!r}, context {args.context!r}), {len(turn_of)} rows; "
+        f"{n_q} questions of categories 1-4 "
         f"({sum(c.dropped for c in convs)} left out: evidence names no turn); embedder {emb.id}"
         + (" (passage vectors from --cache: store times are not the model's)" if args.cache else "")
     )
@@ -342,6 +363,13 @@ def main() -> None:
         default="speaker",
         help="what a turn is stored as (levers): 'speaker: text' (default), the text alone, with the "
         "photo's caption, or 'speaker (8 May 2023): text'",
+    )
+    ap.add_argument(
+        "--context",
+        choices=("around", "before", "none"),
+        default="around",
+        help="the conversation a memory carries: the turn before and the reply (default), the turn "
+        "before only, or none",
     )
     ap.add_argument(
         "--variant",

@@ -60,6 +60,7 @@ class MemoryRow:
     untrusted: bool = False
     said_at: datetime | None = None
     event_at: datetime | None = None
+    context: str | None = None
 
 
 ROW_COLUMNS = (
@@ -80,6 +81,7 @@ ROW_COLUMNS = (
     Memory.untrusted,
     Memory.said_at,
     Memory.event_at,
+    Memory.context,
 )
 
 
@@ -128,6 +130,7 @@ class NewMemory:
     untrusted: bool = False
     said_at: datetime | None = None
     event_at: datetime | None = None
+    context: str | None = None
     public_id: str | None = None
 
 
@@ -139,6 +142,7 @@ def insert_memory(s: Session, new: NewMemory) -> Memory:
         untrusted=new.untrusted,
         said_at=new.said_at,
         event_at=new.event_at,
+        context=new.context,
         user_id=new.user_id,
         layer=new.layer,
         category=new.category,
@@ -151,7 +155,7 @@ def insert_memory(s: Session, new: NewMemory) -> Memory:
     )
     s.add(mem)
     s.flush()  # assigns the integer rowid the words and the vector are keyed by
-    index_words(s, mem.id, new.user_id, new.content)
+    index_words(s, mem.id, new.user_id, new.content, new.context)
     set_vector(s, mem, new.vector, new.embedder_id)
     return mem
 
@@ -176,7 +180,7 @@ def update_memory(
         mem.certainty = certainty
     mem.expires_at = expires_at
     s.flush()
-    index_words(s, mem.id, mem.user_id, content)
+    index_words(s, mem.id, mem.user_id, content, mem.context)
     set_vector(s, mem, vector, embedder_id)
     return mem
 
@@ -186,6 +190,16 @@ def get_memory(s: Session, user_id: int, public_id: str) -> Memory | None:
     return s.execute(
         select(Memory).where(Memory.public_id == public_id, Memory.user_id == user_id)
     ).scalar_one_or_none()
+
+
+def carried(s: Session, user_id: int, public_id: str) -> tuple[datetime, str | None] | None:
+    """When the user's memory was said (else stored) and its context; None when there is no such row."""
+    row = s.execute(
+        select(func.coalesce(Memory.said_at, Memory.created_at), Memory.context).where(
+            Memory.user_id == user_id, Memory.public_id == public_id
+        )
+    ).first()
+    return None if row is None else (row[0], row[1])
 
 
 def mark_superseded(s: Session, old: Memory, new_public_id: str) -> None:

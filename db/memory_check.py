@@ -4,10 +4,12 @@ a usable vector or have stale words in the keyword index, the repair of the word
 What "stale words" means differs by database:
 - SQLite keeps the words in FTS5 `memories_fts`, written beside the row (db/recall_sqlite.py index_words, the
   owner-prefixed text of db/memory_words.fts_text); a row whose FTS row is missing or holds other words than
-  its content's is stale, and is rewritten the way a store writes it. The vector has a second part there, the
-  bit vector in `memories_vec` that the vector search reads: a row missing from it counts as without a vector.
-- PostgreSQL's `content_tsv` is a column generated from the content (migration 0002): it cannot go stale,
-  so there is nothing to find; the bit column `embedding_bits` is set by 0004's trigger with the vector.
+  its content's and context's is stale, and is rewritten the way a store writes it. The vector has a second
+  part there, the bit vector in `memories_vec` that the vector search reads: a row missing from it counts as
+  without a vector.
+- PostgreSQL's `content_tsv` is a column generated from the content and context (migrations 0002, 0027): it
+  cannot go stale, so there is nothing to find; the bit column `embedding_bits` is set by 0004's trigger with
+  the vector.
 
 Every function is synchronous, takes a Session and leaves committing to the caller.
 """
@@ -22,7 +24,8 @@ from sqlalchemy import distinct, or_, select, text
 from sqlalchemy.orm import Session
 
 from db.memories import active_filter
-from db.memory_words import fts_text, index_words
+from db.memory_vectors import PASSAGE_COLUMNS, PassageSource, passage_sources
+from db.memory_words import fts_text, keyword_text
 from db.models import Memory, MemoryCheck
 from db.recall import recall_backend
 
@@ -40,45 +43,56 @@ def current_memories(s: Session, user_id: int, now: datetime) -> list[tuple[str,
     return [(str(r[0]), str(r[1])) for r in rows]
 
 
-def rows_without_vector(s: Session, user_id: int, embedder_id: str) -> list[tuple[int, str]]:
-    """(rowid, content) of the user's rows with no vector, a vector of another embedder, or (SQLite) no bit
-    vector in `memories_vec` for the vector search to find."""
+def rows_without_vector(s: Session, user_id: int, embedder_id: str) -> list[PassageSource]:
+    """The user's rows with no vector, a vector of another embedder or passage format (`embedder_id` is the
+    index id), or (SQLite) no bit vector in `memories_vec` for the vector search to find."""
     missing = or_(Memory.embedder.is_(None), Memory.embedder != embedder_id, Memory.embedding.is_(None))
     rows = {
-        int(r[0]): str(r[1])
-        for r in s.execute(select(Memory.id, Memory.content).where(Memory.user_id == user_id, missing)).all()
+        r.id: r
+        for r in passage_sources(
+            s.execute(select(*PASSAGE_COLUMNS).where(Memory.user_id == user_id, missing)).all()
+        )
     }
     if recall_backend(s).name == "sqlite":
         unindexed = s.execute(
-            text(
-                "SELECT m.id, m.content FROM memories AS m WHERE m.user_id = :u AND m.embedding IS NOT NULL "
-                "AND NOT EXISTS (SELECT 1 FROM memories_vec AS v WHERE v.user_id = :u AND v.memory_id = m.id)"
-            ),
-            {"u": user_id},
+            select(*PASSAGE_COLUMNS).where(
+                Memory.user_id == user_id,
+                Memory.embedding.is_not(None),
+                text(
+                    "NOT EXISTS (SELECT 1 FROM memories_vec AS v "
+                    "WHERE v.user_id = memories.user_id AND v.memory_id = memories.id)"
+                ),
+            )
         ).all()
-        rows.update({int(r[0]): str(r[1]) for r in unindexed})
-    return sorted(rows.items())
+        rows.update({r.id: r for r in passage_sources(unindexed)})
+    return [rows[i] for i in sorted(rows)]
 
 
 def stale_word_rows(s: Session, user_id: int) -> list[tuple[int, str]]:
-    """(rowid, content) of the user's rows whose keyword-index words are missing or not their content's
-    (SQLite's FTS5; none on PostgreSQL, whose words are generated from the content)."""
+    """(rowid, keyword text) of the user's rows whose keyword-index words are missing or not their text's
+    and context's (SQLite's FTS5; none on PostgreSQL, whose words are generated from them)."""
     if recall_backend(s).name != "sqlite":
         return []
     found = s.execute(
         text(
-            "SELECT m.id, m.content, f.content FROM memories AS m "
+            "SELECT m.id, m.content, m.context, f.content FROM memories AS m "
             "LEFT JOIN memories_fts AS f ON f.rowid = m.id WHERE m.user_id = :u"
         ),
         {"u": user_id},
     ).all()
-    return [(int(i), str(c)) for i, c, words in found if words != fts_text(user_id, str(c))]
+    out = []
+    for i, c, ctx, words in found:
+        wanted = keyword_text(str(c), ctx)
+        if words != fts_text(user_id, wanted):
+            out.append((int(i), wanted))
+    return out
 
 
 def rewrite_words(s: Session, user_id: int, rows: Sequence[tuple[int, str]]) -> None:
-    """Write these rows' words in the keyword index again, as a store writes them."""
-    for memory_id, content in rows:
-        index_words(s, memory_id, user_id, content)
+    """Write these rows' words (their keyword text) in the keyword index again, as a store writes them."""
+    backend = recall_backend(s)
+    for memory_id, words in rows:
+        backend.index_words(s, memory_id, user_id, words)
 
 
 @dataclass(frozen=True)

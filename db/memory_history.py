@@ -65,6 +65,7 @@ def snapshot(mem: Memory, revived: list[str]) -> dict[str, Any]:
         "untrusted": mem.untrusted,
         "said_at": mem.said_at.isoformat() if mem.said_at else None,
         "event_at": mem.event_at.isoformat() if mem.event_at else None,
+        "context": mem.context,
         "revived": revived,
     }
 
@@ -151,6 +152,16 @@ def messages_after(s: Session, session_id: str, after_id: int, limit: int = 200)
         .limit(limit)
     ).all()
     return [SaidMessage(int(r[0]), str(r[1]), str(r[2] or ""), r[3], r[4]) for r in rows]
+
+
+def message_at(s: Session, session_id: str, message_id: int) -> SaidMessage | None:
+    """The session's message with this id (None: none, or 0)."""
+    r = s.execute(
+        select(Message.id, Message.role, Message.content, Message.tool_name, Message.created_at).where(
+            Message.session_id == session_id, Message.id == message_id
+        )
+    ).first()
+    return None if r is None else SaidMessage(int(r[0]), str(r[1]), str(r[2] or ""), r[3], r[4])
 
 
 def extracted_upto(s: Session, session_id: str) -> int:

@@ -78,13 +78,36 @@ def _qv(backend: RecallBackend, vector: Sequence[float] | None = None) -> Column
     return bindparam("qv", backend.query_vector(vector), type_=Embedding())
 
 
+def same_space(column: Any, embedder_id: str | None = None) -> ColumnElement[bool]:
+    """Rows whose vector a query of `embedder_id` can be compared with: made by the same embedder, with any
+    passage format (an `embedder` value is `model` or `model#format`: core_tools/memory/passage.py), so
+    recall keeps the old vectors while reembed() makes them again. Without an id, bound at run time as
+    `emb` (the model part) and `emb_fmt` (`model#`)."""
+    if embedder_id is None:
+        base: Any = bindparam("emb")
+        prefix: Any = bindparam("emb_fmt")
+        width: Any = bindparam("emb_len")
+    else:
+        base = embedder_id.split("#")[0]
+        prefix, width = base + "#", len(base) + 1
+    return or_(column == base, func.substr(column, 1, width) == prefix)
+
+
+def space_params(embedder_id: str | None) -> dict[str, Any]:
+    """The bound values of `same_space` for `embedder_id` (None: nothing matches)."""
+    base = embedder_id.split("#")[0] if embedder_id is not None else None
+    return {"emb": base, "emb_fmt": None if base is None else base + "#", "emb_len": len(base or "") + 1}
+
+
 def _distance(
     backend: RecallBackend, vector: Sequence[float], embedder_id: str
 ) -> ColumnElement[float | None]:
     """Exact cosine distance to `vector` for rows whose vector `embedder_id` made, else NULL."""
     dist = backend.distance(Memory.embedding, _qv(backend, vector))
     # Vectors of an older embedder live in another space until reembed() replaces them.
-    return case((and_(Memory.embedder == embedder_id, Memory.embedding.is_not(None)), dist), else_=None)
+    return case(
+        (and_(same_space(Memory.embedder, embedder_id), Memory.embedding.is_not(None)), dist), else_=None
+    )
 
 
 def vector_ids(
@@ -114,7 +137,7 @@ def _load_active(
     stmt = select(Memory).where(Memory.id.in_(id_list), cond)
     if embedder_id is not None:
         # Vectors of an older embedder live in another space until reembed() replaces them.
-        stmt = stmt.where(Memory.embedder == embedder_id)
+        stmt = stmt.where(same_space(Memory.embedder, embedder_id))
     return {m.id: m for m in s.execute(stmt).scalars()}
 
 
@@ -165,7 +188,7 @@ def _scored_sql(layers: bool, session: bool, backend: RecallBackend) -> Select[A
     m = MEMORIES.c
     dist = case(
         (
-            and_(m.embedder == bindparam("emb"), m.embedding.is_not(None)),
+            and_(same_space(m.embedder), m.embedding.is_not(None)),
             backend.distance(m.embedding, _qv(backend)),
         ),
         else_=None,
@@ -313,7 +336,7 @@ def hybrid_search(
         "uid": user_id,
         "now": now,
         # No vector: a query vector no row's embedder matches, so every distance is NULL.
-        "emb": embedder_id if use_vec else None,
+        **space_params(embedder_id if use_vec else None),
         "qv": backend.query_vector(vector if use_vec else None),
     }
     if layers:

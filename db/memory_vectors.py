@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
-from sqlalchemy import or_, select, text
+from sqlalchemy import func, or_, select, text
 from sqlalchemy.orm import Session
 
 from db.models import Memory
@@ -131,15 +134,45 @@ def set_vector(s: Session, memory: Memory, vector: Sequence[float] | None, embed
         memory.embedder = embedder_id
 
 
-def rows_to_embed(s: Session, embedder_id: str, after_id: int, batch: int) -> list[tuple[int, str]]:
-    """Next (rowid, content) batch whose vector is missing or made by another embedder, in rowid order."""
+@dataclass(frozen=True)
+class PassageSource:
+    """What a row's vector is made from (core_tools/memory/passage.py): its text, when it was said (else
+    stored) and the conversation it came from."""
+
+    id: int
+    content: str
+    when: datetime
+    context: str | None
+
+
+PASSAGE_COLUMNS = (
+    Memory.id,
+    Memory.content,
+    func.coalesce(Memory.said_at, Memory.created_at),
+    Memory.context,
+)
+
+
+def passage_sources(rows: Sequence[Any]) -> list[PassageSource]:
+    """PassageSource of rows selected with PASSAGE_COLUMNS."""
+    return [PassageSource(int(r[0]), str(r[1]), _aware(r[2]), r[3]) for r in rows]
+
+
+def _aware(t: Any) -> datetime:
+    # SQLite's coalesce() of two datetime columns may come back as text.
+    return datetime.fromisoformat(t) if isinstance(t, str) else t
+
+
+def rows_to_embed(s: Session, embedder_id: str, after_id: int, batch: int) -> list[PassageSource]:
+    """Next batch of rows, in rowid order, whose vector is missing or was made by another embedder or
+    passage format (`embedder_id` is the index id: core_tools/memory/passage.py)."""
     rows = s.execute(
-        select(Memory.id, Memory.content)
+        select(*PASSAGE_COLUMNS)
         .where(Memory.id > after_id, or_(Memory.embedder.is_(None), Memory.embedder != embedder_id))
         .order_by(Memory.id)
         .limit(batch)
     ).all()
-    return [(int(r[0]), str(r[1])) for r in rows]
+    return passage_sources(rows)
 
 
 def store_vectors(s: Session, vectors: Sequence[tuple[int, Sequence[float]]], embedder_id: str) -> None:

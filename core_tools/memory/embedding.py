@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -16,6 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from core_tools.errors import BudgetExceeded
 from core_tools.memory.embedders import Embedder
+from core_tools.memory.passage import index_id, passage_text
 from db import memory_vectors
 
 # Logs under the store's name: its warnings were the store's before this module was split from it.
@@ -43,6 +45,7 @@ class MemoryEmbedding:
         self._vec_dim: int | None = None
         self._warned = False
         self._warned_budget = False
+        self.reindexed = False  # a reembed pass found nothing more to do (this process's embedder)
 
     async def _db(self, fn: Callable[[Session], T]) -> T:
         return await in_worker(self._sessions, fn)
@@ -81,24 +84,35 @@ class MemoryEmbedding:
         if emb is None or not text.strip():
             return None, None
         try:
-            return await emb.embed_query(text, user_id=user_id), emb.id
+            return await emb.embed_query(text, user_id=user_id), index_id(emb.id)
         except Exception as exc:  # any embedder failure degrades to keywords; the turn goes on
             self._embed_failed(emb, exc)
             return None, None
 
     async def embed_passage(self, text: str, user_id: int) -> tuple[list[float] | None, str | None]:
-        """(vector, embedder id) of a memory's text, or (None, None): the row is saved without one."""
+        """(vector, index id) of a memory's passage text (core_tools/memory/passage.py), or (None, None):
+        the row is saved without one."""
         emb = await self.usable()
         if emb is None:
             return None, None
         try:
-            return (await emb.embed_passages([text], user_id=user_id))[0], emb.id
+            return (await emb.embed_passages([text], user_id=user_id))[0], index_id(emb.id)
         except Exception as exc:  # store still saves the row; reembed() adds the vector later
             self._embed_failed(emb, exc)
             return None, None
 
-    async def reembed(self, embedder: Embedder | None = None, batch: int = 64) -> int:
-        """Switch to `embedder` (if given); embed every row whose vector is missing or from another embedder.
+    async def reembed(
+        self,
+        embedder: Embedder | None = None,
+        batch: int = 64,
+        *,
+        budget_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> int:
+        """Switch to `embedder` (if given); embed every row whose vector is missing, from another embedder or
+        made from another passage format (what a memory carries: core_tools/memory/passage.py). Resumable:
+        a row done is done; a stop leaves the rest for the next run, recall using their old vectors.
+        `budget_s`: stop after the batch that passes this many seconds (the job runs again later).
 
         When the dimension differs from the vector table's, the table is dropped and recreated with the new
         dimension first (every row is then re-embedded); recall is keyword-only for rows not yet done.
@@ -114,23 +128,34 @@ class MemoryEmbedding:
             await self._db(lambda s: memory_vectors.rebuild_vec_table(s, emb.dim))
         self._vec_dim = emb.dim
         self._warned = False
+        target = index_id(emb.id)
         done, after = 0, 0
-        while True:
-            rows = await self._db(functools.partial(_rows_to_embed, emb.id, after, batch))
+        deadline = None if budget_s is None else clock() + budget_s
+        while deadline is None or clock() < deadline:
+            rows = await self._db(functools.partial(_rows_to_embed, target, after, batch))
             if not rows:
+                self.reindexed = True
                 return done
             try:  # a maintenance job, not a user's request: accounted without a user
-                vectors = await emb.embed_passages([c for _, c in rows])
+                vectors = await emb.embed_passages([source_text(r) for r in rows])
             except Exception as exc:  # try again at the next start; the rows keep working by keyword
                 log.warning("memory: reembed stopped after %d rows: %r", done, exc)
                 return done
-            pairs = [(i, v) for (i, _), v in zip(rows, vectors, strict=True)]
-            await self._db(functools.partial(_store_vectors, pairs, emb.id))
+            pairs = [(r.id, v) for r, v in zip(rows, vectors, strict=True)]
+            await self._db(functools.partial(_store_vectors, pairs, target))
             done += len(rows)
-            after = rows[-1][0]
+            after = rows[-1].id
+        return done
 
 
-def _rows_to_embed(embedder_id: str, after: int, batch: int, s: Session) -> list[tuple[int, str]]:
+def source_text(row: memory_vectors.PassageSource) -> str:
+    """The passage text of a row read for re-embedding."""
+    return passage_text(row.content, row.when, row.context)
+
+
+def _rows_to_embed(
+    embedder_id: str, after: int, batch: int, s: Session
+) -> list[memory_vectors.PassageSource]:
     return memory_vectors.rows_to_embed(s, embedder_id, after, batch)
 
 

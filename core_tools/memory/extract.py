@@ -18,7 +18,7 @@ import asyncio
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -39,6 +39,9 @@ EVERY_N_TURNS = 6
 MAX_MESSAGES = 200
 MAX_MEMORIES = 12
 MAX_MESSAGE_CHARS = 2000
+# How much of the assistant's turn before a message its memories carry (for finding them, never shown as
+# the memory: the memory's text comes from the user's words only).
+CONTEXT_BEFORE_CHARS = 300
 EXTRACT_LAYERS = ("long", "mid", "short")
 
 # First-person statements and explicit requests, in a few languages: cheap, and wrong only in cost (a miss is
@@ -80,6 +83,7 @@ class Extracted:
     category: str
     said_at: datetime
     event_at: datetime | None
+    message: int | None = None  # the index (0-based) in `said` of the message that says it
 
 
 def _date(value: Any) -> datetime | None:
@@ -119,7 +123,32 @@ def parse(raw: str, said: list[datetime]) -> list[Extracted]:
         ref = item.get("message")
         index = ref if isinstance(ref, int) and not isinstance(ref, bool) and 1 <= ref <= len(said) else None
         at = said[index - 1] if index is not None else said[-1]
-        out.append(Extracted(content.strip(), str(layer), str(category), at, _date(item.get("event_date"))))
+        out.append(
+            Extracted(
+                content.strip(),
+                str(layer),
+                str(category),
+                at,
+                _date(item.get("event_date")),
+                index - 1 if index is not None else None,
+            )
+        )
+    return out
+
+
+def source_contexts(messages: Sequence[Any], said: Sequence[Any]) -> list[str]:
+    """What each of the user's messages in `said` carries into the memories made from it: the assistant's
+    turn it answers (cut), then the message's own words (core_tools/memory/passage.py)."""
+    before: dict[int, str] = {}
+    previous = None
+    for m in messages:
+        if m.role == "user" and previous is not None and previous.role == "assistant":
+            before[id(m)] = previous.content[:CONTEXT_BEFORE_CHARS]
+        previous = m
+    out = []
+    for m in said:
+        asked = before.get(id(m))
+        out.append(f"{asked}\n{m.content}" if asked else m.content)
     return out
 
 
@@ -267,6 +296,8 @@ class MemoryExtractor:
             messages = await asyncio.to_thread(
                 self._run, lambda s: h.messages_after(s, session_id, upto, MAX_MESSAGES)
             )
+            # The last message already read: the assistant's turn the first unread message may answer.
+            before = await asyncio.to_thread(self._run, lambda s: h.message_at(s, session_id, upto))
             if not messages:
                 return []
             last_id = messages[-1].id
@@ -295,6 +326,7 @@ class MemoryExtractor:
                     return []
                 finally:
                     self._asking.discard(me)
+                contexts = source_contexts([before, *messages] if before else messages, said)
                 for item in parse(reply.content, [m.created_at for m in said]):
                     self._check(user_id)
                     try:
@@ -309,6 +341,7 @@ class MemoryExtractor:
                                 actor="extraction",
                                 said_at=item.said_at,
                                 event_at=item.event_at,
+                                context=contexts[item.message] if item.message is not None else None,
                             )
                         )
                     except ToolError as exc:

@@ -35,7 +35,8 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from core_tools.memory.embedders import Embedder
-from core_tools.memory.embedding import MemoryEmbedding, in_worker
+from core_tools.memory.embedding import MemoryEmbedding, in_worker, source_text
+from core_tools.memory.passage import index_id
 from core_tools.memory.store import MemoryStore
 from db import memory_check as mc
 from db import memory_vectors
@@ -187,19 +188,20 @@ class MemorySelfCheck:
         """Embed the user's rows that have no usable vector with the current embedder; how many were."""
         if emb is None:  # no embedder, or one that does not fit the vector table (the start-up reembed's)
             return 0
-        rows: list[tuple[int, str]] = await self._db(lambda s: mc.rows_without_vector(s, user_id, emb.id))
+        target = index_id(emb.id)
+        rows = await self._db(lambda s: mc.rows_without_vector(s, user_id, target))
         done = 0
         for start in range(0, len(rows), PASSAGE_BATCH):
             chunk = rows[start : start + PASSAGE_BATCH]
             try:  # a maintenance job, not the user's request: accounted without a user (as reembed)
-                vectors = await emb.embed_passages([c for _, c in chunk])
+                vectors = await emb.embed_passages([source_text(r) for r in chunk])
             except Exception as exc:  # the rows keep working by keyword; the next check tries again
                 log.warning(
                     "memory check of user %s: re-embedding stopped at %d rows: %r", user_id, done, exc
                 )
                 break
-            pairs = [(i, v) for (i, _), v in zip(chunk, vectors, strict=True)]
-            await self._db(functools.partial(_store_vectors, pairs, emb.id))
+            pairs = [(r.id, v) for r, v in zip(chunk, vectors, strict=True)]
+            await self._db(functools.partial(_store_vectors, pairs, target))
             done += len(chunk)
         return done
 

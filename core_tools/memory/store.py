@@ -24,6 +24,7 @@ from core_tools.errors import ToolError
 from core_tools.memory.embedders import Embedder
 from core_tools.memory.embedding import MemoryEmbedding
 from core_tools.memory.judge import ADD, Candidate, Decision, MemoryJudge, content_tokens, key_tokens, overlap
+from core_tools.memory.passage import bounded_context, passage_text
 from core_tools.memory.recall import (
     DATE_WEIGHT,
     KEYWORD_WEIGHT,
@@ -60,6 +61,10 @@ assert DATA_NOTE in MEMORY_NOTE  # one wording for tool results and the prompt
 MAX_CONTENT_CHARS = 2000
 CANDIDATES = 5  # existing memories the judge compares a new one with (Mem0 uses a handful too)
 ORIGINS = ("user", "tool", "model", "extraction", "summary")
+
+
+def _when(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None
 
 
 class MemoryStore(MemoryRecall):
@@ -150,12 +155,14 @@ class MemoryStore(MemoryRecall):
         untrusted: bool = False,
         said_at: datetime | None = None,
         event_at: datetime | None = None,
+        context: str | None = None,
         actor: str = "model",
     ) -> dict[str, Any]:
         """Save a memory: added, merged into, superseding or already said by an existing one (judged).
 
         `dedupe=False` always adds (session summaries). `actor` (model | user | extraction) is who asked, for
-        the history; `origin` and `untrusted` say where the content came from.
+        the history; `origin` and `untrusted` say where the content came from. `context` is the conversation
+        it came from (the turn it answers, the reply): carried in its indexes (core_tools/memory/passage.py).
         """
         layer, category = self.check_layer_category(layer, category)
         content = content.strip()
@@ -170,7 +177,10 @@ class MemoryStore(MemoryRecall):
         if origin not in ORIGINS:
             raise ToolError(f"unknown origin {origin!r}")
         sid = session_id if layer == "session" else None
-        vector, emb_id = await self.embedding.embed_passage(content, user_id)
+        context = bounded_context(context)
+        now = self.now()
+        when = said_at or now
+        vector, emb_id = await self.embedding.embed_passage(passage_text(content, when, context), user_id)
         decision = ADD
         if dedupe and not supersedes:
             found = await self._candidates(user_id, layer, sid, content, vector, emb_id)
@@ -184,8 +194,8 @@ class MemoryStore(MemoryRecall):
                 decision = await self.judge.decide(user_id, content, found, session_id)
         merged_vec: tuple[list[float] | None, str | None] = (None, None)
         if decision.action == "UPDATE" and decision.text:
-            merged_vec = await self.embedding.embed_passage(decision.text, user_id)
-        now = self.now()
+            merged = passage_text(decision.text, when, context)
+            merged_vec = await self.embedding.embed_passage(merged, user_id)
         expires = self._expiry(layer, now)
 
         write = Write(
@@ -204,6 +214,7 @@ class MemoryStore(MemoryRecall):
                 untrusted=untrusted,
                 said_at=said_at,
                 event_at=event_at,
+                context=context,
             ),
             actor=actor,
             supersedes=supersedes,
@@ -266,8 +277,11 @@ class MemoryStore(MemoryRecall):
             raise ToolError("the text is empty: say what to remember, or forget the memory")
         if len(content) > MAX_CONTENT_CHARS:
             raise ToolError(f"the text is {len(content)} characters; keep a memory under {MAX_CONTENT_CHARS}")
-        # Embedded first, outside the transaction (slow); unused when the memory turns out not to exist.
-        vector, emb_id = await self.embedding.embed_passage(content, user_id)
+        # Embedded first, outside the transaction (slow), with what the memory carries (read first).
+        carried = await self._db(lambda s: q.carried(s, user_id, memory_id))
+        if carried is None:
+            return None
+        vector, emb_id = await self.embedding.embed_passage(passage_text(content, *carried), user_id)
         now = self.now()
 
         def work(s: Session) -> dict[str, Any] | None:
@@ -340,7 +354,16 @@ class MemoryStore(MemoryRecall):
             return None
         # The restored text needs a vector again (outside the transaction: embedding is slow).
         text_ = found.old_text if found.action in ("update", "forget") else None
-        vector, emb_id = await self.embedding.embed_passage(text_, user_id) if text_ else (None, None)
+        vector, emb_id = None, None
+        if text_:
+            snap = found.snapshot or {}
+            carried = (
+                await self._db(lambda s: q.carried(s, user_id, found.memory_id))
+                if found.action == "update"
+                else (_when(snap.get("said_at") or snap.get("created_at")), snap.get("context"))
+            )
+            when, context = carried or (None, None)
+            vector, emb_id = await self.embedding.embed_passage(passage_text(text_, when, context), user_id)
         now = self.now()
         change_id = found.id
 
@@ -373,10 +396,13 @@ class MemoryStore(MemoryRecall):
 
     # -- embedder changes -----------------------------------------------------------------------------
 
-    async def reembed(self, embedder: Embedder | None = None, batch: int = 64) -> int:
-        """Switch to `embedder` (if given); embed every row whose vector is missing or from another embedder.
+    async def reembed(
+        self, embedder: Embedder | None = None, batch: int = 64, *, budget_s: float | None = None
+    ) -> int:
+        """Switch to `embedder` (if given); embed every row whose vector is missing, from another embedder or
+        from another passage format (core_tools/memory/passage.py), for at most `budget_s` seconds a call.
 
         When the dimension differs from the vector table's, the table is dropped and recreated with the new
         dimension first (every row is then re-embedded); recall is keyword-only for rows not yet done.
         """
-        return await self.embedding.reembed(embedder, batch)
+        return await self.embedding.reembed(embedder, batch, budget_s=budget_s)

@@ -150,6 +150,8 @@ class MemoryTool:
                 supersedes=supersedes,
                 origin=origin,
                 untrusted=untrusted,
+                # What the user said in this turn: the memory is found by their words too (passage.py).
+                context=ctx.trigger_message or None,
             )
             return {"success": True, **result, "note": DATA_NOTE}
         if action == "recall":

@@ -175,6 +175,7 @@ def apply_undo(
             untrusted=bool(snap.get("untrusted")),
             said_at=_dt(snap.get("said_at")),
             event_at=_dt(snap.get("event_at")),
+            context=snap.get("context"),
             public_id=change.memory_id,
         )
         mem = q.insert_memory(s, restored)

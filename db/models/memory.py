@@ -57,6 +57,9 @@ class Memory(Base):
     untrusted: Mapped[bool] = mapped_column(default=False, server_default=false())
     said_at: Mapped[datetime | None] = mapped_column()  # when the user said it (extraction: message time)
     event_at: Mapped[datetime | None] = mapped_column()  # when it happened, when the text says
+    # The conversation it came from (the turn it answers, the reply it got): in its keyword words and, cut,
+    # in what its vector is made from (core_tools/memory/passage.py; migration 0027).
+    context: Mapped[str | None] = mapped_column(Text)
 
 
 class MemoryChange(Base):

@@ -292,6 +292,14 @@ async def test_extraction_remembers_without_being_asked(
         concert = await tg.wait_for(lambda: _stored(h, "concert"), what="the session-end extraction")
         assert len(asked) == 2 and "concert with Lea" in asked[1]
         assert "Lisbon" not in asked[1]  # each message is read once
+        # Each memory carries the words it came from, after the assistant's turn they answer: recall finds
+        # "User goes to a concert with Lea." by "at 8" too (core_tools/memory/passage.py).
+        with h.services.engine.connect() as conn:
+            carried = dict(conn.execute(sa_text("SELECT content, context FROM memories")).all())
+        assert carried["User's sister Ann moved to Lisbon."] == (
+            "My sister Ann moved to Lisbon in the middle of last June."
+        )
+        assert carried["User goes to a concert with Lea."] == "Nice!\nTomorrow is the concert with Lea at 8."
         listing = await h.command(OWNER, "/memory recent", "concert with Lea")
         assert concert[0] in listing
         await h.command(OWNER, f"/memory forget {concert[0]}", "Forgotten.")

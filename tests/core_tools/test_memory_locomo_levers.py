@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, date, datetime
 
 import pytest
@@ -86,6 +87,8 @@ class FixedEmbedder:
         self.table = table
 
     def _vec(self, text: str) -> list[float]:
+        # A memory's vector is made from "[date] text (answering: ...)" (core_tools/memory/passage.py).
+        text = re.sub(r"^\[[^]]*\] ", "", text).split(" (answering: ")[0]
         a, b = self.table.get(text, (0.0, 0.0))
         v = [0.0] * self.dim
         v[0], v[1] = a, b

