@@ -141,15 +141,16 @@ def fts_text(user_id: int, content: str) -> str:
     return " ".join(prefix + w for w in fts_words(content))
 
 
-def keyword_text(content: str, context: str | None) -> str:
-    """The words the keyword index holds for a memory: its text and the conversation it came from
-    (PostgreSQL's generated column of migration 0027 is the same expression)."""
-    return f"{content} {context}" if context else content
+# How much a word of a memory's context (the conversation it came from) weighs in the keyword ranking
+# against a word of its own text (1.0): FTS5's bm25() column weight and PostgreSQL's ts_rank weight of
+# class B (migration 0027). On LoCoMo (bench/bench_memory_locomo.py) 1.0 let a turn's neighbours, whose
+# contexts hold its words, crowd it out; see the figures in core_tools/memory/passage.py.
+CONTEXT_WEIGHT = 0.4
 
 
 def index_words(s: Session, memory_id: int, user_id: int, content: str, context: str | None = None) -> None:
     """Write (or rewrite) the row's words in the keyword index (db.recall: FTS5 or a tsvector column)."""
-    recall_backend(s).index_words(s, memory_id, user_id, keyword_text(content, context))
+    recall_backend(s).index_words(s, memory_id, user_id, content, context)
 
 
 def normalise(content: str) -> str:

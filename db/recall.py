@@ -33,7 +33,9 @@ class RecallBackend(Protocol):
 
     name: str
 
-    def index_words(self, s: Session, memory_id: int, user_id: int, content: str) -> None:
+    def index_words(
+        self, s: Session, memory_id: int, user_id: int, content: str, context: str | None = None
+    ) -> None:
         """Write (or rewrite) the row's words in the keyword index."""
 
     def put_vector(self, s: Session, memory: Memory, vector: Sequence[float]) -> None:

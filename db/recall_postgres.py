@@ -38,7 +38,7 @@ from sqlalchemy.orm import Session
 
 from db import recall_cache
 from db.memory_vectors import CENTER_SAMPLE, f32
-from db.memory_words import STOPWORDS, fts_words
+from db.memory_words import CONTEXT_WEIGHT, STOPWORDS, fts_words
 from db.models import Memory
 from db.recall import content_terms
 
@@ -78,10 +78,12 @@ _TERM_DOCS = text(
 # (user_id, content_tsv) index, and PostgreSQL then read the word's postings of every user and ANDed them
 # with a bitmap of all the user's rows (15-40 ms at 100k memories a user, bench/bench_pg.py). The query is
 # a bound string, not computed in the statement, so that the planner sees it (and estimates its rows).
+# ts_rank's weights of the classes D, C, B, A: a memory's own words are A, its context's B (migration 0027).
+RANK_WEIGHTS = [0.1, 0.2, CONTEXT_WEIGHT, 1.0]
 _KEYWORDS = text(
     "SELECT id FROM memories, to_tsquery(CAST(:cfg AS regconfig), :q) AS query "
     "WHERE user_id = CAST(:u AS bigint) AND content_tsv @@ query "
-    "ORDER BY ts_rank(content_tsv, query) DESC, id DESC LIMIT :k"
+    "ORDER BY ts_rank(CAST(:w AS real[]), content_tsv, query) DESC, id DESC LIMIT :k"
 )
 # The query's bits are computed once (an uncorrelated subquery) against the same center as the rows'; ties
 # by id, as db.recall_cache orders them.
@@ -114,8 +116,10 @@ class PostgresRecall:
 
     name = "postgresql"
 
-    def index_words(self, s: Session, memory_id: int, user_id: int, content: str) -> None:
-        """Nothing to do: `content_tsv` is generated from the content by PostgreSQL."""
+    def index_words(
+        self, s: Session, memory_id: int, user_id: int, content: str, context: str | None = None
+    ) -> None:
+        """Nothing to do: `content_tsv` is generated from the content and context by PostgreSQL."""
 
     def put_vector(self, s: Session, memory: Memory, vector: Sequence[float]) -> None:
         """The vector goes into memories.embedding; the trigger of 0004 quantizes it into embedding_bits."""
@@ -182,7 +186,7 @@ class PostgresRecall:
             params: dict[str, Any] = {"cfg": TS_CONFIG, "terms": terms, "u": user_id}
             docs = {int(n): float(d) for n, d in s.execute(_TERM_DOCS, params)}
             terms = [t for i, t in enumerate(terms, start=1) if docs[i] < COMMON_TERM_DOCS] or terms
-        params = {"cfg": TS_CONFIG, "q": " | ".join(terms), "u": user_id, "k": k}
+        params = {"cfg": TS_CONFIG, "q": " | ".join(terms), "u": user_id, "k": k, "w": RANK_WEIGHTS}
         return [int(r[0]) for r in s.execute(_KEYWORDS, params)]
 
     def vector_candidates(

@@ -134,12 +134,19 @@ class SqliteRecall:
 
     name = "sqlite"
 
-    def index_words(self, s: Session, memory_id: int, user_id: int, content: str) -> None:
-        """Write (or rewrite) the row's owner-prefixed words; deleting the row removes them (trigger)."""
+    def index_words(
+        self, s: Session, memory_id: int, user_id: int, content: str, context: str | None = None
+    ) -> None:
+        """Write (or rewrite) the row's owner-prefixed words, its own and its context's (ranked at
+        CONTEXT_WEIGHT: migration 0027); deleting the row removes them (trigger)."""
         s.execute(text("DELETE FROM memories_fts WHERE rowid = :id"), {"id": memory_id})
         s.execute(
-            text("INSERT INTO memories_fts(rowid, content) VALUES (:id, :c)"),
-            {"id": memory_id, "c": fts_text(user_id, content)},
+            text("INSERT INTO memories_fts(rowid, content, context) VALUES (:id, :c, :x)"),
+            {
+                "id": memory_id,
+                "c": fts_text(user_id, content),
+                "x": fts_text(user_id, context) if context else None,
+            },
         )
 
     def put_vector(self, s: Session, memory: Memory, vector: Sequence[float]) -> None:

@@ -18,7 +18,6 @@ from sqlalchemy import Connection, Engine, Table, func, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from db.memory_words import keyword_text
 from db.migrate import upgrade
 from db.models import Base
 from db.recall import recall_backend
@@ -199,6 +198,5 @@ def _index_words(conn: Connection, rows: list[dict[str, Any]]) -> None:
     with Session(bind=conn) as s:
         backend = recall_backend(s)
         for row in rows:
-            words = keyword_text(row["content"], row.get("context"))
-            backend.index_words(s, row["id"], row["user_id"], words)
+            backend.index_words(s, row["id"], row["user_id"], row["content"], row.get("context"))
         s.flush()

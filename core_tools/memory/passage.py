@@ -47,11 +47,6 @@ def passage_text(content: str, when: datetime | None, context: str | None) -> st
     return f"{head}{content}{tail}"
 
 
-def keyword_text(content: str, context: str | None) -> str:
-    """The words the keyword index holds for a memory."""
-    return f"{content}\n{context}" if context else content
-
-
 def bounded_context(context: str | None) -> str | None:
     """The context as stored: whitespace kept, cut to MAX_CONTEXT_CHARS, None when empty."""
     if context is None:

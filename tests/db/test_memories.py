@@ -480,7 +480,11 @@ def test_migration_0007_adds_origins_and_history_and_back(tmp_path: Path) -> Non
                 " updated_at) VALUES (1, 'p1', 1, 'long', 'fact', 'Old fact', '2026-01-01', '2026-01-01')"
             )
         )
-        memory_words.index_words(s, 1, 1, "Old fact")
+        # The words as the code of that revision wrote them (one column).
+        s.execute(
+            text("INSERT INTO memories_fts(rowid, content) VALUES (1, :c)"),
+            {"c": memory_words.fts_text(1, "Old fact")},
+        )
     upgrade(url, "0007")
     with engine.begin() as conn:
         row = conn.execute(text("SELECT origin, untrusted, said_at, event_at FROM memories")).one()

@@ -42,7 +42,7 @@ async def test_keyword_search_asks_for_the_user_as_a_words_index_key(engine: Eng
     mine = await store.store(1, "long", "Running a marathon in Porto next spring")
     await store.store(2, "long", "Running shoes for the marathon")
     with make_sessionmaker(engine)() as s:
-        params = {"cfg": "english", "q": "marathon", "u": 1, "k": 10}
+        params = {"cfg": "english", "q": "marathon", "u": 1, "k": 10, "w": recall_postgres.RANK_WEIGHTS}
         found = plan(s, str(recall_postgres._KEYWORDS), params)
         # btree_gin's (user_id, content_tsv) index takes `user_id = <bigint>` as a key, so only the user's
         # postings are read. psycopg sends a small int as smallint, which is no key of it: PostgreSQL read
