@@ -51,6 +51,7 @@ from core_tools.memory.recall import (
     VECTOR_DEPTH,
     VECTOR_WEIGHT,
 )
+from core_tools.memory.selfcheck import NIGHTLY_SAMPLE, MemorySelfCheck
 from core_tools.memory.store import MemoryStore
 from db.engine import make_engine, make_sessionmaker
 from db.migrate import upgrade
@@ -344,12 +345,29 @@ async def measure(args: argparse.Namespace, convs: list[Conversation], db: Datab
                 r10 = 100 * statistics.fmean(v[1] for v in vals)
                 cells.append(f"{r5:>6.1f} / {r10:<5.1f}     ")
             print(f"{label or mode.name:40} | " + "| ".join(cells))
+    if args.selfcheck:
+        await self_check(sessions, store, len(convs))
     print(
         f"latency (a loaded machine: upper bounds): recall p50 {pct(lat, 50):.1f} ms, "
         f"p95 {pct(lat, 95):.1f} ms "
         f"(query embedding + recall, {len(lat)} questions, ~{len(turn_of) // max(1, len(convs))} memories a "
         f"user); store p50 {pct(store_ms, 50):.1f} ms, p95 {pct(store_ms, 95):.1f} ms"
     )
+
+
+async def self_check(sessions: Any, store: MemoryStore, users: int) -> None:
+    """The memory self-check (core_tools/memory/selfcheck.py) of each conversation's user: every memory
+    asked for by its cue, then the nightly sample; findable and the cost a memory asked."""
+    check = MemorySelfCheck(store, sessions)
+    for label, sample in (("every memory", None), (f"nightly sample of {NIGHTLY_SAMPLE}", NIGHTLY_SAMPLE)):
+        results = [await check.check_user(uid, sample=sample) for uid in range(1, users + 1)]
+        asked = sum(r.memories for r in results)
+        found = sum(r.findable for r in results)
+        seconds = sum(r.seconds for r in results)
+        print(
+            f"self-check, {label}: findable {100 * found / max(1, asked):.1f} % ({found} of {asked}), "
+            f"{1000 * seconds / max(1, asked):.1f} ms a memory asked, {seconds:.1f} s for {users} users"
+        )
 
 
 def main() -> None:
@@ -380,6 +398,7 @@ def main() -> None:
         + "); repeatable",
     )
     ap.add_argument("--cache", default=None, help="a file keeping passage vectors between runs (levers)")
+    ap.add_argument("--selfcheck", action="store_true", help="also run the memory self-check of each user")
     ap.add_argument("--dir", default=None, help="where the SQLite file goes (default: a temporary dir)")
     asyncio.run(run(ap.parse_args()))
 

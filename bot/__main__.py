@@ -303,6 +303,11 @@ def main(argv: list[str] | None = None) -> int:
             "log, memory, caps and accounting as in Telegram.",
         )
     )
+    memory_check = sub.add_parser(
+        "memory-check",
+        help="repair and measure how findable each user's memories are (what the nightly check does)",
+    )
+    memory_check.add_argument("user", nargs="?", metavar="USER", help="one user's id (default: every user)")
     link = sub.add_parser(
         "webapp-link", help="print a signed link that opens the app as a user, for a browser (testing)"
     )
@@ -312,11 +317,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     telegram = args.command in (None, "run")
     # The doctor reports settings that are unusable together as its own failing line, with the rest.
-    settings = _settings(telegram, services=telegram or args.command in ("chat", "mcp"))
+    settings = _settings(telegram, services=telegram or args.command in ("chat", "mcp", "memory-check"))
     if settings is None:
         return 2
     setup_logging(settings.log_level, settings.secrets())
-    if args.command in ("chat", "doctor", "backup", "migrate-db", "webapp-link", *DATA_COMMANDS):
+    quiet = ("chat", "doctor", "backup", "migrate-db", "webapp-link", "memory-check", *DATA_COMMANDS)
+    if args.command in quiet:
         logging.getLogger().setLevel(logging.WARNING)  # keep the terminal for the output
     if args.command in ("chat", "mcp"):  # stdout is the conversation (the protocol): logs go to stderr
         for handler in logging.getLogger().handlers:
@@ -342,6 +348,10 @@ def main(argv: list[str] | None = None) -> int:
         return dispatch(settings, args)
     if args.command == "migrate-db":
         return run_migrate_db(settings, args.to)
+    if args.command == "memory-check":
+        from bot.process.memory_check_cli import run as run_memory_check
+
+        return run_memory_check(settings, args.user)
     if args.command == "webapp-link":
         return run_webapp_link(settings, args.user_id, args.url, args.dark)
     return run_bot(settings)

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import distinct, or_, select, text
+from sqlalchemy import or_, select, text
 from sqlalchemy.orm import Session
 
 from db.memories import active_filter
@@ -32,7 +32,7 @@ from db.recall import recall_backend
 
 def users_with_memories(s: Session) -> list[int]:
     """Every user who has at least one memory row, in id order."""
-    return [int(u) for u in s.execute(select(distinct(Memory.user_id)).order_by(Memory.user_id)).scalars()]
+    return [int(u) for u in s.execute(select(Memory.user_id).distinct().order_by(Memory.user_id)).scalars()]
 
 
 def current_memories(s: Session, user_id: int, now: datetime) -> list[tuple[str, str]]:

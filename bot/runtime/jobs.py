@@ -20,6 +20,8 @@ from typing import Any
 from telegram.error import TelegramError
 
 from bot.adapter.context import App, Ctx
+from bot.runtime.memory_check import TICK_S as MEMORY_CHECK_S
+from bot.runtime.memory_check import memory_check
 from bot.runtime.schedule_jobs import LOOK_S, SAFETY_INTERVAL_S
 
 log = logging.getLogger(__name__)
@@ -125,6 +127,8 @@ JOBS: tuple[Job, ...] = (
     # Soon after start: a rollover due while the bot was down is caught up right away.
     Job("session-rollover", timedelta(seconds=60), 1.0, "session-rollover", rollover),
     Job("memory-expiry", timedelta(days=1), 30.0, "memory-expiry", expire_memories),
+    # Nightly per user (bot/runtime/memory_check.py looks every tick whether the night's check is due).
+    Job("memory-check", timedelta(seconds=MEMORY_CHECK_S), 120.0, "memory-check", memory_check),
     Job("prune", timedelta(hours=1), 60.0, "prune", prune),
     # A restarted process reports its own predecessor's code jobs at once (Services.start).
     Job("code-jobs", timedelta(seconds=30), 30.0, "code-jobs", report_dead_code_jobs),

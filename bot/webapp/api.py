@@ -17,9 +17,11 @@ from aiohttp import web
 from bot.adapter.commands.memory import LAYER_TITLES
 from bot.process.args import parse_int
 from bot.process.wiring import Services
+from bot.runtime.memory_check import self_check
 from bot.webapp import views
 from bot.webapp.auth import InitData
 from core_tools.errors import ToolError
+from core_tools.memory.selfcheck import findable_line
 from core_tools.schedule.rules import ScheduleInputError
 from core_tools.usage.daily import MAX_DAYS, daily_usage
 
@@ -202,6 +204,7 @@ class Api:
                 "q": query,
                 "offset": offset,
                 "more": more,
+                "checked": findable_line(await self_check(self.services).last(user)),
             }
         )
 

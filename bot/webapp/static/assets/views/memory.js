@@ -3,7 +3,7 @@
 import { button, el, replace, when } from "../dom.js";
 
 export async function memoryView(ctx, root) {
-  const state = { layer: null, q: "", offset: 0, items: [], counts: {}, more: false };
+  const state = { layer: null, q: "", offset: 0, items: [], counts: {}, more: false, checked: null };
   const search = el("input", {
     type: "search",
     name: "q",
@@ -20,7 +20,8 @@ export async function memoryView(ctx, root) {
   const chips = el("div", { class: "chips", role: "tablist", "aria-label": "Layers" });
   const list = el("ul", { class: "cards", id: "memories" });
   const more = el("div", { class: "more" });
-  replace(root, form, chips, list, more);
+  const checked = el("p", { class: "checked", id: "memory-checked" });
+  replace(root, form, chips, list, more, checked);
 
   function drawChips() {
     const total = Object.values(state.counts).reduce((a, b) => a + b, 0);
@@ -52,6 +53,7 @@ export async function memoryView(ctx, root) {
     if (offset) params.set("offset", String(offset));
     const data = await ctx.api.get(`memories?${params}`);
     state.counts = data.counts;
+    state.checked = data.checked || null;
     state.more = data.more;
     state.offset = offset;
     return data.memories;
@@ -69,6 +71,7 @@ export async function memoryView(ctx, root) {
 
   function draw() {
     drawChips();
+    checked.textContent = state.checked || "";  // the nightly self-check: "findable: 99.6 %, checked <date>"
     replace(list, state.items.map(card));
     if (!state.items.length) {
       list.append(el("li", { class: "empty" }, state.q ? "Nothing matches that." : "No memories here yet."));
