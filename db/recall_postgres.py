@@ -30,10 +30,12 @@ the counts are estimated from pg_stats (GIN cannot stop counting early).
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Float, text, update
+from sqlalchemy import Float, TextClause, text, update
 from sqlalchemy.orm import Session
 
 from db import recall_cache
@@ -71,7 +73,7 @@ _TERM_DOCS = text(
     " - coalesce(cardinality(s.most_common_freqs), 0), 1)) * greatest(c.reltuples, 0) AS n"
     " FROM pg_stats AS s, pg_class AS c WHERE s.schemaname = current_schema() AND s.tablename = 'memories'"
     " AND s.attname = 'user_id' AND c.oid = to_regclass('memories'))"
-    " SELECT terms.n, coalesce(max(words.freq), 0) * coalesce((SELECT n FROM owner), 0)"
+    " SELECT terms.n, coalesce(max(words.freq), 0), coalesce((SELECT n FROM owner), 0)"
     " FROM terms LEFT JOIN words ON words.lexeme = ANY(terms.lexemes) GROUP BY terms.n"
 )
 # The user id is cast to bigint: a smallint parameter (psycopg sends small ints so) is no key of btree_gin's
@@ -85,6 +87,26 @@ _KEYWORDS = text(
     "WHERE user_id = CAST(:u AS bigint) AND content_tsv @@ query "
     "ORDER BY ts_rank(CAST(:w AS real[]), content_tsv, query) DESC, id DESC LIMIT :k"
 )
+
+
+@functools.cache
+def _weighted(n: int) -> TextClause:
+    """_KEYWORDS ranked by the sum of each word's ts_rank times its inverse document frequency (ts_rank has
+    no idf of its own: a word in half the user's memories counted as much as a name in one)."""
+    if n == 1:
+        return _KEYWORDS
+    rank = " + ".join(
+        f"CAST(:i{i} AS real) * ts_rank(CAST(:w AS real[]), content_tsv, "
+        f"to_tsquery(CAST(:cfg AS regconfig), :t{i}))"
+        for i in range(n)
+    )
+    head = (
+        "SELECT id FROM memories, to_tsquery(CAST(:cfg AS regconfig), :q) AS query "
+        "WHERE user_id = CAST(:u AS bigint) AND content_tsv @@ query ORDER BY "
+    )
+    return text(head + f"({rank}) DESC, id DESC LIMIT :k")  # placeholders only: no value in the text
+
+
 # The query's bits are computed once (an uncorrelated subquery) against the same center as the rows'; ties
 # by id, as db.recall_cache orders them.
 _NEAREST = {
@@ -182,12 +204,22 @@ class PostgresRecall:
         terms = content_terms(fts_words(query_text), STOPWORDS)
         if not terms:
             return []
-        if len(terms) > 1:
-            params: dict[str, Any] = {"cfg": TS_CONFIG, "terms": terms, "u": user_id}
-            docs = {int(n): float(d) for n, d in s.execute(_TERM_DOCS, params)}
-            terms = [t for i, t in enumerate(terms, start=1) if docs[i] < COMMON_TERM_DOCS] or terms
-        params = {"cfg": TS_CONFIG, "q": " | ".join(terms), "u": user_id, "k": k, "w": RANK_WEIGHTS}
-        return [int(r[0]) for r in s.execute(_KEYWORDS, params)]
+        params: dict[str, Any] = {"cfg": TS_CONFIG, "u": user_id, "k": k, "w": RANK_WEIGHTS}
+        if len(terms) == 1:
+            return [int(r[0]) for r in s.execute(_KEYWORDS, {**params, "q": terms[0]})]
+        est = {
+            int(n): (float(f), float(rows))
+            for n, f, rows in s.execute(_TERM_DOCS, {**params, "terms": terms})
+        }
+        docs = {i: f * rows for i, (f, rows) in est.items()}
+        kept = [i for i in range(1, len(terms) + 1) if docs[i] < COMMON_TERM_DOCS] or list(est)
+        total = max(rows for _, rows in est.values())
+        params["q"] = " | ".join(terms[i - 1] for i in kept)
+        for n, i in enumerate(kept):
+            params[f"t{n}"] = terms[i - 1]
+            # BM25's inverse document frequency, from the estimates (all equal without statistics).
+            params[f"i{n}"] = math.log(1 + (total - docs[i] + 0.5) / (docs[i] + 0.5))
+        return [int(r[0]) for r in s.execute(_weighted(len(kept)), params)]
 
     def vector_candidates(
         self, s: Session, user_id: int, vector: Sequence[float], k: int, layer: str | None = None

@@ -73,6 +73,26 @@ async def test_common_words_left_out_of_keyword_query(
         assert len(memory_search.keyword_ids(s, 2, "coffee porto", 10)) == 1
 
 
+async def test_a_rare_word_outranks_a_frequent_one(engine: Engine) -> None:
+    """ts_rank has no inverse document frequency: each word's rank is weighted by one estimated from the
+    statistics, so a name found once beats a word most memories have, said three times (as BM25 ranks)."""
+    store = MemoryStore(make_sessionmaker(engine))
+    for i in range(30):
+        await store.store(1, "short", f"coffee with the team, day {i}", dedupe=False)
+    loud = await store.store(1, "short", "coffee, coffee and more coffee", dedupe=False)
+    rare = await store.store(1, "short", "Met Zebulon at the market", dedupe=False)
+    with make_sessionmaker(engine)() as s:
+        ids = {m.public_id: m.id for m in s.execute(select(Memory)).scalars()}
+        before = memory_search.keyword_ids(s, 1, "coffee Zebulon", 2)
+    # Without statistics every word weighs the same: the thrice-said word wins.
+    assert before[0] == ids[loud["memory"]["id"]]
+    with engine.connect() as conn:
+        conn.execute(text("ANALYZE memories"))  # what autovacuum does
+        conn.commit()
+    with make_sessionmaker(engine)() as s:
+        assert memory_search.keyword_ids(s, 1, "coffee Zebulon", 2)[0] == ids[rare["memory"]["id"]]
+
+
 async def test_common_words_are_kept_without_statistics(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
