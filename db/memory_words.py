@@ -144,7 +144,7 @@ def fts_text(user_id: int, content: str) -> str:
 # How much a word of a memory's context (the conversation it came from) weighs in the keyword ranking
 # against a word of its own text (1.0): FTS5's bm25() column weight and PostgreSQL's ts_rank weight of
 # class B (migration 0027). On LoCoMo (bench/bench_memory_locomo.py) 1.0 let a turn's neighbours, whose
-# contexts hold its words, crowd it out; see the figures in core_tools/memory/passage.py.
+# contexts hold its words, crowd it out (64.8/73.2 at 1.0, 67.2/75.2 at 0.4, 67.2/75.4 at 0.25).
 CONTEXT_WEIGHT = 0.4
 
 

