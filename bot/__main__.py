@@ -15,10 +15,10 @@ from urllib.parse import urlparse
 
 from pydantic import ValidationError
 
+from bot.config.settings import Settings, load_settings
 from bot.process import heap
 from bot.process.logs import Redactor, setup_logging
 from bot.process.setting_errors import bad_fields, describe_errors, settings_without
-from bot.process.settings import Settings, load_settings
 
 if TYPE_CHECKING:
     from bot.adapter.context import App

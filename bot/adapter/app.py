@@ -38,13 +38,13 @@ from bot.adapter.media import register_media_handlers
 from bot.adapter.menu import publish
 from bot.adapter.telegram_http import AiohttpRequest
 from bot.adapter.topics import conversation_of, place_of
-from bot.process.settings import Settings
-from bot.process.wiring import Services
+from bot.config.settings import Settings
 from bot.runtime.backup_jobs import register_backup_jobs
 from bot.runtime.jobs import register_jobs
 from bot.runtime.leases import ChatLocks
 from bot.runtime.queue import Incoming
 from bot.runtime.runner import TurnRunner
+from bot.runtime.services import Services
 from bot.webapp.telegram import AppCommand, set_menu_button
 from db.turn_info import TurnInfos
 

@@ -13,9 +13,9 @@ from telegram.ext import Application, CallbackContext, ExtBot, JobQueue
 if TYPE_CHECKING:
     from bot.adapter.app import Handlers
     from bot.adapter.media import MediaHandlers
-    from bot.process.wiring import Services
     from bot.runtime.backup_jobs import BackupJobs
     from bot.runtime.schedule_jobs import ScheduleRunner
+    from bot.runtime.services import Services
     from bot.webapp.server import WebAppServer
 
 

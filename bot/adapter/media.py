@@ -22,9 +22,9 @@ from bot.adapter.context import Ctx
 from bot.adapter.groups import frame, is_group, without_mention
 from bot.adapter.streaming import status_note, typing_indicator
 from bot.adapter.topics import conversation_of, thread_of
-from bot.process.wiring import Services
 from bot.runtime.queue import Incoming
 from bot.runtime.runner import TurnRunner
+from bot.runtime.services import Services
 from core_tools.agent import TurnInput
 from core_tools.errors import BudgetExceeded, MediaError
 from core_tools.media import SUPPORTED

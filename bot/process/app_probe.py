@@ -13,8 +13,8 @@ import secrets
 import httpx
 from aiohttp import web
 
+from bot.config.settings import Settings
 from bot.process.checks import Check
-from bot.process.settings import Settings
 from core_tools.text import clip
 
 PAGE_MARKER = b"<title>Assistant</title>"  # in bot/webapp/static/index.html

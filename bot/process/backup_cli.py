@@ -8,8 +8,8 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bot.config.settings import Settings
 from bot.process.logs import Redactor
-from bot.process.settings import Settings
 from core_tools.backup.crypto import load_identities, recipient_strings
 from core_tools.backup.manifest import BackupError
 

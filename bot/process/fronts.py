@@ -9,9 +9,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bot.process.settings import Settings
-from bot.process.wiring import FrontEnd, Outlets, Services, build_services, build_webapp
+from bot.config.settings import Settings
+from bot.process.wiring import FrontEnd, Outlets, build_services, build_webapp
 from bot.runtime.replica import ReplicaEvents
+from bot.runtime.services import Services
 from db.topics import Topics
 
 if TYPE_CHECKING:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import sys
 import threading
@@ -10,31 +9,11 @@ import traceback
 from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
-from pydantic import BaseModel, SecretStr
+from bot.config.secrets import MIN_SECRET_LEN
 
 MASK = "***"
-MIN_SECRET_LEN = 6  # a shorter value would mask ordinary words; `secret_values` reports such settings
-SECRET_SUFFIXES = ("_key", "_token", "_secret", "_password")
-
-
-def secret_values(settings: BaseModel) -> list[str]:
-    """Every secret in a settings object: SecretStr fields, *_KEY/*_TOKEN/*_SECRET fields, URL passwords.
-
-    Derived from the class, so a setting added later is masked without anyone remembering to list it.
-    """
-    values: list[str] = []
-    for name in type(settings).model_fields:
-        value = getattr(settings, name)
-        if isinstance(value, SecretStr):
-            values.append(value.get_secret_value())
-        elif isinstance(value, str) and name.endswith(SECRET_SUFFIXES):
-            values.append(value)
-        elif value is not None and "@" in str(value):  # a URL with a password: https://user:pw@host/
-            with contextlib.suppress(ValueError):  # not a URL after all
-                values.append(urlsplit(str(value)).password or "")
-    return [v for v in values if v]
 
 
 class Redactor:

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from bot.process.settings import Settings
+from bot.config.settings import Settings
 from core_tools.mcp.config import SERVED_TOOLS  # no SDK import: every `python -m bot` builds this parser
 
 DENIED = "denied by the user"  # core_tools.approval.DENIED, without importing it at every start

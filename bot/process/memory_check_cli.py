@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from bot.process.args import parse_user_id
-from bot.process.settings import Settings
+from bot.config.args import parse_user_id
+from bot.config.settings import Settings
 
 USAGE = "memory-check: USER must be a Telegram user id (digits), e.g. python -m bot memory-check 111"
 

@@ -15,14 +15,14 @@ from sqlalchemy.engine import URL, make_url
 from telegram import Bot
 from telegram.error import InvalidToken, TelegramError
 
+from bot.config.settings import Settings
 from bot.process.app_probe import bounded_check_app
 from bot.process.checks import Check
-from bot.process.settings import Settings
 from core_tools.errors import LLMUnavailable
 from core_tools.text import clip
 
 if TYPE_CHECKING:  # the wiring (and what it imports) loads only for the full doctor, not the quick one
-    from bot.process.wiring import Services
+    from bot.runtime.services import Services
     from core_tools.tools.search_providers.base import SearchProvider
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import SecretStr
 
-from bot.process.settings import Settings
+from bot.config.settings import Settings
 from core_tools.agents import HelperTools, SubTurnLimits, SubTurns, check_tools, is_helper_tool, load_agents
 from core_tools.llm import LLMClient
 from core_tools.mcp.config import load_servers

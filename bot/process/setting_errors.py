@@ -9,7 +9,7 @@ from typing import Any, Literal, get_args, get_origin
 
 from pydantic import ValidationError
 
-from bot.process.settings import HINTS, Settings
+from bot.config.settings import HINTS, Settings
 
 
 def describe_errors(err: ValidationError) -> list[str]:

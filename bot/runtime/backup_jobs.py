@@ -18,9 +18,9 @@ from telegram import Bot
 from telegram.error import BadRequest, Forbidden, RetryAfter, TelegramError
 
 from bot.adapter.context import App, Ctx
-from bot.process.settings import Settings
-from bot.process.wiring import Services
+from bot.config.settings import Settings
 from bot.runtime.jobs import Job, register_jobs
+from bot.runtime.services import Services
 from core_tools.backup.crypto import new_identity, recipient_strings
 from core_tools.backup.manifest import BackupError, read_manifest
 from core_tools.backup.store import STATE_NAME, clean_leftovers, list_backups, scratch_parent

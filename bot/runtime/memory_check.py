@@ -20,7 +20,7 @@ from db.engine import make_sessionmaker
 from db.memory_check import StoredCheck
 
 if TYPE_CHECKING:
-    from bot.process.wiring import Services
+    from bot.runtime.services import Services
 
 log = logging.getLogger(__name__)
 

@@ -25,8 +25,8 @@ from telegram.ext import Job, JobQueue
 
 from bot.adapter.context import Ctx
 from bot.adapter.render import render
-from bot.process.wiring import Services
 from bot.runtime.leases import ChatLocks
+from bot.runtime.services import Services
 from core_tools.agent import TurnInput
 from core_tools.errors import BudgetExceeded, TaskBudgetExceeded
 from core_tools.schedule.delivery import FAILURES_BEFORE_PAUSE

@@ -23,8 +23,8 @@ from typing import TextIO
 from bot.adapter.answers import NOTHING_RUNS, STOP_NOTES, STOPPED_MARK, turn_failure_text
 from bot.adapter.commands.catalog import new_session_text
 from bot.adapter.commands.model import ModelChoice
-from bot.process.wiring import Services
 from bot.runtime.leases import ChatLocks
+from bot.runtime.services import Services
 from bot.terminal.approvals import TerminalAsker
 from bot.terminal.commands import TerminalCommands
 from bot.terminal.delivery import TerminalReminders

@@ -11,8 +11,8 @@ from bot.adapter.commands.memory import memory_reply, timezone_reply
 from bot.adapter.commands.model import ModelChoice, price_label
 from bot.adapter.commands.schedules import cancel_note, listing_text, resume_note, snooze_note
 from bot.adapter.commands.usage import budget_reply, usage_reply
-from bot.process.args import parse_int
-from bot.process.wiring import Services
+from bot.config.args import parse_int
+from bot.runtime.services import Services
 from core_tools.schedule.rules import ScheduleInputError
 
 REMINDERS_USAGE = (

@@ -19,8 +19,8 @@ from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
-from bot.process.wiring import Services
 from bot.runtime.schedule_jobs import LEASE, LOOK_S, firing_text, run_task
+from bot.runtime.services import Services
 from core_tools.types import OutputFile
 from db.schedules import FiringRow
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
-from bot.process.args import parse_int
+from bot.config.args import parse_int
 
 MAX_INIT_DATA = 4096  # bytes: real init data is well under 1 KB; anything longer is refused unread
 FUTURE_SKEW_S = 300  # an auth_date this far ahead of our clock is refused too (a clock is off, or forged)

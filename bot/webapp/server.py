@@ -25,7 +25,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from bot.process.wiring import Services
+from bot.runtime.services import Services
 from bot.webapp.api import USER, Api
 from bot.webapp.auth import AuthError, secret_key, verify
 from bot.webapp.connections import Listener

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bot.process.wiring import Services
+from bot.runtime.services import Services
 from tests.support.fakes.openai_api import FakeLLM, Step, call, text, tool_calls
 from tests.support.fakes.telegram_api import FakeTelegram
 from tests.support.harness import OWNER, running_bot

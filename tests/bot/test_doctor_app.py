@@ -12,8 +12,8 @@ import httpx
 import pytest
 from aiohttp import web
 
+from bot.config.settings import Settings
 from bot.process.app_probe import check_app
-from bot.process.settings import Settings
 from tests.support.harness import TOKEN
 
 

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from telegram.error import InvalidToken
 
-from bot.process.logs import secret_values, setup_logging
-from bot.process.settings import Settings
+from bot.config.secrets import secret_values
+from bot.config.settings import Settings
+from bot.process.logs import setup_logging
 
 TOKEN = "123456:SECRET-token-value"
 

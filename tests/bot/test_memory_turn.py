@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text as sa_text
 
-from bot.process.wiring import Services
+from bot.runtime.services import Services
 from core_tools.memory.extract import EXTRACT_PROMPT
 from core_tools.memory.judge import JUDGE_PROMPT
 from db.models import Memory, utcnow

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.process.args import parse_decimal, parse_int, parse_user_id
+from bot.config.args import parse_decimal, parse_int, parse_user_id
 from tests.support.fakes.openai_api import FakeLLM, text
 from tests.support.fakes.telegram_api import FakeTelegram
 from tests.support.harness import OWNER, running_bot

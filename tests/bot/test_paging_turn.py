@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bot.process.wiring import Services
+from bot.runtime.services import Services
 from core_tools.types import ToolContext
 from tests.support.fakes.openai_api import FakeLLM, Step, call, text, tool_calls
 from tests.support.fakes.search import FakeServer, reply_text

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text as sql
 
-from bot.process.wiring import Services
+from bot.runtime.services import Services
 from core_tools.schedule.service import ScheduleService
 from tests.support.databases import both_databases
 from tests.support.fakes.openai_api import FakeLLM, call, error, text, tool_calls

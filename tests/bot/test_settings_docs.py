@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bot.process.settings import Settings
+from bot.config.settings import Settings
 
 EXAMPLE = Path(__file__).resolve().parents[2] / ".env.example"
 

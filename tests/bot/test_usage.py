@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bot.adapter.commands.usage import parse_budget_change
-from bot.process.wiring import Services
+from bot.runtime.services import Services
 from core_tools.types import ToolContext
 from core_tools.usage.caps import Caps
 from core_tools.usage.prices import ModelPrice

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.process.settings import Settings
+from bot.config.settings import Settings
 from bot.process.wiring import build_services
 from core_tools.approval import ApprovalPolicy, summarize
 from core_tools.capabilities import EXTERNAL, Capabilities, declares

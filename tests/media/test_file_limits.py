@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.process.wiring import Services
+from bot.runtime.services import Services
 from core_tools.media.reader import FileReader, ReadLimits
 from db.models import MediaFile, Message
 from tests.support.fakes.openai_api import FakeLLM, text

@@ -13,9 +13,9 @@ from sqlalchemy import select
 
 from bot.adapter.app import on_shutdown, on_startup
 from bot.adapter.context import App
+from bot.config.settings import Settings
 from bot.process.fronts import build_telegram
-from bot.process.settings import Settings
-from bot.process.wiring import Services
+from bot.runtime.services import Services
 from core_tools.types import ToolContext
 from tests.support.fakes.openai_api import FakeLLM
 from tests.support.fakes.telegram_api import FakeTelegram

@@ -10,7 +10,7 @@ from bot.adapter.chart_replies import ChartReplies
 from bot.adapter.context import Ctx
 from bot.adapter.streaming import StreamingReply
 from bot.adapter.topics import place_of
-from bot.process.args import parse_int
+from bot.config.args import parse_int
 from core_tools.code.patterns import example
 from core_tools.usage.caps import window
 from core_tools.usage.series import day_buckets

@@ -17,8 +17,8 @@ from telegram.error import TelegramError
 from telegram.ext import Application, CallbackQueryHandler, CommandHandler
 
 from bot.adapter.context import Ctx
-from bot.process.wiring import Services
 from bot.runtime.runner import TurnRunner
+from bot.runtime.services import Services
 from core_tools.backup.manifest import BackupError
 from core_tools.backup.userdata import export_user, forget_user, scrub_files, split_file, summary
 

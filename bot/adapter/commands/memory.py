@@ -10,8 +10,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from telegram import Update
 
 from bot.adapter.context import Ctx
-from bot.process.wiring import Services
 from bot.runtime.memory_check import self_check
+from bot.runtime.services import Services
 from core_tools.memory.selfcheck import findable_line
 from core_tools.types import ChatType
 from db.models import utcnow

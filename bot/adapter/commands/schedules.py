@@ -18,8 +18,8 @@ from telegram.ext import (
 
 from bot.adapter.context import Ctx
 from bot.adapter.topics import conversation_of
-from bot.process.wiring import Services
 from bot.runtime.schedule_jobs import ScheduleRunner
+from bot.runtime.services import Services
 from core_tools.schedule.costs import usd
 from core_tools.schedule.rules import ScheduleInputError
 from core_tools.schedule.service import ScheduleService

@@ -15,7 +15,7 @@ from bot.adapter.chart_replies import ChartReplies
 from bot.adapter.commands.usage_report import format_all, format_budgets, format_report, window_label
 from bot.adapter.context import Ctx
 from bot.adapter.render import plain_chunks
-from bot.process.args import parse_decimal, parse_user_id
+from bot.config.args import parse_decimal, parse_user_id
 from core_tools.usage.caps import PERIODS, REPORT_PERIODS, window
 from core_tools.usage.service import UsageService
 

@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import AnyHttpUrl, Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from bot.process.logs import secret_values
+from bot.config.secrets import secret_values
 from core_tools.sandbox.toolkit import DEFAULT_ENV as DEFAULT_TOOLKIT_ENV
 from core_tools.sandbox.toolkit import visibility_problem
 from core_tools.usage import parse_prices
@@ -493,7 +493,7 @@ class Settings(BaseSettings):
 
     def secrets(self) -> list[str]:
         """Secret values, for the log filter that masks them (derived from the fields, see
-        bot.process.logs)."""
+        bot.config.secrets)."""
         return secret_values(self)
 
 
