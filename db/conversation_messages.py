@@ -15,12 +15,10 @@ from db.conversation_statements import (
     HISTORY_BETWEEN,
     HISTORY_REVISION_RUN,
     HISTORY_RUN,
-    INSERT_MESSAGE,
     INSERT_MESSAGE_RUN,
     MESSAGES,
-    SET_STATUS,
+    SET_STATUS_RUN,
     SUPERSEDE,
-    TOUCH_SESSION,
     TOUCH_SESSION_RUN,
 )
 from db.history_cache import HistoryCache
@@ -108,19 +106,19 @@ class MessageLog:
         if rows:
             with self._engine.begin() as conn:
                 for row in rows:  # one by one: the ids keep the order of the calls
-                    conn.execute(INSERT_MESSAGE, row)
-                conn.execute(TOUCH_SESSION, {"sid": session_id, "at": now})
+                    self._insert_message(conn, row, now, touch=False)
+                TOUCH_SESSION_RUN.run(conn, {"sid": session_id, "at": now})
 
     def set_status(self, message_id: int, status: str) -> None:
         """Change a user message's status (pending -> answered | failed | interrupted | refused)."""
         with self._engine.begin() as conn:
-            conn.execute(SET_STATUS, {"mid": message_id, "new_status": status})
+            SET_STATUS_RUN.run(conn, {"mid": message_id, "new_status": status})
 
     def set_statuses(self, message_ids: list[int], status: str) -> None:
         """Change the status of several messages at once (the user messages of one turn)."""
         if message_ids:
             with self._engine.begin() as conn:
-                conn.execute(SET_STATUS, [{"mid": i, "new_status": status} for i in message_ids])
+                SET_STATUS_RUN.run_many(conn, [{"mid": i, "new_status": status} for i in message_ids])
 
     def supersede_answer(self, session_id: str, user_message_id: int) -> int:
         """Mark the answer to a user message (every later non-user message of the session) superseded:

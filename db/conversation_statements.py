@@ -15,11 +15,9 @@ CHAT_SETTINGS: Table = ChatSettings.__table__  # type: ignore[assignment]
 
 # The hot-path statements are built once with bind parameters: building a statement object per call was a
 # visible share of a turn's CPU (bench/bench_chat.py); SQLAlchemy caches their compiled form.
-INSERT_MESSAGE = insert(MESSAGES)
 TOUCH_SESSION = (
     update(SESSIONS).where(SESSIONS.c.id == bindparam("sid")).values(last_activity_at=bindparam("at"))
 )
-SET_STATUS = update(MESSAGES).where(MESSAGES.c.id == bindparam("mid")).values(status=bindparam("new_status"))
 SUPERSEDE = (
     update(MESSAGES)
     .where(
@@ -88,7 +86,8 @@ HISTORY_BETWEEN = (
     .order_by(MESSAGES.c.id)
 )
 
-# The statements every plain turn runs, run on the driver's cursor (db/prepared.py).
+# The statements every plain turn runs, run on the driver's cursor (db/prepared.py). Each is defined once:
+# a caller off the turn path runs the same `Prepared` (docs/database.md).
 MESSAGE_KEYS = (
     "session_id",
     "user_id",
@@ -104,7 +103,9 @@ MESSAGE_KEYS = (
 )
 INSERT_MESSAGE_RUN = Prepared(insert(MESSAGES).returning(MESSAGES.c.id), keys=MESSAGE_KEYS)
 TOUCH_SESSION_RUN = Prepared(TOUCH_SESSION)
-SET_STATUS_RUN = Prepared(SET_STATUS)
+SET_STATUS_RUN = Prepared(
+    update(MESSAGES).where(MESSAGES.c.id == bindparam("mid")).values(status=bindparam("new_status"))
+)
 OPEN_SESSION_RUN = Prepared(OPEN_SESSION)
 OPEN_CHAT_SESSION_RUN = Prepared(OPEN_CHAT_SESSION)
 HISTORY_RUN = Prepared(HISTORY)

@@ -28,7 +28,6 @@ from db.conversation_statements import (
     OPEN_CHAT_SESSION_RUN,
     OPEN_SESSION_RUN,
     SESSIONS,
-    SET_STATUS,
     SET_STATUS_RUN,
     SUPERSEDE,
     TIMEZONE,
@@ -279,7 +278,7 @@ class Conversations(MessageLog):
                 session = self._start_session(conn, o.user_id, o.chat_id, None, now, o.chat_type)
             if o.rerun_of is not None:
                 conn.execute(SUPERSEDE, {"sid": session.id, "after": o.rerun_of})
-                conn.execute(SET_STATUS, {"mid": o.rerun_of, "new_status": "pending"})
+                SET_STATUS_RUN.run(conn, {"mid": o.rerun_of, "new_status": "pending"})
                 discard_in(conn, o.inbox_ids)  # a re-run waited in the inbox as a request only
                 ids = [o.rerun_of]
                 revision = None  # (the history is read again)

@@ -46,6 +46,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 
 from db import connections
+from db.conversation_statements import SET_STATUS_RUN
 from db.models import ChatLease, InboxMessage, JobLease, Message, Replica, UpdateSeen, utcnow
 from db.prepared import Prepared
 from db.runtime.inbox import Entry, insert_entry
@@ -77,7 +78,6 @@ _CLEAR_RUN = Prepared(_CLEAR)
 _PENDING = select(_MESSAGES.c.id, _MESSAGES.c.user_id, _MESSAGES.c.chat_id, _MESSAGES.c.content).where(
     _MESSAGES.c.role == "user", _MESSAGES.c.status == "pending", _MESSAGES.c.chat_id == bindparam("cid")
 )
-_INTERRUPT = update(_MESSAGES).where(_MESSAGES.c.id == bindparam("mid")).values(status="interrupted")
 _MINE = and_(_CHATS.c.chat_id == bindparam("cid"), _CHATS.c.holder == bindparam("me"))
 _RELEASE = delete(_CHATS).where(_MINE)
 _RELEASE_IF_IDLE = delete(_CHATS).where(_MINE, not_(exists().where(_INBOX.c.chat_id == bindparam("cid"))))
@@ -377,7 +377,7 @@ class RuntimeStore:
             for r in conn.execute(_PENDING, {"cid": chat_id})
         ]
         if pending:
-            conn.execute(_INTERRUPT, [{"mid": p.id} for p in pending])
+            SET_STATUS_RUN.run_many(conn, [{"mid": p.id, "new_status": "interrupted"} for p in pending])
         return Claimed(chat_id, pending)
 
     def release_chat(self, chat_id: int, replica_id: str, *, only_if_idle: bool = False) -> Released:
