@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import Engine, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from db.engine import engine_for
 from db.models import Approval, ApprovalAlways, User, utcnow
 
 PENDING = "pending"
@@ -44,10 +45,9 @@ def _row(a: Approval) -> ApprovalRow:
 class Approvals:
     """The approvals tables of one database."""
 
-    def __init__(self, sessions: sessionmaker[Session]) -> None:
+    def __init__(self, sessions: sessionmaker[Session], engine: Engine | None = None) -> None:
         self._sm = sessions
-        bind = sessions.kw.get("bind")
-        self._postgres = bind is not None and bind.dialect.name == "postgresql"
+        self._postgres = engine_for(sessions, engine).dialect.name == "postgresql"
 
     @property
     def over_network(self) -> bool:

@@ -35,6 +35,7 @@ from db.conversation_statements import (
     TOUCH_OPEN_SESSION_RUN,
     USERS,
 )
+from db.engine import engine_for
 from db.history_cache import HistoryCache
 from db.models import ChatSession, ChatSettings, User, new_id, utcnow
 from db.runtime.inbox import Inbox, discard_in, move_into_history
@@ -54,9 +55,9 @@ def _open_key(user_id: int, chat_id: int, chat_type: str | None) -> tuple[int, i
 class Conversations(MessageLog):
     """Queries over users, sessions and messages."""
 
-    def __init__(self, sessions: sessionmaker[Session]) -> None:
+    def __init__(self, sessions: sessionmaker[Session], engine: Engine | None = None) -> None:
         self._sm = sessions
-        self._engine: Engine = sessions.kw["bind"]
+        self._engine = engine_for(sessions, engine)
         self.inbox = Inbox(self._engine)  # messages waiting for their turn; a turn stores them from there
         # Forum topics are conversations of their own: their keys stand in for chat ids (db/topics.py).
         self.topics = Topics(self._engine)

@@ -76,3 +76,17 @@ def make_engine(url: str, *, idle_in_transaction_s: float = IDLE_IN_TRANSACTION_
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
     """Return the session factory every query module uses."""
     return sessionmaker(engine, expire_on_commit=False)
+
+
+def engine_for(sessions: sessionmaker[Session], engine: Engine | None = None) -> Engine:
+    """The engine a repository runs its Core statements on: the one it is given, else (until the composition
+    root passes one, bot/process/wiring.py) the one its sessionmaker is bound to. A sessionmaker bound to
+    another engine is refused: its ORM and Core statements would run on different databases."""
+    bound = sessions.kw.get("bind")
+    if engine is None:
+        if not isinstance(bound, Engine):
+            raise TypeError("give the repository its engine: the sessionmaker is not bound to one")
+        return bound
+    if bound is not None and bound is not engine:
+        raise ValueError("the sessionmaker is bound to another engine than the one given")
+    return engine

@@ -10,6 +10,7 @@ from sqlalchemy import Engine, Table, bindparam, insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from db import connections
+from db.engine import engine_for
 from db.models import MediaFile, utcnow
 from db.prepared import Prepared
 
@@ -106,10 +107,10 @@ def _row(m: MediaFile) -> MediaRow:
 class MediaFiles:
     """Writes and reads `media_files`."""
 
-    def __init__(self, sessions: sessionmaker[Session]) -> None:
+    def __init__(self, sessions: sessionmaker[Session], engine: Engine | None = None) -> None:
         self._sm = sessions
         # Core statements for the writes: they run on the event loop in the middle of a voice turn.
-        self._engine: Engine = sessions.kw["bind"]
+        self._engine = engine_for(sessions, engine)
 
     def add(self, f: NewMediaFile) -> int:
         """Store a row (not yet linked to a message); returns its id."""

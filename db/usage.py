@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from db import connections
 from db.attribution import task_run_columns
+from db.engine import engine_for
 from db.models import (
     Budget,
     BudgetNotice,
@@ -90,9 +91,9 @@ def insert_llm_call(conn: Connection, record: LLMCallRecord) -> None:
 class UsageLog:
     """Writes one row per LLM call and per tool call."""
 
-    def __init__(self, sessions: sessionmaker[Session]) -> None:
+    def __init__(self, sessions: sessionmaker[Session], engine: Engine | None = None) -> None:
         self._sm = sessions
-        self._engine: Engine = sessions.kw["bind"]
+        self._engine = engine_for(sessions, engine)
 
     def record_llm_call(self, record: LLMCallRecord) -> None:
         """Store one LLM request, successful or not."""
@@ -175,9 +176,9 @@ def _sums() -> tuple[Any, ...]:
 class UsageQueries:
     """Reads usage sums and keeps budgets, owner notices and turn events."""
 
-    def __init__(self, sessions: sessionmaker[Session]) -> None:
+    def __init__(self, sessions: sessionmaker[Session], engine: Engine | None = None) -> None:
         self._sm = sessions
-        self._engine: Engine = sessions.kw["bind"]
+        self._engine = engine_for(sessions, engine)
         # Every LLM request reads the user's caps; the bot process is their only writer (set/clear below).
         self._budgets: dict[int, list[BudgetRow]] = {}
 
