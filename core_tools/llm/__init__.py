@@ -1,15 +1,18 @@
 """The only package that imports openai: chat completions (chat), transcription and speech (audio), and the
-caps and log every request is held to (accounting)."""
+caps and log every request is held to (accounting); what callers ask of a chat model (model.ChatModel) and
+in-process models for tests (testing)."""
 
-from core_tools.llm.accounting import BudgetGate, BudgetHold, LLMCallRecorder, estimate_tokens
+from core_tools.llm.accounting import BudgetGate, BudgetHold, DeltaCallback, LLMCallRecorder, estimate_tokens
 from core_tools.llm.audio import AudioClient
-from core_tools.llm.chat import BACKGROUND_PURPOSES, DeltaCallback, LLMClient
+from core_tools.llm.chat import BACKGROUND_PURPOSES, LLMClient
+from core_tools.llm.model import ChatModel
 
 __all__ = [
     "BACKGROUND_PURPOSES",
     "AudioClient",
     "BudgetGate",
     "BudgetHold",
+    "ChatModel",
     "DeltaCallback",
     "LLMCallRecorder",
     "LLMClient",

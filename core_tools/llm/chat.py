@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -14,21 +12,11 @@ import orjson
 from openai import AsyncOpenAI, AsyncStream, DefaultAioHttpClient
 
 from core_tools.errors import LLMUnavailable
-from core_tools.llm.accounting import (
-    BudgetGate,
-    BudgetHold,
-    LLMCallRecorder,
-    estimate_tokens,
-    nothing,
-    record_of,
-    store_record,
-)
-from core_tools.types import ChatMessage, LLMReply, ToolCallRequest, UnrecordedCall, Usage
-from db.usage import LLMCallRecord
+from core_tools.llm.accounting import BudgetGate, DeltaCallback, LLMCallRecorder, metered
+from core_tools.types import ChatMessage, LLMReply, ToolCallRequest, Usage
 
 log = logging.getLogger(__name__)
 
-DeltaCallback = Callable[[str], Awaitable[None]]
 BACKGROUND_PURPOSES = frozenset({"summary"})  # calls nobody waits on: they use the background model
 
 
@@ -185,81 +173,46 @@ class LLMClient:
         payload = [_encoded(m) for m in (_without_images(messages) if dropped else messages)]
         # One JSON text of the request: sent as it is, and the rough size its reservation is counted from.
         request = _request_body(payload, tools, model, ceiling)
-        hold: BudgetHold | None = None
-        if self.budget is not None:
-            hold = self.budget.reserve(user_id, purpose, model, estimate_tokens(request), ceiling or 0)
-        started = time.monotonic()
-        streamed: list[str] = []
 
-        async def on_text(partial: str) -> None:
-            streamed[:] = [partial]
-            if on_delta is not None:
-                await on_delta(partial)
-
-        try:
+        async def send(on_text: DeltaCallback) -> LLMReply:
+            nonlocal dropped
             try:
-                try:
-                    reply = await self._stream(request, on_text, model)
-                except openai.BadRequestError:
-                    if not has_images or dropped or self.vision != "auto":
-                        raise
-                    # The endpoint refuses image input: remember it and send the text (captions) alone.
-                    log.warning("the LLM endpoint rejected image input; images are left out from now on")
-                    self.sees_images, dropped = False, True
-                    payload = [_encoded(m) for m in _without_images(messages)]
-                    request = _request_body(payload, tools, model, ceiling)
-                    reply = await self._stream(request, on_text, model)
-                if has_images and not dropped:
-                    self.sees_images = True
-                reply.images_dropped = dropped
-            except asyncio.CancelledError:  # stopped: the stream is closed; what was sent is counted
-                usage = Usage(estimate_tokens(request), estimate_tokens("".join(streamed)), 0, estimated=True)
-                self._record(user_id, session_id, purpose, usage, started, "stopped", model)
-                raise
-            except Exception as exc:
-                reason = _explain(exc)
-                if has_images and not dropped and isinstance(exc, openai.BadRequestError):
-                    reason = (
-                        "the language model rejected the image (it may not accept image input; "
-                        "set LLM_VISION=auto or off, or use a model that sees images)"
-                    )
-                log.warning("LLM request failed (%s): %s", purpose, reason)
-                self._record(user_id, session_id, purpose, Usage(), started, reason, model)
-                raise LLMUnavailable(reason) from exc
-            if reply.usage.prompt_tokens == 0 and reply.usage.completion_tokens == 0:
-                out_text = reply.content + "".join(c.arguments for c in reply.tool_calls)
-                reply.usage = Usage(estimate_tokens(request), estimate_tokens(out_text), 0, estimated=True)
-            record = record_of(user_id, session_id, purpose, model, reply.usage, started, None)
-            if defer_record:
-                # The caller stores it (with the turn's answer) and releases the hold after it, with no
-                # await in between (see below).
-                reply.unrecorded = UnrecordedCall(
-                    record, self._store, hold.release if hold is not None else nothing
+                reply = await self._stream(request, on_text, model)
+            except openai.BadRequestError:
+                if not has_images or dropped or self.vision != "auto":
+                    raise
+                # The endpoint refuses image input: remember it and send the text (captions) alone.
+                log.warning("the LLM endpoint rejected image input; images are left out from now on")
+                self.sees_images, dropped = False, True
+                payload = [_encoded(m) for m in _without_images(messages)]
+                reply = await self._stream(_request_body(payload, tools, model, ceiling), on_text, model)
+            if has_images and not dropped:
+                self.sees_images = True
+            reply.images_dropped = dropped
+            return reply
+
+        def explain(exc: Exception) -> str:
+            if has_images and not dropped and isinstance(exc, openai.BadRequestError):
+                return (
+                    "the language model rejected the image (it may not accept image input; "
+                    "set LLM_VISION=auto or off, or use a model that sees images)"
                 )
-                hold = None
-            else:
-                self._store(record)
-        finally:
-            # Recorded first, released second, with no await in between: the spend is never counted twice
-            # or not at all by a parallel request's check.
-            if hold is not None:
-                hold.release()
-        return reply
+            return _explain(exc)
 
-    def _record(
-        self,
-        user_id: int | None,
-        session_id: str | None,
-        purpose: str,
-        usage: Usage,
-        started: float,
-        error: str | None,
-        model: str,
-    ) -> None:
-        self._store(record_of(user_id, session_id, purpose, model, usage, started, error))
-
-    def _store(self, record: LLMCallRecord) -> None:
-        store_record(self._recorder, record)
+        return await metered(
+            send,
+            request=request,
+            model=model,
+            purpose=purpose,
+            user_id=user_id,
+            session_id=session_id,
+            ceiling=ceiling,
+            budget=self.budget,
+            recorder=self._recorder,
+            on_delta=on_delta,
+            defer_record=defer_record,
+            explain=explain,
+        )
 
     async def _stream(self, request: bytes, on_delta: DeltaCallback | None, model: str) -> LLMReply:
         # The SDK's own request path (retries, status errors, the stream's SSE decoding, its error events
