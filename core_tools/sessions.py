@@ -18,7 +18,7 @@ from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from core_tools.errors import BudgetExceeded, LLMUnavailable
-from core_tools.llm import LLMClient
+from core_tools.llm import ChatModel
 from core_tools.memory.store import MemoryStore
 from core_tools.types import ChatMessage, is_private
 from db.conversation_records import SessionInfo, StoredMessage
@@ -68,7 +68,7 @@ class SessionManager:
     def __init__(
         self,
         conversations: Conversations,
-        llm: LLMClient | None = None,
+        llm: ChatModel | None = None,
         memory: MemoryStore | None = None,
         *,
         default_timezone: str = "UTC",

@@ -24,7 +24,7 @@ from core_tools.agent.turn import (
 from core_tools.aio import settled
 from core_tools.approval import ApprovalGate
 from core_tools.errors import BudgetExceeded
-from core_tools.llm import LLMClient
+from core_tools.llm import ChatModel
 from core_tools.media import MediaService
 from core_tools.prompts import FINAL_ANSWER_NOTES, system_prompt
 from core_tools.registry import ToolRegistry
@@ -44,7 +44,7 @@ class Agent:
 
     def __init__(
         self,
-        llm: LLMClient,
+        llm: ChatModel,
         registry: ToolRegistry,
         conversations: Conversations,
         config: AgentConfig | None = None,

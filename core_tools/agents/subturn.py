@@ -27,7 +27,7 @@ from typing import Any
 
 from core_tools.agents.slots import FairSlots
 from core_tools.errors import BudgetExceeded, LLMUnavailable, ToolError
-from core_tools.llm import LLMClient
+from core_tools.llm import ChatModel
 from core_tools.registry import ToolRegistry
 from core_tools.types import ChatMessage, ToolCallRequest, ToolContext, ToolOutcome, Usage, is_private
 
@@ -110,7 +110,7 @@ class SubTurns:
 
     def __init__(
         self,
-        llm: LLMClient,
+        llm: ChatModel,
         registry: ToolRegistry,
         limits: SubTurnLimits | None = None,
         *,

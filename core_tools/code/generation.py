@@ -19,7 +19,7 @@ from typing import Any
 from core_tools.code.output import bounded
 from core_tools.code.slots import CodeLimits, Slots
 from core_tools.errors import BudgetExceeded, LLMUnavailable, ToolError
-from core_tools.llm import LLMClient
+from core_tools.llm import ChatModel
 from core_tools.sandbox import ExecutionResult, Executor
 from core_tools.sandbox.toolkit import Toolkit
 from core_tools.types import ChatMessage, Notifier, ToolContext
@@ -61,7 +61,7 @@ class CodeGeneration:
     """The `generate` action and its background jobs: what CodeTool holds for them, and what it runs."""
 
     executor: Executor
-    llm: LLMClient | None
+    llm: ChatModel | None
     notifier: Notifier | None
     generate_attempts: int
     generate_wait_s: float

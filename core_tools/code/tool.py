@@ -25,7 +25,7 @@ from core_tools.code.output import LastLine, bounded, showing_progress
 from core_tools.code.patterns import failures_for_model
 from core_tools.code.slots import CodeLimits, Slots
 from core_tools.errors import ToolError
-from core_tools.llm import LLMClient
+from core_tools.llm import ChatModel
 from core_tools.sandbox import ExecutionResult, Executor
 from core_tools.sandbox.model import FileLimits
 from core_tools.sandbox.toolkit import Toolkit
@@ -49,7 +49,7 @@ class CodeTool(CodeGeneration):
         self,
         executor: Executor,
         executions: Executions,
-        llm: LLMClient | None = None,
+        llm: ChatModel | None = None,
         notifier: Notifier | None = None,
         *,
         generate_attempts: int = 3,

@@ -27,7 +27,7 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from core_tools.errors import BudgetExceeded, LLMUnavailable, ToolError
-from core_tools.llm import LLMClient
+from core_tools.llm import ChatModel
 from core_tools.memory.recall import LAYER_CATEGORIES
 from core_tools.memory.store import MemoryStore
 from core_tools.types import ChatMessage
@@ -158,7 +158,7 @@ class MemoryExtractor:
     def __init__(
         self,
         store: MemoryStore,
-        llm: LLMClient | None,
+        llm: ChatModel | None,
         sessions: sessionmaker[Session],
         *,
         enabled: bool = True,

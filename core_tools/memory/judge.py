@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from core_tools.errors import BudgetExceeded, LLMUnavailable
-from core_tools.llm import LLMClient
+from core_tools.llm import ChatModel
 from core_tools.types import ChatMessage
 
 log = logging.getLogger(__name__)
@@ -187,7 +187,7 @@ def parse(raw: str, candidates: Sequence[Candidate]) -> Decision:
 class MemoryJudge:
     """Asks the LLM (purpose `memory_judge`: budgeted and recorded like any LLM call), guards the answer."""
 
-    def __init__(self, llm: LLMClient | None) -> None:
+    def __init__(self, llm: ChatModel | None) -> None:
         self.llm = llm
 
     async def decide(
