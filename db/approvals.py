@@ -113,8 +113,8 @@ class Approvals:
         """How to call a user in a chat: their first name, else @username, else their id."""
         with self._sm() as s:
             row = s.execute(select(User.first_name, User.username).where(User.id == user_id)).first()
-        if row is not None and row[0]:
-            return str(row[0])
-        if row is not None and row[1]:
-            return f"@{row[1]}"
+        if row is not None and row.first_name:
+            return str(row.first_name)
+        if row is not None and row.username:
+            return f"@{row.username}"
         return f"user {user_id}"

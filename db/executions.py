@@ -222,8 +222,8 @@ class Executions:
                     CodeExecution.language,
                     CodeExecution.error_category,
                     CodeExecution.created_at,
-                    func.substr(CodeExecution.code, 1, CODE_CHARS),
-                    _tail(CodeExecution.stderr, STDERR_TAIL_CHARS),
+                    func.substr(CodeExecution.code, 1, CODE_CHARS).label("code"),
+                    _tail(CodeExecution.stderr, STDERR_TAIL_CHARS).label("stderr"),
                 )
                 .where(
                     CodeExecution.user_id == user_id,
@@ -233,7 +233,10 @@ class Executions:
                 .order_by(CodeExecution.created_at.desc(), CodeExecution.id)
                 .limit(limit)
             ).all()
-        return [FailedRun(r[0], r[1], r[2], r[3], r[4] or "", r[5] or "") for r in rows]
+        return [
+            FailedRun(r.id, r.language, r.error_category, r.created_at, r.code or "", r.stderr or "")
+            for r in rows
+        ]
 
     def latest_failure_id(self, user_id: int) -> str | None:
         """The id of the user's latest failed run (what the lessons note is cached by), or None."""

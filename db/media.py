@@ -13,6 +13,7 @@ from db import connections
 from db.engine import engine_for
 from db.models import MediaFile, utcnow
 from db.prepared import Prepared
+from db.rows import columns_for
 
 _TABLE: Table = MediaFile.__table__  # type: ignore[assignment]
 _INSERT = insert(_TABLE)  # built once
@@ -60,24 +61,9 @@ class NewMediaFile:
     detail: str | None = None
 
 
-# Every turn looks for the images of its history's messages (one session's): built once, in MediaRow's order.
+# Every turn looks for the images of its history's messages (one session's): built once, MediaRow(*row).
 _FOR_MESSAGES = (
-    select(
-        _TABLE.c.id,
-        _TABLE.c.user_id,
-        _TABLE.c.chat_id,
-        _TABLE.c.session_id,
-        _TABLE.c.message_id,
-        _TABLE.c.kind,
-        _TABLE.c.file_name,
-        _TABLE.c.mime_type,
-        _TABLE.c.size,
-        _TABLE.c.sha256,
-        _TABLE.c.duration_s,
-        _TABLE.c.text_chars,
-        _TABLE.c.status,
-        _TABLE.c.detail,
-    )
+    select(*columns_for(_TABLE, MediaRow, leave=("created_at",)))
     .where(_TABLE.c.session_id == bindparam("sid"), _TABLE.c.message_id >= bindparam("first"))
     .order_by(_TABLE.c.id)
 )
@@ -187,4 +173,4 @@ class MediaFiles:
         wanted = set(message_ids)
         with connections.read(self._engine) as conn:
             rows = _FOR_MESSAGES_RUN.rows(conn, {"sid": session_id, "first": min(wanted)})
-        return [MediaRow(*r) for r in rows if r[4] in wanted]  # (message_id)
+        return [m for m in (MediaRow(*r) for r in rows) if m.message_id in wanted]

@@ -33,6 +33,7 @@ from db.memory_words import index_words
 from db.models import Memory, new_id
 from db.prepared import Prepared
 from db.recall import recall_backend
+from db.rows import columns_for
 
 LAYERS = ("long", "mid", "short", "session")
 MEMORIES: Table = Memory.__table__  # type: ignore[assignment]
@@ -55,7 +56,6 @@ class MemoryRow:
     expires_at: datetime | None
     superseded_by: str | None
     embedder: str | None
-    # Last, with defaults: readers that build rows from ROW_COLUMNS positionally keep working.
     origin: str = "model"
     untrusted: bool = False
     said_at: datetime | None = None
@@ -63,26 +63,8 @@ class MemoryRow:
     context: str | None = None
 
 
-ROW_COLUMNS = (
-    Memory.id,
-    Memory.public_id,
-    Memory.user_id,
-    Memory.layer,
-    Memory.category,
-    Memory.content,
-    Memory.certainty,
-    Memory.session_id,
-    Memory.created_at,
-    Memory.updated_at,
-    Memory.expires_at,
-    Memory.superseded_by,
-    Memory.embedder,
-    Memory.origin,
-    Memory.untrusted,
-    Memory.said_at,
-    Memory.event_at,
-    Memory.context,
-)
+# MemoryRow's fields as the memories table's columns, in their order: MemoryRow(*row) (db/rows.py).
+ROW_COLUMNS = columns_for(Memory.__table__, MemoryRow)
 
 
 def active_filter(

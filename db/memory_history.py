@@ -143,6 +143,10 @@ class SaidMessage:
     created_at: datetime
 
 
+def _said(r: Any) -> SaidMessage:  # a Row of the selects below
+    return SaidMessage(int(r.id), str(r.role), str(r.content or ""), r.tool_name, r.created_at)
+
+
 def messages_after(s: Session, session_id: str, after_id: int, limit: int = 200) -> list[SaidMessage]:
     """The session's messages after `after_id`, oldest first, with their times."""
     rows = s.execute(
@@ -151,7 +155,7 @@ def messages_after(s: Session, session_id: str, after_id: int, limit: int = 200)
         .order_by(Message.id)
         .limit(limit)
     ).all()
-    return [SaidMessage(int(r[0]), str(r[1]), str(r[2] or ""), r[3], r[4]) for r in rows]
+    return [_said(r) for r in rows]
 
 
 def message_at(s: Session, session_id: str, message_id: int) -> SaidMessage | None:
@@ -161,7 +165,7 @@ def message_at(s: Session, session_id: str, message_id: int) -> SaidMessage | No
             Message.session_id == session_id, Message.id == message_id
         )
     ).first()
-    return None if r is None else SaidMessage(int(r[0]), str(r[1]), str(r[2] or ""), r[3], r[4])
+    return None if r is None else _said(r)
 
 
 def extracted_upto(s: Session, session_id: str) -> int:

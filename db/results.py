@@ -61,7 +61,7 @@ class ToolResults:
         )
         with self._sm() as s:
             row = s.execute(
-                select(StoredResult.tool, text, StoredResult.untrusted, StoredResult.chars)
+                select(StoredResult.tool, text.label("text"), StoredResult.untrusted, StoredResult.chars)
                 .join(ChatSession, ChatSession.id == StoredResult.session_id)
                 .where(
                     StoredResult.id == handle,
@@ -70,7 +70,11 @@ class ToolResults:
                     ChatSession.ended_at.is_(None),
                 )
             ).first()
-        return None if row is None else ResultText(handle, row[0], row[1] or "", bool(row[2]), row[3])
+        return (
+            None
+            if row is None
+            else ResultText(handle, row.tool, row.text or "", bool(row.untrusted), row.chars)
+        )
 
     def execution_output(
         self,
@@ -87,7 +91,7 @@ class ToolResults:
         text = column if length is None else func.substr(column, start + 1, length)
         with self._sm() as s:
             row = s.execute(
-                select(text, func.length(column))
+                select(text.label("text"), func.length(column).label("chars"))
                 .join(ChatSession, ChatSession.id == CodeExecution.session_id)
                 .where(
                     CodeExecution.id == execution_id,
@@ -95,4 +99,6 @@ class ToolResults:
                     ChatSession.chat_id == chat_id,
                 )
             ).first()
-        return None if row is None else ResultText(execution_id, "code", row[0] or "", False, row[1] or 0)
+        return (
+            None if row is None else ResultText(execution_id, "code", row.text or "", False, row.chars or 0)
+        )

@@ -15,7 +15,7 @@ from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from db.models import LLMCall
-from db.usage import ModelUsage
+from db.usage import USAGE_SUMS, ModelUsage, usage_of
 
 PURPOSE = "scheduled"  # what the sums are labelled as (they may hold a task's "final" calls too)
 
@@ -30,8 +30,8 @@ class RunUsage:
 
 
 def _sums() -> tuple[Any, ...]:
-    return (
-        LLMCall.model,
+    """The model and ModelUsage's sums (labelled as db/usage.py's USAGE_SUMS)."""
+    sums = (
         func.count(),
         func.coalesce(func.sum(LLMCall.prompt_tokens), 0),
         func.coalesce(func.sum(LLMCall.completion_tokens), 0),
@@ -41,10 +41,7 @@ def _sums() -> tuple[Any, ...]:
         func.coalesce(func.sum(LLMCall.duration_ms), 0),
         func.coalesce(func.sum(LLMCall.audio_seconds), 0),
     )
-
-
-def _usage(r: Sequence[Any]) -> ModelUsage:
-    return ModelUsage(PURPOSE, str(r[0]), *(int(v) for v in r[1:]))
+    return (LLMCall.model, *(c.label(k) for c, k in zip(sums, USAGE_SUMS, strict=True)))
 
 
 class TaskCosts:
@@ -71,7 +68,7 @@ class TaskCosts:
         out: dict[int, list[ModelUsage]] = {}
         with self._sm() as s:
             for r in s.execute(q):
-                out.setdefault(int(r[0]), []).append(_usage(r[1:]))
+                out.setdefault(int(r.schedule_id), []).append(usage_of(r, PURPOSE))
         return out
 
     def recent_runs(
@@ -106,8 +103,8 @@ class TaskCosts:
             )
             runs: dict[int, RunUsage] = {}
             for r in s.execute(q):
-                run = runs.setdefault(int(r[0]), RunUsage(int(r[0]), int(r[1]), []))
-                run.rows.append(_usage(r[2:]))
+                run = runs.setdefault(int(r.firing_id), RunUsage(int(r.firing_id), int(r.schedule_id), []))
+                run.rows.append(usage_of(r, PURPOSE))
         return [runs[i] for i in ids if i in runs]
 
     def run(self, firing_id: int) -> RunUsage | None:
@@ -121,4 +118,4 @@ class TaskCosts:
             rows = s.execute(q).all()
         if not rows:
             return None
-        return RunUsage(firing_id, int(rows[0][1]), [_usage(r[2:]) for r in rows])
+        return RunUsage(firing_id, int(rows[0].schedule_id), [usage_of(r, PURPOSE) for r in rows])

@@ -77,7 +77,7 @@ class Topics:
             ).first()
         if row is None:
             raise LookupError(f"no forum topic has the conversation key {key}")
-        place = Place(int(row[0]), int(row[1]))
+        place = Place(int(row.chat_id), int(row.thread_id))
         self._remember(key, place)
         return place
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Table, case, delete, func, insert, select
+from sqlalchemy import Connection, Engine, Row, Table, case, delete, func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -156,9 +156,23 @@ class UserInfo:
     timezone: str | None
 
 
+# ModelUsage's sums, after purpose and model: each query labels its sum columns with these names.
+USAGE_SUMS = tuple(f.name for f in fields(ModelUsage))[2:]
+
+
+def usage_of(row: Row[Any], purpose: str | None = None) -> ModelUsage:
+    """A ModelUsage from a row with `model`, the sums labelled as USAGE_SUMS, and `purpose` unless given."""
+    m = row._mapping
+    return ModelUsage(
+        str(m["purpose"]) if purpose is None else purpose,
+        str(m["model"]),
+        **{k: int(m[k]) for k in USAGE_SUMS},
+    )
+
+
 def _sums() -> tuple[Any, ...]:
-    """The columns of ModelUsage after purpose and model: requests, tokens, estimated, failed, time, audio."""
-    return (
+    """ModelUsage's sums: requests, tokens, estimated, failed, time, audio (labelled as USAGE_SUMS)."""
+    columns = (
         func.count(),
         func.coalesce(func.sum(LLMCall.prompt_tokens), 0),
         func.coalesce(func.sum(LLMCall.completion_tokens), 0),
@@ -171,6 +185,7 @@ def _sums() -> tuple[Any, ...]:
         func.coalesce(func.sum(LLMCall.duration_ms), 0),
         func.coalesce(func.sum(LLMCall.audio_seconds), 0),
     )
+    return tuple(c.label(k) for c, k in zip(columns, USAGE_SUMS, strict=True))
 
 
 class UsageQueries:
@@ -197,7 +212,7 @@ class UsageQueries:
         if user_id is not None:
             q = q.where(LLMCall.user_id == user_id)
         with self._sm() as s:
-            return [ModelUsage(*(r[0], r[1]), *(int(v) for v in r[2:])) for r in s.execute(q)]
+            return [usage_of(r) for r in s.execute(q)]
 
     def model_usage_by_day(self, user_id: int, bounds: Sequence[datetime]) -> list[tuple[int, ModelUsage]]:
         """LLM-call sums of one user per day, purpose and model: (day index, sums), where day i runs from
@@ -224,7 +239,7 @@ class UsageQueries:
             .group_by(day, LLMCall.purpose, LLMCall.model)
         )
         with self._sm() as s:
-            return [(int(r[0]), ModelUsage(r[1], r[2], *(int(v) for v in r[3:]))) for r in s.execute(q).all()]
+            return [(int(r.day), usage_of(r)) for r in s.execute(q).all()]
 
     def activity(self, user_id: int, since: datetime, until: datetime) -> ActivityCounts:
         """Turns, tool calls by tool, code runs and turn events of one user in a window."""
@@ -328,7 +343,7 @@ class UsageQueries:
         if user_id is not None:
             q = q.where(Budget.user_id == user_id)
         with self._engine.connect() as conn:
-            rows = [BudgetRow(*r) for r in conn.execute(q)]
+            rows = [BudgetRow(r.user_id, r.period, r.kind, r.limit_value) for r in conn.execute(q)]
         if user_id is not None:
             self._budgets[user_id] = list(rows)
         return rows

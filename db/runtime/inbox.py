@@ -18,17 +18,12 @@ from db import connections
 from db.conversation_statements import INSERT_MESSAGE_RUN, TOUCH_SESSION_REVISION_RUN
 from db.models import InboxMessage, utcnow
 from db.prepared import Prepared
+from db.rows import columns_for
 
 _INBOX: Table = InboxMessage.__table__  # type: ignore[assignment]
 # Built once with bind parameters: building a statement per call is most of a small query's cost.
 _DELETE = delete(_INBOX).where(_INBOX.c.id == bindparam("iid"))
-_WAITING_IN = (
-    select(_INBOX)
-    .where(_INBOX.c.chat_id == bindparam("cid"))
-    .order_by(_INBOX.c.update_id.asc().nulls_first(), _INBOX.c.id)
-)
 _DELETE_RUN = Prepared(_DELETE)
-_WAITING_IN_RUN = Prepared(_WAITING_IN)
 _LATEST_IN = select(func.max(_INBOX.c.id)).where(_INBOX.c.chat_id == bindparam("cid"))
 _ANY_IN = select(_INBOX.c.id).where(_INBOX.c.chat_id == bindparam("cid")).limit(1)
 
@@ -50,6 +45,13 @@ class Queued:
     update_id: int | None = None  # the Telegram update it came in
     rerun_of: int | None = None  # a /retry or an edit: the stored user message to answer again
     reply_to: int | None = None  # the Telegram message the answer refers to (an edit)
+
+
+_QUEUED = select(*columns_for(_INBOX, Queued))  # Queued(*row), by construction (db/rows.py)
+_WAITING_IN = _QUEUED.where(_INBOX.c.chat_id == bindparam("cid")).order_by(
+    _INBOX.c.update_id.asc().nulls_first(), _INBOX.c.id
+)
+_WAITING_IN_RUN = Prepared(_WAITING_IN)
 
 
 @dataclass(frozen=True)
@@ -197,8 +199,8 @@ class Inbox:
     def waiting(self) -> list[Queued]:
         """Every waiting message, in arrival order (at start-up: what a stopped process left)."""
         with self._engine.connect() as conn:
-            rows = conn.execute(select(_INBOX).order_by(_INBOX.c.id)).all()
-        return [Queued(*row) for row in rows]
+            rows = conn.execute(_QUEUED.order_by(_INBOX.c.id)).all()
+        return [Queued(**row._mapping) for row in rows]
 
     def waiting_in(self, chat_id: int) -> list[Queued]:
         """A chat's waiting messages in the order Telegram gave them (update id, then arrival)."""

@@ -281,7 +281,7 @@ class RuntimeStore:
                     _REPLICAS.c.heartbeat_at,
                 ).where(_REPLICAS.c.host == host)
             ).all()
-        return [ReplicaRow(*r) for r in rows]
+        return [ReplicaRow(**r._mapping) for r in rows]
 
     def forget(self, replica_ids: list[str]) -> None:
         """Processes known to be gone (or leaving): drop them and everything they held."""
@@ -373,7 +373,7 @@ class RuntimeStore:
         # A turn left pending in it was cut when its process died (or a release failed here): its user is
         # told by the new holder, once.
         pending = [
-            PendingMessage(int(r[0]), int(r[1]), int(r[2]), r[3] or "")
+            PendingMessage(int(r.id), int(r.user_id), int(r.chat_id), r.content or "")
             for r in conn.execute(_PENDING, {"cid": chat_id})
         ]
         if pending:
@@ -454,7 +454,7 @@ class RuntimeStore:
         """The turn a live process runs in a chat, if any."""
         with self._engine.connect() as conn:
             row = conn.execute(self._running, self._params(cid=chat_id)).first()
-        return None if row is None else RunningTurn(row[0], int(row[1]), row[2])
+        return None if row is None else RunningTurn(row.holder, int(row.turn), row.turn_owner)
 
     def request_stop(self, chat_id: int, turn: int) -> bool:
         """Ask the process running a chat's turn to stop it."""
@@ -469,4 +469,4 @@ class RuntimeStore:
         """(chat, turn) pairs this process was asked to stop."""
         with self._engine.connect() as conn:
             rows = conn.execute(_STOPS_FOR, {"me": replica_id}).all()
-        return [(int(r[0]), int(r[1])) for r in rows]
+        return [(int(r.chat_id), int(r.stop)) for r in rows]
