@@ -122,7 +122,7 @@ class FunctionModel(ChatModel):
         self._recorder = recorder
         self.budget = budget
         self.max_completion_tokens = max_completion_tokens
-        self.calls: list[ModelCall] = []  # every request made, in order
+        self.calls: list[ModelCall] = []  # every request made (not those the caps refused), in order
         self._ids = 0
 
     async def check(self) -> str:
@@ -149,12 +149,13 @@ class FunctionModel(ChatModel):
         body: dict[str, Any] = {"model": model, "messages": [m.to_openai() for m in messages]}
         if tools:
             body["tools"] = tools
-        call = ModelCall(
-            tuple(messages), tuple(tools or ()), purpose, model, user_id, session_id, ceiling, len(self.calls)
-        )
-        self.calls.append(call)
 
         async def send(on_text: DeltaCallback) -> LLMReply:
+            index = len(self.calls)
+            call = ModelCall(
+                tuple(messages), tuple(tools or ()), purpose, model, user_id, session_id, ceiling, index
+            )
+            self.calls.append(call)
             answer = self.fn(call)
             if inspect.isawaitable(answer):
                 answer = await answer
