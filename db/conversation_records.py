@@ -30,7 +30,8 @@ class StoredMessage:
     tool_name: str | None
     status: str
     created_at: datetime | None = None
-    derived: Any = field(default=None, init=False, repr=False, compare=False)
+    # Opaque here (db/ cannot name core_tools' type): its one reader checks what it finds with isinstance.
+    derived: object = field(default=None, init=False, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
