@@ -24,6 +24,7 @@ from telegram.ext import (
 )
 
 from bot.adapter.answer_info import register_answer_info, shown_in
+from bot.adapter.app_button import AppCommand, set_menu_button
 from bot.adapter.approvals import register_approval_handlers
 from bot.adapter.commands.catalog import audience_of, help_text, new_session_text
 from bot.adapter.commands.code import CodeCommands
@@ -45,7 +46,6 @@ from bot.runtime.leases import ChatLocks
 from bot.runtime.queue import Incoming
 from bot.runtime.runner import TurnRunner
 from bot.runtime.services import Services
-from bot.webapp.telegram import AppCommand, set_menu_button
 from db.turn_info import TurnInfos
 
 if TYPE_CHECKING:
