@@ -1,11 +1,12 @@
 """What a `Prepared` statement saves over `Connection.execute` (db/prepared.py; docs/database.md).
 
     uv run python bench/bench_prepared.py              # SQLite file, 50-message history
+    uv run python bench/bench_prepared.py --postgres   # an embedded PostgreSQL 18 (tests/support/postgres.py)
     uv run python bench/bench_prepared.py --n 5000
 
-Runs three of a plain turn's statements both ways on one SQLite connection in one transaction (as
-db/connections.py keeps it): the history read (50 rows), the open-session lookup (one row) and a message's
-status update. Prints microseconds per statement, median of 7 rounds. Prints figures; it is not a test.
+Runs three of a plain turn's statements both ways on one connection, a transaction per round (as a turn's
+blocks in db/connections.py): the history read (50 rows), the open-session lookup (one row) and a
+message's status update. Prints microseconds per statement, median of 7 rounds; it is not a test.
 """
 
 from __future__ import annotations
@@ -31,23 +32,37 @@ from db.migrate import upgrade
 from db.prepared import Prepared
 
 
-def _per_call(fn: Callable[[], object], n: int) -> float:
-    rounds = []
+def _both(conn: Connection, ways: tuple[Callable[[], object], ...], n: int) -> list[float]:
+    """µs per call of each way: 7 rounds, alternating, each round its own transaction (rolled back: on
+    PostgreSQL thousands of updates of one row in one transaction slow each next one down)."""
+    rounds: list[list[float]] = [[] for _ in ways]
     for _ in range(7):
-        start = time.perf_counter()
-        for _ in range(n):
-            fn()
-        rounds.append((time.perf_counter() - start) / n * 1e6)
-    return statistics.median(rounds)
+        for fn, times in zip(ways, rounds, strict=True):
+            with conn.begin() as transaction:
+                fn()  # compiled (and the pages read) once
+                start = time.perf_counter()
+                for _ in range(n):
+                    fn()
+                times.append((time.perf_counter() - start) / n * 1e6)
+                transaction.rollback()
+    return [statistics.median(t) for t in rounds]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=2000, help="calls per round")
+    parser.add_argument("--postgres", action="store_true", help="on an embedded PostgreSQL, not SQLite")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        url = f"sqlite:///{Path(tmp) / 'bench.sqlite'}"
-        upgrade(url)
+        server = None
+        if args.postgres:
+            from tests.support.postgres import TestPostgres
+
+            server = TestPostgres(Path(tempfile.mkdtemp(prefix="bench-prepared-pg-")))
+            url = server.new_database()
+        else:
+            url = f"sqlite:///{Path(tmp) / 'bench.sqlite'}"
+            upgrade(url)
         engine = make_engine(url)
         conv = Conversations(make_sessionmaker(engine), engine)
         for i in range(25):  # 50 messages: 25 turns of a question and an answer
@@ -60,7 +75,7 @@ def main() -> None:
             ("open session, 1 row", OPEN_SESSION_RUN, {"uid": 7, "cid": 7}),
             ("set status, no rows", SET_STATUS_RUN, {"mid": mid, "new_status": "answered"}),
         ]
-        with engine.connect() as conn, conn.begin():
+        with engine.connect() as conn:
             print(f"{'statement':24} {'execute µs':>11} {'Prepared µs':>12} {'saved':>7}")
             for name, prepared, params in cases:
                 returns = name != "set status, no rows"
@@ -82,10 +97,11 @@ def main() -> None:
                 ) -> Any:
                     return s.rows(c, p) if r else s.run(c, p)
 
-                core(), fast()  # compiled once each
-                a, b = _per_call(core, args.n), _per_call(fast, args.n)
+                a, b = _both(conn, (core, fast), args.n)
                 print(f"{name:24} {a:11.1f} {b:12.1f} {100 * (a - b) / a:6.0f}%")
         engine.dispose()
+        if server is not None:
+            server.stop()
 
 
 if __name__ == "__main__":

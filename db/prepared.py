@@ -50,17 +50,18 @@ class _Form:
     positional: bool
     binds: tuple[_Bind, ...]
     columns: tuple[TypeEngine[Any], ...]  # of the rows it returns (their dialect's implementation)
-    # One per column, made from the first rows' description: a processor may depend on the type the
-    # driver reports (psycopg's numbers).
-    results: tuple[Processor | None, ...] | None = None
+    # (column index, processor) of the columns that have one, made from the first rows' description: a
+    # processor may depend on the type the driver reports (psycopg's numbers).
+    results: tuple[tuple[int, Processor], ...] | None = None
 
     def processors(
         self, dialect: Dialect, description: Sequence[Sequence[Any]]
-    ) -> tuple[Processor | None, ...]:
+    ) -> tuple[tuple[int, Processor], ...]:
         if self.results is None:
-            self.results = tuple(
+            found = (
                 t.result_processor(dialect, d[1]) for t, d in zip(self.columns, description, strict=True)
             )
+            self.results = tuple((i, p) for i, p in enumerate(found) if p is not None)
         return self.results
 
     def parameters(self, given: Mapping[str, Any]) -> Sequence[Any] | dict[str, Any]:
@@ -124,9 +125,17 @@ class Prepared:
         if not raw:
             return []
         processors = form.processors(conn.dialect, description)
-        if not any(processors):
+        if not processors:
             return [tuple(r) for r in raw]
-        return [tuple(v if p is None else p(v) for p, v in zip(processors, r, strict=True)) for r in raw]
+        # Only the columns that have a processor (on SQLite, a history's JSON column of seven): a generator
+        # over every value of every row cost 2 µs a row, this 0.3 µs.
+        rows = []
+        for r in raw:
+            values = list(r)
+            for i, p in processors:
+                values[i] = p(values[i])
+            rows.append(tuple(values))
+        return rows
 
     def first(self, conn: Connection, params: Mapping[str, Any] | None = None) -> tuple[Any, ...] | None:
         """The first row, or None."""
