@@ -26,11 +26,10 @@ from telegram.ext import (
 from bot.adapter.answer_info import register_answer_info, shown_in
 from bot.adapter.app_button import AppCommand, set_menu_button
 from bot.adapter.approvals import register_approval_handlers
-from bot.adapter.commands.catalog import audience_of, help_text, new_session_text
 from bot.adapter.commands.code import CodeCommands
 from bot.adapter.commands.data import register_data_commands
 from bot.adapter.commands.memory import MemoryCommands
-from bot.adapter.commands.model import ModelChoice, ModelCommands
+from bot.adapter.commands.model import ModelCommands
 from bot.adapter.commands.schedules import register_schedule_handlers
 from bot.adapter.commands.usage import register_usage_handlers
 from bot.adapter.context import App, BotData, Ctx, bound
@@ -46,6 +45,8 @@ from bot.runtime.leases import ChatLocks
 from bot.runtime.queue import Incoming
 from bot.runtime.runner import TurnRunner
 from bot.runtime.services import Services
+from bot.texts.catalog import audience_of, help_text, new_session_text
+from bot.texts.models import ModelChoice
 from db.turn_info import TurnInfos
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ from telegram import (
 )
 from telegram.error import TelegramError
 
-from bot.adapter.commands.catalog import DESCRIPTION, SHORT_DESCRIPTION, Audience, menu_for
+from bot.texts.catalog import DESCRIPTION, SHORT_DESCRIPTION, Audience, menu_for
 
 log = logging.getLogger(__name__)
 

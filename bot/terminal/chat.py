@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import TextIO
 
 from bot.adapter.answers import NOTHING_RUNS, STOP_NOTES, STOPPED_MARK, turn_failure_text
-from bot.adapter.commands.catalog import new_session_text
-from bot.adapter.commands.model import ModelChoice
 from bot.runtime.leases import ChatLocks
 from bot.runtime.services import Services
 from bot.terminal.approvals import TerminalAsker
 from bot.terminal.commands import TerminalCommands
 from bot.terminal.delivery import TerminalReminders
+from bot.texts.catalog import new_session_text
+from bot.texts.models import ModelChoice
 from core_tools.agent import TurnControl, TurnInput, TurnResult
 from core_tools.errors import BudgetExceeded, LLMUnavailable
 from core_tools.types import ChatType

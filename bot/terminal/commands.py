@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import asyncio
 
-from bot.adapter.commands.catalog import Audience, help_text
-from bot.adapter.commands.code import codefailures_replies, codestats_reply
-from bot.adapter.commands.memory import memory_reply, timezone_reply
-from bot.adapter.commands.model import ModelChoice, price_label
-from bot.adapter.commands.schedules import cancel_note, listing_text, resume_note, snooze_note
-from bot.adapter.commands.usage import budget_reply, usage_reply
 from bot.config.args import parse_int
 from bot.runtime.services import Services
+from bot.texts.catalog import Audience, help_text
+from bot.texts.code import codefailures_replies, codestats_reply
+from bot.texts.memory import memory_reply, timezone_reply
+from bot.texts.models import ModelChoice
+from bot.texts.schedules import cancel_note, listing_text, resume_note, snooze_note
+from bot.texts.usage import budget_reply, usage_reply
 from core_tools.schedule.rules import ScheduleInputError
 
 REMINDERS_USAGE = (
@@ -28,14 +28,10 @@ MAX_SNOOZE_MINUTES = 7 * 24 * 60
 def model_reply(choice: ModelChoice, chat_id: int, user_id: int, args: list[str]) -> str:
     """/model: the chat's model and the others, numbered; /model NUMBER (or NAME) chooses one."""
     if not args:
-        text, _ = choice.menu(chat_id)
-        if len(choice.models) < 2:
+        text, labels = choice.menu(chat_id)
+        if not labels:
             return text
-        current = choice.for_chat(chat_id) or choice.default
-        lines = [
-            f"{i}. {'✓ ' if m == current else ''}{m} · {price_label(choice.prices, m)}"
-            for i, m in enumerate(choice.models, start=1)
-        ]
+        lines = [f"{i}. {label}" for i, label in enumerate(labels, start=1)]
         return "\n".join([text, *lines, MODEL_HINT])
     number = parse_int(args[0], 1, len(choice.models)) if len(args) == 1 else None
     named = args[0] if len(args) == 1 and args[0] in choice.models else None
@@ -43,7 +39,7 @@ def model_reply(choice: ModelChoice, chat_id: int, user_id: int, args: list[str]
     if model is None:
         return f"That is not one of the models offered. {MODEL_HINT} (/model lists them.)"
     choice.set(chat_id, model, user_id)
-    return f"Model of this chat: {model} ({price_label(choice.prices, model)})."
+    return choice.chosen_text(model)
 
 
 def reminders_reply(services: Services, user_id: int, args: list[str]) -> str:

@@ -14,10 +14,10 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from bot.adapter.commands.memory import LAYER_TITLES
 from bot.config.args import parse_int
 from bot.runtime.memory_check import self_check
 from bot.runtime.services import Services
+from bot.texts.memory import LAYER_TITLES
 from bot.webapp import views
 from bot.webapp.auth import InitData
 from core_tools.errors import ToolError

@@ -1,7 +1,8 @@
 """What the app's JSON API answers: the services' data shaped for the page (plain dicts, ISO times).
 
 Every value comes from the same service methods the chat commands use; the wording shared with them (the
-origin notes of /memory, the layer titles, the pause reasons of /reminders) is imported, not repeated.
+origin notes of /memory, the layer titles, the pause reasons of /reminders) is imported from bot/texts, not
+repeated.
 """
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from bot.adapter.commands.memory import LAYER_TITLES, ORIGIN_NOTES, UNTRUSTED_NOTE
-from bot.adapter.commands.schedules import PAUSE_REASONS
+from bot.texts.memory import LAYER_TITLES, ORIGIN_NOTES, UNTRUSTED_NOTE
+from bot.texts.schedules import PAUSE_REASONS
 from core_tools.memory.views import iso
 from core_tools.usage.caps import CapStatus
 from core_tools.usage.daily import DailyUsage

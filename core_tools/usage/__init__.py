@@ -6,7 +6,7 @@
 - `amounts`: how money, tokens and resets read in a message;
 - `service`: `UsageService`, the budget gate and the owner's view.
 
-The chat-facing reports (/usage, /budget) are worded in bot/adapter/commands/usage_report.py.
+The chat-facing reports (/usage, /budget) are worded in bot/texts/usage_report.py.
 """
 
 from core_tools.usage.caps import Caps

@@ -1,7 +1,7 @@
 """The usage service: accounting queries, the budget gate (the LLM client's BudgetGate) and the owner's view.
 
 The current time comes from an injected clock, so tests drive the period resets. How the reports read in the
-chat is bot/adapter/commands/usage_report.py; this module gives the numbers.
+chat is bot/texts/usage_report.py; this module gives the numbers.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bot.adapter.commands.catalog import DESCRIPTION, SHORT_DESCRIPTION
+from bot.texts.catalog import DESCRIPTION, SHORT_DESCRIPTION
 from tests.support.fakes.openai_api import FakeLLM
 from tests.support.fakes.telegram_api import FakeTelegram
 from tests.support.harness import FRIEND, OWNER, running_bot

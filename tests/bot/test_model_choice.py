@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from bot.adapter.commands.model import ModelChoice
+from bot.texts.models import ModelChoice
 from core_tools.usage.prices import PriceTable
 from db.conversations import Conversations
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bot.adapter.commands.usage import parse_budget_change
 from bot.runtime.services import Services
+from bot.texts.usage import parse_budget_change
 from core_tools.types import ToolContext
 from core_tools.usage.caps import Caps
 from core_tools.usage.prices import ModelPrice

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from bot.adapter.commands.usage_report import format_budgets, format_report
+from bot.texts.usage_report import format_budgets, format_report
 from core_tools.agent import Agent, AgentConfig, TurnInput
 from core_tools.errors import BudgetExceeded
 from core_tools.llm import LLMClient
