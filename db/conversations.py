@@ -217,7 +217,7 @@ class Conversations(MessageLog):
                 return None
             if len(self._session_chats) > 10_000:  # a bound, not an eviction policy: refilled on demand
                 self._session_chats.clear()
-            found = self._session_chats[session_id] = (int(row[0]), int(row[1]))
+            found = self._session_chats[session_id] = (int(row.user_id), int(row.chat_id))
         return found
 
     def get_session(self, session_id: str) -> SessionInfo | None:
@@ -362,7 +362,7 @@ class Conversations(MessageLog):
                 .order_by(ChatSession.ended_at.desc())
                 .limit(1)
             ).first()
-        found = None if row is None or row[1] is None else (row[0], row[1])
+        found = None if row is None or row.summary is None else (row.name, row.summary)
         self._summaries[key] = found
         return found
 

@@ -177,11 +177,11 @@ def get_memory(s: Session, user_id: int, public_id: str) -> Memory | None:
 def carried(s: Session, user_id: int, public_id: str) -> tuple[datetime, str | None] | None:
     """When the user's memory was said (else stored) and its context; None when there is no such row."""
     row = s.execute(
-        select(func.coalesce(Memory.said_at, Memory.created_at), Memory.context).where(
+        select(func.coalesce(Memory.said_at, Memory.created_at).label("said_at"), Memory.context).where(
             Memory.user_id == user_id, Memory.public_id == public_id
         )
     ).first()
-    return None if row is None else (row[0], row[1])
+    return None if row is None else (row.said_at, row.context)
 
 
 def mark_superseded(s: Session, old: Memory, new_public_id: str) -> None:

@@ -40,7 +40,7 @@ def current_memories(s: Session, user_id: int, now: datetime) -> list[tuple[str,
     rows = s.execute(
         select(Memory.public_id, Memory.content).where(active_filter(user_id, now)).order_by(Memory.id)
     ).all()
-    return [(str(r[0]), str(r[1])) for r in rows]
+    return [(str(r.public_id), str(r.content)) for r in rows]
 
 
 def rows_without_vector(s: Session, user_id: int, embedder_id: str) -> list[PassageSource]:

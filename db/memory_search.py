@@ -120,12 +120,12 @@ def vector_ids(
         return []
     dist = backend.distance(Memory.embedding, _qv(backend, vector))
     rows = s.execute(
-        select(Memory.id, dist)
+        select(Memory.id, dist.label("dist"))
         .where(Memory.id.in_(cands), Memory.embedding.is_not(None))
         .order_by(dist)
         .limit(k)
     ).all()
-    return [(int(r[0]), 1.0 - float(r[1])) for r in rows]
+    return [(int(r.id), 1.0 - float(r.dist)) for r in rows]
 
 
 def _load_active(
@@ -168,7 +168,7 @@ def nearest(
         .order_by(dist)
         .limit(k)
     ).all()
-    return [(r[0], 1.0 - cast(float, r[1])) for r in found]
+    return [(r.Memory, 1.0 - cast(float, r.dist)) for r in found]
 
 
 def same_text(
@@ -381,9 +381,7 @@ def hybrid_search(
         + (date_weight if dated else 0.0)
     )
     top = sorted(scores, key=lambda i: (-scores[i], -i))[:limit]
-    rows = (
-        {r.id: r for r in (MemoryRow(*tuple(r)) for r in s.execute(_ROWS_BY_ID, {"ids": top}))} if top else {}
-    )
+    rows = {r.id: r for r in (MemoryRow(*r) for r in s.execute(_ROWS_BY_ID, {"ids": top}))} if top else {}
     return [
         Hit(
             memory=rows[i],

@@ -148,14 +148,14 @@ class PassageSource:
 PASSAGE_COLUMNS = (
     Memory.id,
     Memory.content,
-    func.coalesce(Memory.said_at, Memory.created_at),
+    func.coalesce(Memory.said_at, Memory.created_at).label("when"),
     Memory.context,
 )
 
 
 def passage_sources(rows: Sequence[Any]) -> list[PassageSource]:
     """PassageSource of rows selected with PASSAGE_COLUMNS."""
-    return [PassageSource(int(r[0]), str(r[1]), _aware(r[2]), r[3]) for r in rows]
+    return [PassageSource(int(r.id), str(r.content), _aware(r.when), r.context) for r in rows]
 
 
 def _aware(t: Any) -> datetime:

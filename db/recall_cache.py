@@ -67,8 +67,8 @@ _CHANGED = text(
     "WITH v AS (SELECT version, reload_at FROM memories_vec_versions WHERE user_id = CAST(:u AS bigint)),"
     " ch AS (SELECT DISTINCT memory_id FROM memories_vec_log WHERE user_id = CAST(:u AS bigint)"
     " AND version > :c AND version <= (SELECT version FROM v) LIMIT :n)"
-    " SELECT (SELECT version FROM v), (SELECT reload_at FROM v), ch.memory_id, m.layer,"
-    " substring(varbit_send(m.embedding_bits) FROM 5)"
+    " SELECT (SELECT version FROM v) AS version, (SELECT reload_at FROM v) AS reload_at,"
+    " ch.memory_id, m.layer, substring(varbit_send(m.embedding_bits) FROM 5) AS bits"
     " FROM (SELECT 1) AS one LEFT JOIN (ch LEFT JOIN memories AS m ON m.id = ch.memory_id"
     " AND m.user_id = CAST(:u AS bigint) AND m.embedding_bits IS NOT NULL) ON true"
 )
@@ -107,8 +107,9 @@ def read_copy(s: Session, user_id: int) -> Copy | None:
     """The user's bit vectors read whole, at the version they are at; None: PostgreSQL must search."""
     driver: Any = s.connection().connection.driver_connection  # psycopg, in the session's transaction
     rows = driver.execute(_WHOLE, {"u": user_id}, binary=True).fetchall()
+    # psycopg's own rows (tuples), in _WHOLE's order: version, center, then one (layer, n, rows) a layer.
     version, center = rows[0][0], rows[0][1]
-    parts = [(str(r[2]), int(r[3]), bytes(r[4])) for r in rows if r[2] is not None]
+    parts = [(str(layer), int(n), bytes(blob)) for _, _, layer, n, blob in rows if layer is not None]
     sizes = {len(blob) // n for _, n, blob in parts}
     if len(sizes) > 1 or any(len(blob) % n for _, n, blob in parts) or min(sizes, default=5) < 5:
         return None  # rows of different widths (a dimension change under way): PostgreSQL decides
@@ -134,33 +135,33 @@ def _changed(s: Session, user_id: int, old: Copy) -> Copy | None:
     if old.version is None:
         return None
     rows = s.execute(_CHANGED, {"u": user_id, "c": old.version, "n": DELTA_ROWS + 1}).all()
-    version, reload_at = rows[0][0], rows[0][1]
+    version, reload_at = rows[0].version, rows[0].reload_at
     if version is None or int(reload_at) > old.version or not 0 < int(version) - old.version < LOG_VERSIONS:
         return None
-    changed = [r for r in rows if r[2] is not None]
+    changed = [r for r in rows if r.memory_id is not None]
     if len(changed) > DELTA_ROWS:
         return None
-    now = [r for r in changed if r[3] is not None]
+    now = [r for r in changed if r.layer is not None]
     layers = list(old.layers)
     for r in now:
-        if str(r[3]) not in layers:
-            layers.append(str(r[3]))
-    if len(layers) > 255 or any(len(bytes(r[4])) != old.nbytes_bits for r in now):
+        if str(r.layer) not in layers:
+            layers.append(str(r.layer))
+    if len(layers) > 255 or any(len(bytes(r.bits)) != old.nbytes_bits for r in now):
         return None
     # The changed rows' old entries out (np.delete by position: a boolean mask over (words, rows) took
     # 1.8 ms at 100k, this 0.2; nothing to take out for new rows), their current ones appended.
-    gone = np.flatnonzero(np.isin(old.ids, np.array([int(r[2]) for r in changed], dtype=np.int64)))
+    gone = np.flatnonzero(np.isin(old.ids, np.array([int(r.memory_id) for r in changed], dtype=np.int64)))
     ids, codes, words = old.ids, old.codes, old.words
     if gone.size:
         ids, codes, words = np.delete(ids, gone), np.delete(codes, gone), np.delete(words, gone, axis=1)
-    bits = np.frombuffer(b"".join(bytes(r[4]) for r in now), dtype=np.uint8)
+    bits = np.frombuffer(b"".join(bytes(r.bits) for r in now), dtype=np.uint8)
     return Copy(
         version=int(version),
         center=old.center,
         nbytes_bits=old.nbytes_bits,
         layers=tuple(layers),
-        ids=np.concatenate([ids, np.array([int(r[2]) for r in now], dtype=np.int64)]),
-        codes=np.concatenate([codes, np.array([layers.index(str(r[3])) for r in now], dtype=np.uint8)]),
+        ids=np.concatenate([ids, np.array([int(r.memory_id) for r in now], dtype=np.int64)]),
+        codes=np.concatenate([codes, np.array([layers.index(str(r.layer)) for r in now], dtype=np.uint8)]),
         words=np.concatenate([words, _words(bits.reshape(len(now), old.nbytes_bits))], axis=1),
     )
 

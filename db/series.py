@@ -65,7 +65,15 @@ class Series:
         )
         with self._sm() as s:
             return [
-                CallPoint(_aware(r[0]), str(r[1]), str(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6] or 0))
+                CallPoint(
+                    _aware(r.created_at),
+                    str(r.purpose),
+                    str(r.model),
+                    int(r.prompt_tokens),
+                    int(r.completion_tokens),
+                    int(r.cached_tokens),
+                    int(r.audio_seconds or 0),
+                )
                 for r in s.execute(q)
             ]
 
@@ -81,4 +89,4 @@ class Series:
             .order_by(CodeExecution.created_at)
         )
         with self._sm() as s:
-            return [RunPoint(_aware(r[0]), bool(r[1]), r[2]) for r in s.execute(q)]
+            return [RunPoint(_aware(r.created_at), bool(r.success), r.error_category) for r in s.execute(q)]
