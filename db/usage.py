@@ -245,7 +245,7 @@ class UsageQueries:
         """Turns, tool calls by tool, code runs and turn events of one user in a window."""
         with self._sm() as s:
             turn_rows = s.execute(
-                select(Message.status, func.count())
+                select(Message.status, func.count().label("n"))
                 .where(
                     Message.user_id == user_id,
                     Message.role == "user",
@@ -255,9 +255,13 @@ class UsageQueries:
                 )
                 .group_by(Message.status)
             ).all()
-            statuses = {str(r[0]): int(r[1]) for r in turn_rows}
+            statuses = {str(r.status): int(r.n) for r in turn_rows}
             tool_rows = s.execute(
-                select(ToolCallLog.tool, func.count(), func.sum(case((ToolCallLog.ok, 0), else_=1)))
+                select(
+                    ToolCallLog.tool,
+                    func.count().label("n"),
+                    func.sum(case((ToolCallLog.ok, 0), else_=1)).label("errors"),
+                )
                 .where(
                     ToolCallLog.user_id == user_id,
                     ToolCallLog.created_at >= since,
@@ -268,7 +272,8 @@ class UsageQueries:
             ).all()
             code = s.execute(
                 select(
-                    func.count(), func.coalesce(func.sum(case((CodeExecution.success, 0), else_=1)), 0)
+                    func.count().label("n"),
+                    func.coalesce(func.sum(case((CodeExecution.success, 0), else_=1)), 0).label("failures"),
                 ).where(
                     CodeExecution.user_id == user_id,
                     CodeExecution.created_at >= since,
@@ -276,7 +281,7 @@ class UsageQueries:
                 )
             ).one()
             event_rows = s.execute(
-                select(TurnEvent.kind, func.count())
+                select(TurnEvent.kind, func.count().label("n"))
                 .where(
                     TurnEvent.user_id == user_id,
                     TurnEvent.created_at >= since,
@@ -287,11 +292,11 @@ class UsageQueries:
         return ActivityCounts(
             turns=statuses.get("answered", 0) + statuses.get("failed", 0),
             failed_turns=statuses.get("failed", 0),
-            tools={str(r[0]): int(r[1]) for r in tool_rows},
-            tool_errors=sum(int(r[2] or 0) for r in tool_rows),
-            code_runs=int(code[0]),
-            code_failures=int(code[1]),
-            events={str(r[0]): int(r[1]) for r in event_rows},
+            tools={str(r.tool): int(r.n) for r in tool_rows},
+            tool_errors=sum(int(r.errors or 0) for r in tool_rows),
+            code_runs=int(code.n),
+            code_failures=int(code.failures),
+            events={str(r.kind): int(r.n) for r in event_rows},
         )
 
     def active_users(self, since: datetime, until: datetime) -> list[int]:
