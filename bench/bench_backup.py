@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from telegram import Bot
 
+from bot.adapter.outbox import TelegramOutbox
 from bot.runtime.backup_jobs import BackupJobs
 from core_tools.backup.crypto import encrypt_stream, new_identity
 from core_tools.backup.parts import PartReader, PartWriter
@@ -141,11 +142,11 @@ async def turns_during_backup(
     ):
         await time_turns(h, tg, llm, 0, None, 5)  # warm up
         idle = await time_turns(h, tg, llm, 100, None, turns)
-        jobs = BackupJobs(h.services)
         stop = asyncio.Event()
         async with Bot(TOKEN, base_url=tg.base_url) as bot:
+            jobs = BackupJobs(h.services, TelegramOutbox(bot, h.services.conversations.topics))
             start = time.perf_counter()
-            backup = asyncio.create_task(jobs.run(bot))
+            backup = asyncio.create_task(jobs.run())
             backup.add_done_callback(lambda _: stop.set())
             during = await time_turns(h, tg, llm, 1000, stop, turns)
             path = await backup

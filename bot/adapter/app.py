@@ -34,13 +34,12 @@ from bot.adapter.commands.schedules import register_schedule_handlers
 from bot.adapter.commands.usage import register_usage_handlers
 from bot.adapter.context import App, BotData, Ctx, bound
 from bot.adapter.groups import Access, addressed, is_group, turn_text
+from bot.adapter.jobs import register_backup_jobs, register_jobs
 from bot.adapter.media import register_media_handlers
 from bot.adapter.menu import publish
 from bot.adapter.telegram_http import AiohttpRequest
 from bot.adapter.topics import conversation_of, place_of
 from bot.config.settings import Settings
-from bot.runtime.backup_jobs import register_backup_jobs
-from bot.runtime.jobs import register_jobs
 from bot.runtime.leases import ChatLocks
 from bot.runtime.queue import Incoming
 from bot.runtime.runner import TurnRunner

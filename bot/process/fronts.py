@@ -31,11 +31,13 @@ def build_telegram(settings: Settings, adjust: Callable[[Services], None] | None
     `adjust` sees the services before anything else takes them (tests replace a part)."""
     from bot.adapter.app import Handlers, build_application, drive, telegram_bot
     from bot.adapter.context import BotData
+    from bot.adapter.jobs import JobQueueTimer, new_job_queue
     from bot.adapter.media import MediaHandlers
     from bot.adapter.notify import TelegramNotifier
+    from bot.adapter.outbox import TelegramOutbox
     from bot.adapter.outfiles import TelegramFiles
     from bot.runtime.backup_jobs import BackupJobs
-    from bot.runtime.schedule_jobs import ScheduleRunner, new_job_queue
+    from bot.runtime.schedule_jobs import ScheduleRunner, held_turn
 
     bot = telegram_bot(settings)
     job_queue = new_job_queue()
@@ -68,13 +70,16 @@ def build_telegram(settings: Settings, adjust: Callable[[Services], None] | None
     # The answer to a voice note is spoken too (bot/adapter/media.py): the media handlers share the runner.
     handlers = Handlers(services, speak=lambda bot, item, text: media.speak(bot, item, text))
     media = MediaHandlers(services, handlers.runner)
-    schedule_runner = ScheduleRunner(bot, job_queue, services, handlers.locks)
+    # Reminders, task answers and the owner's notices outside a turn; a task's turn waits for its chat.
+    outbox = TelegramOutbox(bot, services.conversations.topics)
+    task_turn = held_turn(services.agent, handlers.locks.hold)
+    schedule_runner = ScheduleRunner(services, outbox, task_turn, JobQueueTimer(job_queue))
     data = BotData(
         services=services,
         handlers=handlers,
         media=media,
         schedule_runner=schedule_runner,
-        backups=BackupJobs(services),
+        backups=BackupJobs(services, outbox),
         webapp=build_webapp(services),
     )
     app = build_application(data, bot, job_queue)

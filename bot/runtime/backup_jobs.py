@@ -1,7 +1,7 @@
 """Scheduled backups in the bot: taken at BACKUP_SCHEDULE (the owner's time zone) by one process (a job
 lease), in a worker process at low priority (core_tools/backup/worker.py); sent to the owner's private chat
-part by part (BACKUP_TO_TELEGRAM); drilled weekly (BACKUP_DRILL). The owner hears of a failure, and once
-that backups are not encrypted; nothing when all is well."""
+part by part through the front end's outbox (BACKUP_TO_TELEGRAM); drilled weekly (BACKUP_DRILL). The owner
+hears of a failure, and once that backups are not encrypted; nothing when all is well."""
 
 from __future__ import annotations
 
@@ -14,12 +14,10 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from cronsim import CronSim
-from telegram import Bot
-from telegram.error import BadRequest, Forbidden, RetryAfter, TelegramError
 
-from bot.adapter.context import App, Ctx
 from bot.config.settings import Settings
-from bot.runtime.jobs import Job, register_jobs
+from bot.runtime.jobs import Job
+from bot.runtime.outbox import Blocked, DeliveryFailed, Outbox, Refused, RetryLater
 from bot.runtime.services import Services
 from core_tools.backup.crypto import new_identity, recipient_strings
 from core_tools.backup.manifest import BackupError, read_manifest
@@ -34,7 +32,6 @@ CHECK_S = 30.0  # how often the schedule is looked at
 DRILL_EVERY = timedelta(days=7)
 SEND_TRIES = 4
 SEND_BACKOFF_S = 2.0  # then 4, 8 s
-UPLOAD_TIMEOUT_S = 600.0
 PLAIN_NOTICE = (
     "Backups are being taken, but not encrypted: BACKUP_AGE_RECIPIENTS is empty. Anyone who gets a backup "
     "file can read everything in it. Set it to your age public key (age-keygen) to encrypt them. "
@@ -43,10 +40,11 @@ PLAIN_NOTICE = (
 
 
 class BackupJobs:
-    """The scheduled backup, its upload and its drill."""
+    """The scheduled backup, its upload and its drill; the owner is told and sent files through `outbox`."""
 
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: Services, outbox: Outbox) -> None:
         self.services = services
+        self.outbox = outbox
         self.settings: Settings = services.settings
         self.folder = Path(self.settings.backup_dir)
         self.started = datetime.now(UTC)
@@ -110,7 +108,7 @@ class BackupJobs:
             log.info("deleted what unfinished backups or drills left: %s", ", ".join(gone))
         return gone
 
-    async def tick(self, context: Ctx) -> None:
+    async def tick(self) -> None:
         """The periodic check: take a backup when one is due (never two at once); the first one after the
         start deletes what killed runs left."""
         if not self.cleaned and not self.lock.locked():
@@ -118,9 +116,9 @@ class BackupJobs:
             await self.clean()
         if self.lock.locked() or not await asyncio.to_thread(self.due):
             return
-        await self.run(context.bot)
+        await self.run()
 
-    async def run(self, bot: Bot) -> Path | None:
+    async def run(self) -> Path | None:
         """Take a backup now, send it and drill it as the settings say; its manifest, or None (the owner
         was told why)."""
         async with self.lock:
@@ -144,64 +142,54 @@ class BackupJobs:
                 result = await run_worker("take", {"config": config.to_dict()})
             except BackupError as exc:
                 log.error("backup failed: %s", exc)
-                await self.tell_owner(bot, f"The backup failed: {exc}")
+                await self.tell_owner(f"The backup failed: {exc}")
                 return None
             manifest = Path(result["manifest"])
             log.info(
                 "backup %s written: %d part(s), %d bytes", result["name"], result["parts"], result["size"]
             )
             told = self._state().get("told_plain")
-            if not recipients and not told and await self.tell_owner(bot, PLAIN_NOTICE):
+            if not recipients and not told and await self.tell_owner(PLAIN_NOTICE):
                 self._save_state(told_plain=True)
             if self.settings.backup_to_telegram:
-                await self.send(bot, manifest)
+                await self.send(manifest)
             if drill:
-                await self.drill(bot, manifest, drill_keys)
+                await self.drill(manifest, drill_keys)
             return manifest
 
-    async def tell_owner(self, bot: Bot, text: str) -> bool:
+    async def tell_owner(self, text: str) -> bool:
         """A plain message to the owner's private chat; False when it could not be sent."""
         owner = self.settings.owner_id
         if owner is None:
             log.warning("no owner to tell: %s", text)
             return False
         try:
-            await bot.send_message(owner, text)
-        except TelegramError as exc:
+            await self.outbox.send(owner, text)
+        except DeliveryFailed as exc:
             log.warning("could not tell the owner (%s): %s", exc, text)
             return False
         return True
 
     # ------------------------------------------------------------------ off the machine
 
-    async def _upload(self, bot: Bot, chat_id: int, path: Path, caption: str) -> None:
-        data = await asyncio.to_thread(path.read_bytes)
+    async def _upload(self, chat_id: int, path: Path, caption: str) -> None:
         delay = self.backoff_s
         for attempt in range(1, SEND_TRIES + 1):
             try:
-                await bot.send_document(
-                    chat_id,
-                    document=data,
-                    filename=path.name,
-                    caption=caption,
-                    disable_content_type_detection=True,
-                    read_timeout=UPLOAD_TIMEOUT_S,
-                    write_timeout=UPLOAD_TIMEOUT_S,
-                )
+                await self.outbox.send_file(chat_id, path, caption)
                 return
-            except RetryAfter as exc:
-                wait = exc.retry_after
-                delay = wait.total_seconds() if isinstance(wait, timedelta) else float(wait)
-            except (BadRequest, Forbidden):
-                raise  # a request Telegram will never take (too big, blocked): no use trying again
-            except TelegramError as exc:
+            except RetryLater as exc:
+                delay = exc.seconds
+            except (Refused, Blocked):
+                raise  # a request the chat will never take (too big, blocked): no use trying again
+            except DeliveryFailed as exc:
                 log.warning("sending %s failed (try %d of %d): %s", path.name, attempt, SEND_TRIES, exc)
             if attempt < SEND_TRIES:
                 await asyncio.sleep(delay)
                 delay *= 2
-        raise TelegramError(f"it failed {SEND_TRIES} times")
+        raise DeliveryFailed(f"it failed {SEND_TRIES} times")
 
-    async def send(self, bot: Bot, manifest_path: Path) -> bool:
+    async def send(self, manifest_path: Path) -> bool:
         """Send the backup's parts, then its manifest, to the owner's private chat; the owner is told when
         a part could not be sent after retries. True when everything arrived."""
         owner = self.settings.owner_id
@@ -218,11 +206,10 @@ class BackupJobs:
         files.append((manifest_path, f"{manifest.name}: manifest (restore: python -m bot restore FOLDER)"))
         for path, caption in files:
             try:
-                await self._upload(bot, owner, path, caption)
-            except TelegramError as exc:
+                await self._upload(owner, path, caption)
+            except DeliveryFailed as exc:
                 log.error("backup %s: %s could not be sent: %s", manifest.name, path.name, exc)
                 await self.tell_owner(
-                    bot,
                     f"Backup {manifest.name} could not be sent to this chat: {path.name} failed ({exc}). "
                     f"It is kept on the server in {folder}.",
                 )
@@ -231,7 +218,7 @@ class BackupJobs:
 
     # ------------------------------------------------------------------ the drill
 
-    async def drill(self, bot: Bot, manifest_path: Path, identities: list[str] | None = None) -> bool:
+    async def drill(self, manifest_path: Path, identities: list[str] | None = None) -> bool:
         """Restore the backup into a temporary folder and compare; tell the owner only when it fails."""
         settings = self.settings
         # The drill's plaintext copy goes into a private folder beside the database, never into BACKUP_DIR.
@@ -252,23 +239,20 @@ class BackupJobs:
             return True
         log.error("restore drill of %s failed: %s", manifest_path.parent.name, result["problem"])
         await self.tell_owner(
-            bot,
             f"The weekly restore drill failed: backup {manifest_path.parent.name} did not restore: "
             f"{result['problem']}. Take a new backup (python -m bot backup) and check BACKUP_DIR.",
         )
         return False
 
-    async def drill_latest(self, bot: Bot) -> bool | None:
+    async def drill_latest(self) -> bool | None:
         """Drill the newest backup (plain: an encrypted one needs a key only the run that took it had)."""
         backups = await asyncio.to_thread(list_backups, self.folder)
         if not backups:
             return None
-        return await self.drill(bot, backups[-1][0])
+        return await self.drill(backups[-1][0])
 
-
-def register_backup_jobs(app: App, jobs: BackupJobs) -> None:
-    """The periodic backup check of `jobs` when BACKUP_SCHEDULE is set, in one process at a time (job
-    lease)."""
-    if not jobs.settings.backups_on or app.job_queue is None:
-        return
-    register_jobs(app, (Job("backup", timedelta(seconds=CHECK_S), CHECK_S, "backup", jobs.tick),))
+    def jobs(self) -> tuple[Job, ...]:
+        """The periodic backup check when BACKUP_SCHEDULE is set, in one process at a time (job lease)."""
+        if not self.settings.backups_on:
+            return ()
+        return (Job("backup", timedelta(seconds=CHECK_S), CHECK_S, "backup", self.tick),)

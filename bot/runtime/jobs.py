@@ -1,4 +1,6 @@
-"""The process's periodic and start-up jobs, registered from one table on PTB's JobQueue (APScheduler).
+"""The process's periodic and start-up jobs, in one table the front end registers on its clock (the Telegram
+adapter: PTB's JobQueue, APScheduler). A job is a plain coroutine function over the services and the front
+end's outbox (bot/runtime/outbox.py).
 
 A job with a lease runs in one process at a time across all that share the database (a job lease of
 db/runtime/store.py, held by whichever live process took it first). The reminders' jobs hold their lease
@@ -17,12 +19,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from telegram.error import TelegramError
-
-from bot.adapter.context import App, Ctx
 from bot.runtime.memory_check import TICK_S as MEMORY_CHECK_S
-from bot.runtime.memory_check import memory_check
-from bot.runtime.schedule_jobs import LOOK_S, SAFETY_INTERVAL_S
+from bot.runtime.memory_check import MemoryCheckJob
+from bot.runtime.outbox import DeliveryFailed, Outbox
+from bot.runtime.schedule_jobs import LOOK_S, SAFETY_INTERVAL_S, ScheduleRunner
+from bot.runtime.services import Services
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ class Job:
     every: timedelta | None
     first: float
     lease: str | None
-    run: Callable[[Ctx], Coroutine[Any, Any, None]]
+    run: Callable[[], Coroutine[Any, Any, None]]
 
 
 def rollover_notice(name: str, carried: str | None) -> str:
@@ -54,43 +55,37 @@ def rollover_notice(name: str, carried: str | None) -> str:
     return text
 
 
-async def rollover(context: Ctx) -> None:
+async def rollover(services: Services, outbox: Outbox) -> None:
     """Archive sessions past their boundary and tell their users (at start too, to catch up)."""
-    services = context.bot_data.services
     for result in await services.sessions.rollover_due():
-        place = services.conversations.topics.place(result.new.chat_id)  # a forum topic: that topic
-        try:
-            await context.bot.send_message(
-                place.chat_id,
-                rollover_notice(result.new.name, result.carried),
-                message_thread_id=place.thread_id,
-            )
-        except TelegramError as exc:
+        try:  # a forum topic's session: told in that topic
+            await outbox.send(result.new.chat_id, rollover_notice(result.new.name, result.carried))
+        except DeliveryFailed as exc:
             log.warning("could not tell chat %s about its new session: %s", result.new.chat_id, exc)
 
 
-async def expire_memories(context: Ctx) -> None:
+async def expire_memories(services: Services) -> None:
     """Delete mid/short memories past their TTL (recall hides them before that anyway)."""
-    removed = await context.bot_data.services.memory.delete_expired()
+    removed = await services.memory.delete_expired()
     if removed:
         log.info("removed %d expired memories", removed)
 
 
-async def prune(context: Ctx) -> None:
+async def prune(services: Services) -> None:
     """Forget processes dead long ago and Telegram update ids past the retry window."""
-    context.bot_data.services.replica.prune()
+    services.replica.prune()
 
 
-async def report_dead_code_jobs(context: Ctx) -> None:
+async def report_dead_code_jobs(services: Services) -> None:
     """Report background code jobs whose process died (another process of several, or this one's past)."""
-    await context.bot_data.services.code.recover()
+    await services.code.recover()
 
 
-async def reembed(context: Ctx) -> None:
+async def reembed(services: Services) -> None:
     """Embed memories stored without a vector, with another embedder or from another passage format (what
     a memory carries changed): REEMBED_BUDGET_S of work a run, every REEMBED_EVERY until a pass is complete
     (the embedder's own threads: turns go on; recall uses the old vectors of the same embedder meanwhile)."""
-    memory = context.bot_data.services.memory
+    memory = services.memory
     if memory.embedding.reindexed:
         return
     try:
@@ -102,60 +97,53 @@ async def reembed(context: Ctx) -> None:
         log.info("re-embedded %d memories", count)
 
 
-async def extraction_catch_up(context: Ctx) -> None:
+async def extraction_catch_up(services: Services) -> None:
     """Extract what sessions said before a restart cut their pending extraction."""
-    count = await context.bot_data.services.extractor.catch_up()
+    count = await services.extractor.catch_up()
     if count:
         log.info("scheduled memory extraction of %d sessions left from before the restart", count)
 
 
-async def reminders_startup(context: Ctx) -> None:
-    """The reminders at start: recover what a restart cut, deliver what is due (the lease holder only)."""
-    await context.bot_data.schedule_runner.startup_job(context)
+async def memory_check(services: Services, outbox: Outbox) -> None:
+    """The nightly self-check (it keeps nothing between runs: what is due is read from the stored checks)."""
+    await MemoryCheckJob(services, outbox).tick()
 
 
-async def reminders_look(context: Ctx) -> None:
-    """Re-arm for schedules another process created; a new holder of the lease recovers first."""
-    await context.bot_data.schedule_runner.look_job(context)
-
-
-async def reminders_safety(context: Ctx) -> None:
-    """The safety net: apply /timezone changes, deliver what is due even if a wake-up was missed."""
-    await context.bot_data.schedule_runner.safety_job(context)
-
-
-JOBS: tuple[Job, ...] = (
-    # Soon after start: a rollover due while the bot was down is caught up right away.
-    Job("session-rollover", timedelta(seconds=60), 1.0, "session-rollover", rollover),
-    Job("memory-expiry", timedelta(days=1), 30.0, "memory-expiry", expire_memories),
-    # Nightly per user (bot/runtime/memory_check.py looks every tick whether the night's check is due).
-    Job("memory-check", timedelta(seconds=MEMORY_CHECK_S), 120.0, "memory-check", memory_check),
-    Job("prune", timedelta(hours=1), 60.0, "prune", prune),
-    # A restarted process reports its own predecessor's code jobs at once (Services.start).
-    Job("code-jobs", timedelta(seconds=30), 30.0, "code-jobs", report_dead_code_jobs),
-    Job("memory-reembed", REEMBED_EVERY, 2.0, "memory-reembed", reembed),
-    Job("memory-extraction-catchup", None, 5.0, None, extraction_catch_up),
-    Job("schedule-startup", None, 0.0, None, reminders_startup),
-    Job("schedule-look", timedelta(seconds=LOOK_S), LOOK_S, None, reminders_look),
-    Job("schedule-safety", timedelta(seconds=SAFETY_INTERVAL_S), SAFETY_INTERVAL_S, None, reminders_safety),
-)
-
-
-def register_jobs(app: App, jobs: tuple[Job, ...] = JOBS) -> None:
-    """Register `jobs` on the application's JobQueue, each leased one wrapped to run in one process."""
-    jq = app.job_queue
-    if jq is None:
-        raise RuntimeError("python-telegram-bot was installed without its job-queue extra")
-    replica = app.bot_data.services.replica
-    for job in jobs:
-        run = job.run if job.lease is None else replica.exclusive(job.lease, job.run)
-        if job.every is None:
-            jq.run_once(run, when=job.first, name=job.name, job_kwargs={"misfire_grace_time": None})
-        else:
-            jq.run_repeating(
-                run,
-                interval=job.every,
-                first=job.first,
-                name=job.name,
-                job_kwargs={"misfire_grace_time": None, "coalesce": True},
-            )
+def runtime_jobs(services: Services, outbox: Outbox, reminders: ScheduleRunner) -> tuple[Job, ...]:
+    """The jobs of a process that serves chats: over its services, its outbox and its schedule runner
+    (`reminders`: recovering what a restart cut, re-arming for schedules other processes created, and the
+    safety net that applies /timezone changes and delivers what is due even if a wake-up was missed)."""
+    return (
+        # Soon after start: a rollover due while the bot was down is caught up right away.
+        Job(
+            "session-rollover",
+            timedelta(seconds=60),
+            1.0,
+            "session-rollover",
+            lambda: rollover(services, outbox),
+        ),
+        Job("memory-expiry", timedelta(days=1), 30.0, "memory-expiry", lambda: expire_memories(services)),
+        # Nightly per user (bot/runtime/memory_check.py looks every tick whether the night's check is due).
+        Job(
+            "memory-check",
+            timedelta(seconds=MEMORY_CHECK_S),
+            120.0,
+            "memory-check",
+            lambda: memory_check(services, outbox),
+        ),
+        Job("prune", timedelta(hours=1), 60.0, "prune", lambda: prune(services)),
+        # A restarted process reports its own predecessor's code jobs at once (Services.start).
+        Job("code-jobs", timedelta(seconds=30), 30.0, "code-jobs", lambda: report_dead_code_jobs(services)),
+        Job("memory-reembed", REEMBED_EVERY, 2.0, "memory-reembed", lambda: reembed(services)),
+        Job("memory-extraction-catchup", None, 5.0, None, lambda: extraction_catch_up(services)),
+        # The reminders' jobs hold their lease themselves (bot/runtime/schedule_jobs.py).
+        Job("schedule-startup", None, 0.0, None, reminders.startup_job),
+        Job("schedule-look", timedelta(seconds=LOOK_S), LOOK_S, None, reminders.look_job),
+        Job(
+            "schedule-safety",
+            timedelta(seconds=SAFETY_INTERVAL_S),
+            SAFETY_INTERVAL_S,
+            None,
+            reminders.safety_job,
+        ),
+    )

@@ -11,10 +11,7 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
-from telegram import Bot
-from telegram.error import TelegramError
-
-from bot.adapter.context import Ctx
+from bot.runtime.outbox import DeliveryFailed, Outbox
 from core_tools.memory.selfcheck import NIGHTLY_SAMPLE, THRESHOLD, MemorySelfCheck
 from db.engine import make_sessionmaker
 from db.memory_check import StoredCheck
@@ -58,10 +55,11 @@ def fall_notice(check: StoredCheck) -> str:
 
 
 class MemoryCheckJob:
-    """The job: check the users whose check is due, then tell the owner of new falls."""
+    """The job: check the users whose check is due, then tell the owner of new falls (through `outbox`)."""
 
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: Services, outbox: Outbox) -> None:
         self.services = services
+        self.outbox = outbox
         self.check = self_check(services)
 
     def _zone(self) -> tzinfo:
@@ -73,7 +71,7 @@ class MemoryCheckJob:
         except Exception:
             return UTC
 
-    async def tick(self, context: Ctx) -> None:
+    async def tick(self) -> None:
         """Check each user whose check is due (one after another), then tell the owner of new falls."""
         now = datetime.now(UTC)
         zone = self._zone()
@@ -87,9 +85,9 @@ class MemoryCheckJob:
                 log.exception("memory check of user %s failed", user_id)
                 continue
             log.info("memory check: %s", result.line())
-        await self.tell(context.bot)
+        await self.tell()
 
-    async def tell(self, bot: Bot) -> None:
+    async def tell(self) -> None:
         """Tell the owner of each fall below the threshold not told yet; a failed send is tried next tick."""
         owner = self.services.settings.owner_id
         falls = await self.check.falls_to_tell()
@@ -102,13 +100,8 @@ class MemoryCheckJob:
             return
         for check in falls:
             try:
-                await bot.send_message(owner, fall_notice(check))
-            except TelegramError as exc:
+                await self.outbox.send(owner, fall_notice(check))
+            except DeliveryFailed as exc:
                 log.warning("could not tell the owner of user %s's memory check: %s", check.user_id, exc)
                 continue
             await self.check.set_told(check.user_id, True)
-
-
-async def memory_check(context: Ctx) -> None:
-    """The periodic job (it keeps nothing between runs: what is due is read from the stored checks)."""
-    await MemoryCheckJob(context.bot_data.services).tick(context)

@@ -1,11 +1,12 @@
-"""Delivering reminders and scheduled tasks: the job-queue clock, sending with retries, task turns.
+"""Delivering reminders and scheduled tasks: the clock, sending with retries, task turns.
 
 The database is the truth (core_tools.schedule.delivery); this module only decides *when* to look. One
-job-queue job is armed for the earliest time anything is due (a schedule or a retry), re-armed after each
-look and when a schedule is created; a 30-second job is the safety net and applies /timezone changes.
-APScheduler skips a job later than its misfire grace (docs/design-notes.md, APScheduler): every job here has
-no grace limit, and what fell due while the bot was down is found at start, because it is still due in the
-database.
+wake-up is armed on the front end's timer for the earliest time anything is due (a schedule or a retry),
+re-armed after each look and when a schedule is created; a 30-second job is the safety net and applies
+/timezone changes. A wake-up runs late rather than never (the Telegram timer is a JobQueue job with no
+misfire grace: docs/design-notes.md, APScheduler), and what fell due while the bot was down is found at
+start, because it is still due in the database. Firings go out through the front end's outbox
+(bot/runtime/outbox.py); a task's turn runs through the `run_turn` the composition root gives.
 """
 
 from __future__ import annotations
@@ -13,21 +14,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
-from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup
-from telegram.error import BadRequest, Forbidden, RetryAfter, TelegramError
-from telegram.ext import Job, JobQueue
-
-from bot.adapter.context import Ctx
-from bot.adapter.render import render
-from bot.runtime.leases import ChatLocks
+from bot.runtime.outbox import Blocked, Buttons, DeliveryFailed, Outbox, Refused, RetryLater
 from bot.runtime.services import Services
-from core_tools.agent import TurnInput
+from core_tools.agent import Agent, TurnInput, TurnResult
 from core_tools.errors import BudgetExceeded, TaskBudgetExceeded
 from core_tools.schedule.delivery import FAILURES_BEFORE_PAUSE
 from core_tools.schedule.service import ScheduleService
@@ -53,16 +48,22 @@ LATE_NOTE_AFTER = timedelta(minutes=1)
 LIMIT_MARK = "monthly limit: "
 
 
-def reminder_keyboard(firing_id: int) -> InlineKeyboardMarkup:
-    """The buttons under a fired reminder."""
-    return InlineKeyboardMarkup(
-        [
-            [
-                InlineKeyboardButton("Snooze 10 min", callback_data=f"sch:s10:{firing_id}"),
-                InlineKeyboardButton("Snooze 1 h", callback_data=f"sch:s60:{firing_id}"),
-            ],
-            [InlineKeyboardButton("Done", callback_data=f"sch:done:{firing_id}")],
-        ]
+# A task's turn in its chat (TurnInput -> TurnResult), streaming nothing: its answer is delivered as a firing.
+RunTurn = Callable[[TurnInput], Awaitable[TurnResult]]
+
+
+class Timer(Protocol):
+    """The front end's clock for one-off wake-ups (the Telegram adapter's is PTB's JobQueue)."""
+
+    def call_in(self, delay: float, run: Callable[[], Awaitable[None]]) -> Callable[[], None]:
+        """Run `run` once, `delay` seconds from now (late rather than never); what cancels it."""
+
+
+def reminder_buttons(firing_id: int) -> Buttons:
+    """The buttons under a fired reminder (/reminders' button handlers answer them)."""
+    return (
+        (("Snooze 10 min", f"sch:s10:{firing_id}"), ("Snooze 1 h", f"sch:s60:{firing_id}")),
+        (("Done", f"sch:done:{firing_id}"),),
     )
 
 
@@ -74,6 +75,16 @@ class _QuietSink:
 
     async def status(self, line: str) -> None:
         return None
+
+
+def held_turn(agent: Agent, hold: Callable[[int], AbstractAsyncContextManager[None]]) -> RunTurn:
+    """A task's turn run by the agent while holding its chat (`hold`): it waits for it like a message."""
+
+    async def run(turn: TurnInput) -> TurnResult:
+        async with hold(turn.chat_id):
+            return await agent.run_turn(turn, _QuietSink())
+
+    return run
 
 
 def firing_notes(service: ScheduleService, f: FiringRow) -> list[str]:
@@ -115,11 +126,9 @@ def failure_text(f: FiringRow, reason: str, paused: bool) -> str:
     return text
 
 
-def resume_keyboard(schedule_id: int) -> InlineKeyboardMarkup:
+def resume_buttons(schedule_id: int) -> Buttons:
     """The Resume button under the notice that a task was paused (the one /reminders shows)."""
-    return InlineKeyboardMarkup(
-        [[InlineKeyboardButton(f"Resume #{schedule_id}", callback_data=f"sch:resume:{schedule_id}")]]
-    )
+    return (((f"Resume #{schedule_id}", f"sch:resume:{schedule_id}"),),)
 
 
 def anomaly_text(f: FiringRow, anomaly: CostAnomaly) -> str:
@@ -141,11 +150,9 @@ class TaskOutcome:
     paused: str | None = None
 
 
-async def run_task(
-    services: Services, f: FiringRow, hold: Callable[[int], AbstractAsyncContextManager[None]]
-) -> TaskOutcome:
-    """Run a task's turn (caps and the task's own monthly limit checked first, accounted as `scheduled`
-    and to the task) while holding its chat (`hold`); a run far costlier than usual pauses the task."""
+async def run_task(services: Services, f: FiringRow, run_turn: RunTurn) -> TaskOutcome:
+    """Run a task's turn through `run_turn` (caps and the task's own monthly limit checked first, accounted
+    as `scheduled` and to the task); a run far costlier than usual pauses the task."""
     service = services.schedules.service
     service.mark_sending([f.id])
     schedule = service.store.get(f.schedule_id)
@@ -162,8 +169,7 @@ async def run_task(
                 chat_type=f.chat_type,
                 purpose="scheduled",
             )
-            async with hold(f.chat_id):  # a task's turn waits for the chat like a message
-                result = await services.agent.run_turn(turn, _QuietSink())
+            result = await run_turn(turn)
     except asyncio.CancelledError:
         raise
     except TaskBudgetExceeded as exc:
@@ -202,30 +208,22 @@ def _pause_if_costly(services: Services, f: FiringRow) -> str | None:
     return anomaly_text(f, anomaly)
 
 
-def _retry_seconds(exc: RetryAfter) -> float:
-    ra = exc.retry_after
-    return float(ra) if isinstance(ra, int | float) else ra.total_seconds()
-
-
-def new_job_queue() -> JobQueue[Ctx]:
-    """The application's job queue, made before it (the schedule runner arms its jobs on it)."""
-    return JobQueue()
-
-
 class ScheduleRunner:
-    """Fires due schedules and delivers their firings through the Bot API."""
+    """Fires due schedules and delivers their firings through the front end's outbox."""
 
-    def __init__(self, bot: Bot, job_queue: JobQueue[Ctx], services: Services, locks: ChatLocks) -> None:
-        """`job_queue` is the application's (it runs once the application does)."""
-        self.bot = bot
-        self.job_queue = job_queue
+    def __init__(self, services: Services, outbox: Outbox, run_turn: RunTurn, timer: Timer) -> None:
+        """`run_turn` runs a task's turn in its chat; `timer` arms the wake-ups (the application's job queue,
+        which runs them once the application does)."""
         self.services = services
-        self.locks = locks
+        self.outbox = outbox
+        self.run_turn = run_turn
+        self.timer = timer
         self.service: ScheduleService = services.schedules.service
         self.in_flight: set[int] = set()
         self._lock = asyncio.Lock()
-        self._job: Job[Any] | None = None
-        self._armed_for: float | None = None  # the loop time the armed job runs at
+        self._cancel: Callable[[], None] | None = None  # cancels the armed wake-up
+        self._armed_for: float | None = None  # the loop time the armed wake-up runs at
+        self._closed = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._send_slots = asyncio.Semaphore(SEND_CONCURRENCY)
 
@@ -236,40 +234,37 @@ class ScheduleRunner:
         self.arm(self.service.next_wake())
 
     def arm(self, when: datetime | None) -> None:
-        """Make sure a look happens at `when` (or sooner); one job at a time is armed."""
-        jq = self.job_queue
-        if when is None:
+        """Make sure a look happens at `when` (or sooner); one wake-up at a time is armed."""
+        if when is None or self._closed:
             return
-        # Compared on the event loop's monotonic clock: a jump of the wall clock cannot strand the job.
+        # Compared on the event loop's monotonic clock: a jump of the wall clock cannot strand the wake-up.
         delay = min(max(0.0, (when - self.service.clock()).total_seconds()), MAX_WAIT_S)
         target = asyncio.get_running_loop().time() + delay
-        if self._job is not None and self._armed_for is not None and self._armed_for <= target:
+        if self._cancel is not None and self._armed_for is not None and self._armed_for <= target:
             return
-        if self._job is not None:
-            self._job.schedule_removal()
-        self._job = jq.run_once(
-            self._tick_job, when=delay, name="schedule-tick", job_kwargs={"misfire_grace_time": None}
-        )
+        if self._cancel is not None:
+            self._cancel()
+        self._cancel = self.timer.call_in(delay, self._tick_job)
         self._armed_for = target
 
     def _leading(self) -> tuple[bool, bool]:
         """(this process fires the schedules now, it has just taken that over: recover first)."""
         return self.services.replica.holds_job(LEASE)
 
-    async def startup_job(self, context: Ctx) -> None:
+    async def startup_job(self) -> None:
         """At start (bot/runtime/jobs.py): recover and deliver, when this process holds the reminders."""
         if self._leading()[0]:
             await self.startup()
 
-    async def _tick_job(self, context: Ctx) -> None:
-        self._job, self._armed_for = None, None
+    async def _tick_job(self) -> None:
+        self._cancel, self._armed_for = None, None
         held, fresh = self._leading()
         if fresh:
             await self.startup()  # the process that held it died: its cut deliveries are recovered
         elif held:
             await self.tick()
 
-    async def look_job(self, context: Ctx) -> None:
+    async def look_job(self) -> None:
         """Every LOOK_S: re-arm for schedules other processes created; a new holder recovers first."""
         held, fresh = self._leading()
         if fresh:
@@ -277,7 +272,7 @@ class ScheduleRunner:
         elif held:
             self.arm(self.service.next_wake())
 
-    async def safety_job(self, context: Ctx) -> None:
+    async def safety_job(self) -> None:
         """Every SAFETY_INTERVAL_S: apply /timezone changes and deliver what is due."""
         held, fresh = self._leading()
         if fresh:
@@ -359,9 +354,21 @@ class ScheduleRunner:
         task.add_done_callback(self._tasks.discard)
 
     async def drain(self) -> None:
-        """Wait for running task firings (tests, shutdown)."""
+        """Wait for running task firings (tests)."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def aclose(self) -> None:
+        """At shutdown: disarm, and cut the task turns still running (the next start reports their firings,
+        as after a crash); nothing is armed from here on."""
+        self._closed = True
+        if self._cancel is not None:
+            self._cancel()
+            self._cancel, self._armed_for = None, None
+        running = list(self._tasks)
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
 
     # ------------------------------------------------------------------ sending
 
@@ -383,50 +390,22 @@ class ScheduleRunner:
     async def _deliver(self, f: FiringRow) -> tuple[int, dict[str, Any]] | None:
         """Send one firing; returns the row values of its outcome."""
         text = firing_text(self.service, f)
-        if f.kind == "task":
-            parts = render(text)
-            markup = None
-        else:
-            parts = []
-            markup = reminder_keyboard(f.id)
+        task = f.kind == "task"  # a task's answer is the model's Markdown; a reminder has its buttons
+        buttons = () if task else reminder_buttons(f.id)
         attempts = f.attempts + 1
-        place = self.services.conversations.topics.place(f.chat_id)  # set in a forum topic: sent there
-        thread = place.thread_id
         try:
-            async with self._send_slots:
-                if parts:
-                    first: int | None = None
-                    for part in parts:
-                        try:
-                            msg = await self.bot.send_message(
-                                place.chat_id,
-                                part.text,
-                                entities=part.entities or None,
-                                message_thread_id=thread,
-                            )
-                        except BadRequest as exc:
-                            if not part.entities or "entit" not in str(exc).lower():
-                                raise
-                            msg = await self.bot.send_message(
-                                place.chat_id, part.text, message_thread_id=thread
-                            )
-                        first = first or msg.message_id
-                    message_id = first
-                else:
-                    msg = await self.bot.send_message(
-                        place.chat_id, text, reply_markup=markup, message_thread_id=thread
-                    )
-                    message_id = msg.message_id
-        except Forbidden as exc:
+            async with self._send_slots:  # set in a forum topic: the outbox sends it there
+                message_id = await self.outbox.send(f.chat_id, text, markdown=task, buttons=buttons)
+        except Blocked as exc:
             # The user blocked the bot (or it left the group): pause instead of failing every occurrence.
             self.service.pause_chat(f.chat_id, "blocked")
             return f.id, self.service.outcome_failed(attempts, f"forbidden: {exc}")
-        except RetryAfter as exc:
-            return f.id, self.service.outcome_retry(attempts, str(exc), _retry_seconds(exc))
-        except BadRequest as exc:
+        except RetryLater as exc:
+            return f.id, self.service.outcome_retry(attempts, str(exc), exc.seconds)
+        except Refused as exc:
             log.warning("firing %s to chat %s refused: %s", f.id, f.chat_id, exc)
             return f.id, self.service.outcome_failed(attempts, str(exc))
-        except TelegramError as exc:  # network trouble, timeouts, 5xx: try again after a backoff
+        except DeliveryFailed as exc:  # network trouble, timeouts, 5xx: try again after a backoff
             log.warning("firing %s to chat %s failed (try %d): %s", f.id, f.chat_id, attempts, exc)
             return f.id, self.service.outcome_retry(attempts, str(exc))
         return f.id, self.service.outcome_sent(message_id)
@@ -435,7 +414,7 @@ class ScheduleRunner:
 
     async def _task_firing(self, f: FiringRow) -> None:
         try:
-            outcome = await run_task(self.services, f, self.locks.hold)
+            outcome = await run_task(self.services, f, self.run_turn)
             if outcome.notice is not None:
                 await self._tell(f.chat_id, outcome.notice)
             if outcome.answer is None:
@@ -444,7 +423,7 @@ class ScheduleRunner:
             if result is not None:
                 self.service.record([result])
             if outcome.paused is not None:
-                await self._tell(f.chat_id, outcome.paused, resume_keyboard(f.schedule_id))
+                await self._tell(f.chat_id, outcome.paused, resume_buttons(f.schedule_id))
         except Exception:
             log.exception("scheduled task firing %s failed", f.id)
             self.service.record([(f.id, self.service.outcome_failed(f.attempts + 1, "internal error"))])
@@ -452,13 +431,10 @@ class ScheduleRunner:
             self.in_flight.discard(f.id)
         self.arm(self.service.next_wake())
 
-    async def _tell(self, chat_id: int, text: str, markup: InlineKeyboardMarkup | None = None) -> None:
-        place = self.services.conversations.topics.place(chat_id)
+    async def _tell(self, chat_id: int, text: str, buttons: Buttons = ()) -> None:
         try:
-            await self.bot.send_message(
-                place.chat_id, text, message_thread_id=place.thread_id, reply_markup=markup
-            )
-        except Forbidden:
+            await self.outbox.send(chat_id, text, buttons=buttons)
+        except Blocked:
             self.service.pause_chat(chat_id, "blocked")
-        except TelegramError as exc:
+        except DeliveryFailed as exc:
             log.warning("could not tell chat %s about a scheduled task: %s", chat_id, exc)

@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
-from bot.runtime.schedule_jobs import LEASE, LOOK_S, firing_text, run_task
+from bot.runtime.schedule_jobs import LEASE, LOOK_S, firing_text, held_turn, run_task
 from bot.runtime.services import Services
 from core_tools.types import OutputFile
 from db.schedules import FiringRow
@@ -32,7 +32,7 @@ TAKEN_BACK = "(No Telegram bot holds the reminders any more: they are shown here
 
 
 class Notices(Protocol):
-    """Where the terminal shows something that arrives on its own (bot.terminal.chat.Console)."""
+    """Where the terminal shows something that arrives on its own (bot.terminal.console.Console)."""
 
     def notice(self, text: str) -> None:
         """Show `text` on lines of its own."""
@@ -119,7 +119,7 @@ class TerminalReminders:
         self.me = services.replica.id
         self.chat_id = chat_id
         self.out = out
-        self.hold = hold
+        self.run_turn = held_turn(services.agent, hold)  # a task's turn waits for the chat
         self.delivering: bool | None = None  # None until the first look
         self._stopping = False
         self._woken = woken
@@ -198,7 +198,7 @@ class TerminalReminders:
 
     async def _task_firing(self, f: FiringRow) -> None:
         try:
-            outcome = await run_task(self.services, f, self.hold)
+            outcome = await run_task(self.services, f, self.run_turn)
             if outcome.notice is not None:
                 self.out.notice(outcome.notice)
             if outcome.answer is not None:

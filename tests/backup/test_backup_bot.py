@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import BigInteger, Integer, MetaData, inspect, select
 from telegram import Bot
 
+from bot.adapter.outbox import TelegramOutbox
 from bot.runtime.backup_jobs import SEND_TRIES, BackupJobs
 from core_tools.backup.crypto import load_identities, new_identity
 from core_tools.backup.restore import Target, restore
@@ -67,9 +68,9 @@ async def test_backup_while_turns_are_written_goes_through_senddocument_and_rest
             tg.push_text(FRIEND, f"friend message {n}")
         await llm.wait_for_requests(2)
         tg.fail_next("sendDocument", times=2, error="server_error")  # retried, then it goes through
-        jobs = BackupJobs(h.services)
         async with Bot(TOKEN, base_url=tg.base_url) as bot:
-            manifest_path = await jobs.run(bot)
+            jobs = BackupJobs(h.services, TelegramOutbox(bot, h.services.conversations.topics))
+            manifest_path = await jobs.run()
         assert manifest_path is not None
         for n in range(10):
             await h.final_text(OWNER, f"owner message {n}"[-12:])
@@ -124,10 +125,10 @@ async def test_a_failed_upload_is_reported_and_a_damaged_backup_fails_the_drill(
         backup_schedule="30 3 * * *",
     ) as h:
         tg.fail_next("sendDocument", times=20, error="server_error")
-        jobs = BackupJobs(h.services)
-        jobs.backoff_s = 0.01  # the retries' first wait, shortened for the test
         async with Bot(TOKEN, base_url=tg.base_url) as bot:
-            path = await jobs.run(bot)
+            jobs = BackupJobs(h.services, TelegramOutbox(bot, h.services.conversations.topics))
+            jobs.backoff_s = 0.01  # the retries' first wait, shortened for the test
+            path = await jobs.run()
             assert path is not None
             texts = tg.sent_texts(OWNER)
             assert any("not encrypted" in t for t in texts)  # told once that backups are plain
@@ -142,7 +143,7 @@ async def test_a_failed_upload_is_reported_and_a_damaged_backup_fails_the_drill(
             part = path.parent / manifest["parts"][1]["name"]
             good = part.read_bytes()
             part.write_bytes(bytes([good[0] ^ 0xFF]) + good[1:])
-            assert await jobs.drill_latest(bot) is False
+            assert await jobs.drill_latest() is False
         told = tg.sent_texts(OWNER)[-1]
         assert "The weekly restore drill failed" in told and "part 2" in told and "corrupted" in told
         assert sum("not encrypted" in t for t in tg.sent_texts(OWNER)) == 1
@@ -163,7 +164,7 @@ def test_the_schedule_is_due_once_its_time_has_passed(tmp_path: Path) -> None:
         )
         conversations = Conversations()
 
-    jobs = BackupJobs(Services())  # type: ignore[arg-type]
+    jobs = BackupJobs(Services(), TelegramOutbox(Bot("1:x"), None))  # type: ignore[arg-type]
     jobs.started = datetime(2026, 1, 1, 18, 0, tzinfo=UTC)  # 03:00 on Jan 2 in Tokyo
     assert not jobs.due(jobs.started + timedelta(minutes=29))
     assert jobs.due(jobs.started + timedelta(minutes=30))  # 03:30 in the owner's zone

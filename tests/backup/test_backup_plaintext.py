@@ -16,11 +16,11 @@ import sys
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from telegram import Bot
 
+from bot.adapter.outbox import TelegramOutbox
 from bot.runtime.backup_jobs import BackupJobs
 from core_tools.backup.crypto import identity_from, new_identity
 from core_tools.backup.restore import drill
@@ -214,9 +214,9 @@ async def test_the_bots_drill_unpacks_outside_backup_dir_and_deletes_old_leftove
             backup_dir=config.backup_dir,
         )
 
-    jobs = BackupJobs(Services())  # type: ignore[arg-type]
     bot = Bot("1:x", base_url="http://127.0.0.1:9/bot")  # a good drill tells nobody
-    assert await jobs.drill(bot, path, [secret]) is True
+    jobs = BackupJobs(Services(), TelegramOutbox(bot, None))  # type: ignore[arg-type]
+    assert await jobs.drill(path, [secret]) is True
     assert plaintext_databases(backups) == []
     assert not list(backups.glob(".drill-*")) and scratch_folders(live_db.parent) == []
 
@@ -250,9 +250,10 @@ async def test_the_bots_first_backup_check_deletes_what_killed_runs_left(
             backup_dir=config.backup_dir,
         )
 
-    jobs = BackupJobs(Services())  # type: ignore[arg-type]
+    bot = Bot("1:x", base_url="http://127.0.0.1:9/bot")  # nothing is due: nobody is told
+    jobs = BackupJobs(Services(), TelegramOutbox(bot, None))  # type: ignore[arg-type]
     try:
-        await jobs.tick(SimpleNamespace(bot=None))  # type: ignore[arg-type]  # no backup is due
+        await jobs.tick()  # no backup is due
         assert not any(path.parent.exists() for path in left)
         assert held.is_dir() and plaintext_databases(backups) == []
     finally:
