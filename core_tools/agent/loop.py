@@ -14,10 +14,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from core_tools.agent.history import build_history
 from core_tools.agent.turn import (
     AgentConfig,
-    ContextProvider,
+    PromptContext,
     TurnBudget,
     TurnControl,
     TurnInput,
+    TurnObserver,
     TurnResult,
     TurnSink,
 )
@@ -48,10 +49,11 @@ class Agent:
         registry: ToolRegistry,
         conversations: Conversations,
         config: AgentConfig | None = None,
-        context_providers: Sequence[ContextProvider] = (),
+        context: Sequence[PromptContext] = (),
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         budget: TurnBudget | None = None,
-        private_context_providers: Sequence[ContextProvider] = (),
+        private_context: Sequence[PromptContext] = (),
+        private_turn_observers: Sequence[TurnObserver] = (),
         media: MediaService | None = None,
         cost_of: CostOf | None = None,
         approvals: ApprovalGate | None = None,
@@ -63,9 +65,12 @@ class Agent:
         self.registry = registry
         self.conversations = conversations
         self.config = config or AgentConfig()
-        self.context_providers = list(context_providers)
-        # Sections built from the user's private data (memories): used in private chats only.
-        self.private_context_providers = list(private_context_providers)
+        # The system prompt's sections: `context` in every chat; `private_context`, built from the user's
+        # private data (memories), and the observers of a turn's message (memory extraction) in private
+        # chats only: a group's prompt never shows the user's memories, its messages never become them.
+        self.context = list(context)
+        self.private_context = list(private_context)
+        self.private_turn_observers = list(private_turn_observers)
         self.clock = clock
         self.budget = budget
 
@@ -79,18 +84,27 @@ class Agent:
     async def _system(self, turn: TurnInput, session_id: str, tally: TurnTally) -> ChatMessage:
         tz, tz_name = self._timezone(turn.user_id)
         sections: list[str] = []
-        providers = self.context_providers + (self.private_context_providers if turn.private else [])
-        for provider in providers:
+        for context in self.context + (self.private_context if turn.private else []):
             try:
-                section = await provider(turn.user_id, session_id, turn.all_text)
-            except Exception:  # context is a bonus: a failing provider must not stop the turn
-                log.exception("context provider failed")
+                section = await context.section(turn.user_id, session_id, turn.all_text)
+            except Exception:  # context is a bonus: a failing section must not stop the turn
+                log.exception("prompt context %s failed", type(context).__name__)
                 continue
             if isinstance(section, PromptSection):
                 tally.add_memories(section.memories)
                 section = section.text
             sections.append(section)
         return ChatMessage("system", system_prompt(self.clock().astimezone(tz), tz_name, sections))
+
+    def _observe(self, turn: TurnInput, session_id: str) -> None:
+        """Show a private turn's message to its observers (memory extraction), each on its own."""
+        if not turn.private:
+            return
+        for observer in self.private_turn_observers:
+            try:
+                observer(turn.user_id, session_id, turn.all_text)
+            except Exception:  # like a prompt section: a failing observer must not stop the turn
+                log.exception("turn observer failed")
 
     async def run_turn(
         self, turn: TurnInput, sink: TurnSink, control: TurnControl | None = None
@@ -223,6 +237,7 @@ class Agent:
         user_msg_id = ids[0]
         tally = TurnTally(self.cost_of)
         system = await self._system(turn, session_id, tally)
+        self._observe(turn, session_id)
 
         async def on_delta(partial: str) -> None:
             control.partial = partial  # what a stop keeps

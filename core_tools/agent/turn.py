@@ -1,6 +1,6 @@
 """A turn's shapes: what comes in (TurnInput), what goes out (TurnResult), how a front end follows and
 stops it (TurnSink, TurnControl), and the bounds and hooks the loop is given (AgentConfig, TurnBudget,
-ContextProvider)."""
+PromptContext, TurnObserver)."""
 
 from __future__ import annotations
 
@@ -38,11 +38,20 @@ class TurnBudget(Protocol):
         """Count a turn whose tool use was stopped (chain_limit, repeat_guard, budget)."""
 
 
-class ContextProvider(Protocol):
-    """Adds a section to the system prompt for a turn (memories, for example); a PromptSection also says
-    which memories it put there (the turn's "why this answer")."""
+class PromptContext(Protocol):
+    """A section of a turn's system prompt (the previous session's summary: core_tools/sessions.py; the
+    recalled memories: core_tools/memory/prompt.py); "" adds none. A PromptSection also says which memories
+    it put there (the turn's "why this answer"). Built once by the composition root and given to the Agent,
+    which asks each at a turn's start with the turn's user, session and text (every message of a burst)."""
 
-    async def __call__(self, user_id: int, session_id: str, message: str) -> str | PromptSection: ...
+    async def section(self, user_id: int, session_id: str, message: str) -> str | PromptSection: ...
+
+
+class TurnObserver(Protocol):
+    """Told of a private turn's user message at the turn's start, once its system prompt is built (memory
+    extraction: core_tools/memory/extract.py, `MemoryExtractor.note_turn`); its return value is ignored."""
+
+    def __call__(self, user_id: int, session_id: str, message: str) -> None: ...
 
 
 @dataclass
