@@ -25,8 +25,8 @@ CostOf = Callable[[LLMCallRecord], float | None]
 
 @dataclass(frozen=True)
 class PromptSection:
-    """A context provider's section of the system prompt, with the memories it put there (a provider may
-    also return plain text: no memories)."""
+    """A prompt context's section of the system prompt (core_tools/agent/turn.py, PromptContext), with the
+    memories it put there (a prompt context may also return plain text: no memories)."""
 
     text: str
     memories: tuple[RecalledMemory, ...] = ()
