@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import case, func, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from db.models import LLMCall
-from db.usage import USAGE_SUMS, ModelUsage, usage_of
+from db.usage import ModelUsage, usage_of, usage_sums
 
 PURPOSE = "scheduled"  # what the sums are labelled as (they may hold a task's "final" calls too)
 
@@ -30,18 +30,8 @@ class RunUsage:
 
 
 def _sums() -> tuple[Any, ...]:
-    """The model and ModelUsage's sums (labelled as db/usage.py's USAGE_SUMS)."""
-    sums = (
-        func.count(),
-        func.coalesce(func.sum(LLMCall.prompt_tokens), 0),
-        func.coalesce(func.sum(LLMCall.completion_tokens), 0),
-        func.coalesce(func.sum(LLMCall.cached_tokens), 0),
-        func.coalesce(func.sum(case((LLMCall.tokens_estimated, 1), else_=0)), 0),
-        func.coalesce(func.sum(case((LLMCall.error.is_not(None), 1), else_=0)), 0),
-        func.coalesce(func.sum(LLMCall.duration_ms), 0),
-        func.coalesce(func.sum(LLMCall.audio_seconds), 0),
-    )
-    return (LLMCall.model, *(c.label(k) for c, k in zip(sums, USAGE_SUMS, strict=True)))
+    """The model and ModelUsage's sums (db/usage.py's: a request the user stopped is not a failure)."""
+    return (LLMCall.model, *usage_sums())
 
 
 class TaskCosts:

@@ -170,8 +170,9 @@ def usage_of(row: Row[Any], purpose: str | None = None) -> ModelUsage:
     )
 
 
-def _sums() -> tuple[Any, ...]:
-    """ModelUsage's sums: requests, tokens, estimated, failed, time, audio (labelled as USAGE_SUMS)."""
+def usage_sums() -> tuple[Any, ...]:
+    """ModelUsage's sums of LLM calls: requests, tokens, estimated, failed, time, audio (labelled as
+    USAGE_SUMS); the usage report's and a task run's (db/task_costs.py)."""
     columns = (
         func.count(),
         func.coalesce(func.sum(LLMCall.prompt_tokens), 0),
@@ -203,7 +204,7 @@ class UsageQueries:
             select(
                 LLMCall.purpose,
                 LLMCall.model,
-                *_sums(),
+                *usage_sums(),
             )
             .where(LLMCall.created_at >= since, LLMCall.created_at < until)
             .group_by(LLMCall.purpose, LLMCall.model)
@@ -229,7 +230,7 @@ class UsageQueries:
                 day,
                 LLMCall.purpose,
                 LLMCall.model,
-                *_sums(),
+                *usage_sums(),
             )
             .where(
                 LLMCall.user_id == user_id,
