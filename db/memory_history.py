@@ -143,28 +143,24 @@ class SaidMessage:
     created_at: datetime
 
 
-def _said(r: Any) -> SaidMessage:  # a Row of the selects below
+_SAID = select(Message.id, Message.role, Message.content, Message.tool_name, Message.created_at)
+
+
+def _said(r: Any) -> SaidMessage:  # a Row of _SAID
     return SaidMessage(int(r.id), str(r.role), str(r.content or ""), r.tool_name, r.created_at)
 
 
 def messages_after(s: Session, session_id: str, after_id: int, limit: int = 200) -> list[SaidMessage]:
     """The session's messages after `after_id`, oldest first, with their times."""
     rows = s.execute(
-        select(Message.id, Message.role, Message.content, Message.tool_name, Message.created_at)
-        .where(Message.session_id == session_id, Message.id > after_id)
-        .order_by(Message.id)
-        .limit(limit)
+        _SAID.where(Message.session_id == session_id, Message.id > after_id).order_by(Message.id).limit(limit)
     ).all()
     return [_said(r) for r in rows]
 
 
 def message_at(s: Session, session_id: str, message_id: int) -> SaidMessage | None:
     """The session's message with this id (None: none, or 0)."""
-    r = s.execute(
-        select(Message.id, Message.role, Message.content, Message.tool_name, Message.created_at).where(
-            Message.session_id == session_id, Message.id == message_id
-        )
-    ).first()
+    r = s.execute(_SAID.where(Message.session_id == session_id, Message.id == message_id)).first()
     return None if r is None else _said(r)
 
 

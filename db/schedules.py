@@ -80,6 +80,9 @@ _ADVANCE = (
     )
 )
 
+# Firings with their schedule, filtered by the caller.
+_WITH_SCHEDULE = select(ScheduleFiring, Schedule).join(Schedule, Schedule.id == ScheduleFiring.schedule_id)
+
 
 def _row(s: Schedule) -> ScheduleRow:
     return ScheduleRow(**{f: getattr(s, f) for f in _SCHEDULE_FIELDS})
@@ -307,9 +310,7 @@ class Schedules:
         skip = list(exclude)
         with self._sessions() as s:
             q = (
-                select(ScheduleFiring, Schedule)
-                .join(Schedule, Schedule.id == ScheduleFiring.schedule_id)
-                .where(ScheduleFiring.status == "due", ScheduleFiring.not_before <= now)
+                _WITH_SCHEDULE.where(ScheduleFiring.status == "due", ScheduleFiring.not_before <= now)
                 .order_by(ScheduleFiring.not_before)
                 .limit(limit + len(skip))
             )
@@ -356,11 +357,7 @@ class Schedules:
     def firings_in(self, status: str) -> list[FiringRow]:
         """Every firing in one status (at start: the ones cut by a restart while sending)."""
         with self._sessions() as s:
-            q = (
-                select(ScheduleFiring, Schedule)
-                .join(Schedule, Schedule.id == ScheduleFiring.schedule_id)
-                .where(ScheduleFiring.status == status)
-            )
+            q = _WITH_SCHEDULE.where(ScheduleFiring.status == status)
             return [_firing(f, sched) for f, sched in s.execute(q)]
 
     def cancel_pending(self, schedule_ids: Sequence[int] | None = None, chat_id: int | None = None) -> int:
@@ -388,10 +385,5 @@ class Schedules:
     def firings_of(self, schedule_id: int) -> list[FiringRow]:
         """Every firing of one schedule, oldest first."""
         with self._sessions() as s:
-            q = (
-                select(ScheduleFiring, Schedule)
-                .join(Schedule, Schedule.id == ScheduleFiring.schedule_id)
-                .where(ScheduleFiring.schedule_id == schedule_id)
-                .order_by(ScheduleFiring.id)
-            )
+            q = _WITH_SCHEDULE.where(ScheduleFiring.schedule_id == schedule_id).order_by(ScheduleFiring.id)
             return [_firing(f, sched) for f, sched in s.execute(q)]

@@ -34,6 +34,12 @@ def _sums() -> tuple[Any, ...]:
     return (LLMCall.model, *usage_sums())
 
 
+# The sums of task runs (firings) per model, filtered by the caller.
+_RUN_SUMS = select(LLMCall.firing_id, LLMCall.schedule_id, *_sums()).group_by(
+    LLMCall.firing_id, LLMCall.schedule_id, LLMCall.model
+)
+
+
 class TaskCosts:
     """Reads the LLM-call sums of scheduled tasks."""
 
@@ -86,11 +92,7 @@ class TaskCosts:
             ids = [int(v) for v in s.scalars(latest) if v is not None]
             if not ids:
                 return []
-            q = (
-                select(LLMCall.firing_id, LLMCall.schedule_id, *_sums())
-                .where(LLMCall.firing_id.in_(ids))
-                .group_by(LLMCall.firing_id, LLMCall.schedule_id, LLMCall.model)
-            )
+            q = _RUN_SUMS.where(LLMCall.firing_id.in_(ids))
             runs: dict[int, RunUsage] = {}
             for r in s.execute(q):
                 run = runs.setdefault(int(r.firing_id), RunUsage(int(r.firing_id), int(r.schedule_id), []))
@@ -99,11 +101,7 @@ class TaskCosts:
 
     def run(self, firing_id: int) -> RunUsage | None:
         """The calls of one run, or None when it made none."""
-        q = (
-            select(LLMCall.firing_id, LLMCall.schedule_id, *_sums())
-            .where(LLMCall.firing_id == firing_id)
-            .group_by(LLMCall.firing_id, LLMCall.schedule_id, LLMCall.model)
-        )
+        q = _RUN_SUMS.where(LLMCall.firing_id == firing_id)
         with self._sm() as s:
             rows = s.execute(q).all()
         if not rows:
