@@ -11,20 +11,12 @@ from telegram import MessageEntity
 from bot.adapter.answer_info import info_markup
 from bot.adapter.render import TELEGRAM_LIMIT, Rendered, render, utf16_len
 from bot.adapter.streaming import StreamingReply
+from bot.runtime.endings import NO_ANSWER, NO_VISION_NOTE, STOP_NOTES, STOPPED_MARK, turn_failure_text
 from core_tools.agent import TurnResult
 from core_tools.errors import BudgetExceeded, LLMUnavailable
 
 log = logging.getLogger(__name__)
 
-STOP_NOTES = {
-    "chain_limit": "(I stopped using tools: the limit of tool calls for one message was reached.)",
-    "repeat_guard": "(I stopped using tools: I was repeating the same call.)",
-    "budget": "(I stopped using tools: your usage cap is reached; /usage shows it.)",
-}
-STOPPED_MARK = "(stopped)"
-NOTHING_RUNS = "Nothing is running in this chat, so there is nothing to stop."
-NOT_YOURS = "Only the person who asked, or the bot's owner, can {action} this."
-NO_VISION_NOTE = "(The model I use cannot see images, so I only read the text that came with it.)"
 HEARD_COLLAPSE_CHARS = 200  # a longer transcript is shown as a collapsed (expandable) quote
 
 
@@ -59,22 +51,6 @@ def with_heard(transcript: str, answer: str) -> list[Rendered]:
     return [Rendered(f"{quote}\n\n{first.text}", head.entities + moved), *parts[1:]]
 
 
-def turn_failure_text(exc: BaseException) -> str:
-    """What the user is told when a turn ended with an error (their message is kept)."""
-    if isinstance(exc, BudgetExceeded):
-        return str(exc)
-    if isinstance(exc, LLMUnavailable):
-        return (
-            f"Sorry, I could not get an answer: {exc}. Your message is saved; please try again in a moment."
-        )
-    if isinstance(exc, TimeoutError):
-        return (
-            "Sorry, that took too long and I stopped. Your message is saved; try again, "
-            "or ask for something smaller."
-        )
-    return "Sorry, something went wrong on my side. It is logged; please try again."
-
-
 async def deliver(
     reply: StreamingReply,
     task: asyncio.Task[TurnResult],
@@ -104,7 +80,7 @@ async def deliver(
             partial = result.text.strip()
             await reply.finish(f"{partial}\n\n{STOPPED_MARK}" if partial else STOPPED_MARK)
             return None
-        answer = result.text.strip() or "(I have no answer to that.)"
+        answer = result.text.strip() or NO_ANSWER
         if result.stopped_by in STOP_NOTES:
             answer = f"{answer}\n\n{STOP_NOTES[result.stopped_by]}"
         if result.images_dropped and with_media:

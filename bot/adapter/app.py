@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
 
-from telegram import Bot, Message, Update, User
+from telegram import Message, Update, User
 from telegram.error import TelegramError
 from telegram.ext import (
     Application,
@@ -32,14 +30,15 @@ from bot.adapter.commands.memory import MemoryCommands
 from bot.adapter.commands.model import ModelCommands
 from bot.adapter.commands.schedules import register_schedule_handlers
 from bot.adapter.commands.usage import register_usage_handlers
-from bot.adapter.context import App, BotData, Ctx, bound
+from bot.adapter.context import App, BotData, Ctx, Server, bound
 from bot.adapter.groups import Access, addressed, is_group, turn_text
 from bot.adapter.jobs import register_backup_jobs, register_jobs
-from bot.adapter.media import register_media_handlers
+from bot.adapter.media import MediaHandlers, register_media_handlers
 from bot.adapter.menu import publish
 from bot.adapter.telegram_http import AiohttpRequest
 from bot.adapter.topics import conversation_of, place_of
 from bot.config.settings import Settings
+from bot.runtime.front import ChatFront
 from bot.runtime.leases import ChatLocks
 from bot.runtime.queue import Incoming
 from bot.runtime.runner import TurnRunner
@@ -47,9 +46,6 @@ from bot.runtime.services import Services
 from bot.texts.catalog import audience_of, help_text, new_session_text
 from bot.texts.models import ModelChoice
 from db.turn_info import TurnInfos
-
-if TYPE_CHECKING:
-    from bot.webapp.server import WebAppServer
 
 log = logging.getLogger(__name__)
 
@@ -69,12 +65,8 @@ USER_REFUSAL = (
 class Handlers:
     """The update handlers; they translate Telegram updates into agent turns and back."""
 
-    def __init__(
-        self,
-        services: Services,
-        speak: Callable[[Bot, Incoming, str], Awaitable[None]] | None = None,
-    ) -> None:
-        """`speak` says an answer to a voice note as a voice note too (bot/adapter/media.py)."""
+    def __init__(self, services: Services, front: ChatFront) -> None:
+        """`front`: where the turn runner shows the chats' turns (bot/adapter/front.py)."""
         self.services = services
         self.settings = settings = services.settings
         self.access = Access.of(
@@ -93,16 +85,15 @@ class Handlers:
             services.conversations,
             services.code,
             replica.chats,
+            front,
             debounce_s=settings.message_debounce_ms / 1000,
             merge_bursts=settings.message_merge_bursts,
-            edit_interval_s=settings.stream_edit_interval_s,
-            typing_delay_s=settings.typing_delay_s,
+            fold_bursts=settings.message_fold_bursts,
             # A forum's topics use the model chosen for the forum.
             model_for=lambda key: self.models.for_chat(self.topics.place(key).chat_id),
             locks=self.locks,
             max_chats=settings.max_concurrent_turns,
             on_free=replica.kick,
-            speak=speak,
             info_button=lambda kind: shown_in(settings.answer_info_button, kind),
         )
         self._albums_for_bot: dict[str, None] = {}  # insertion-ordered: the oldest is forgotten first
@@ -223,14 +214,14 @@ class Handlers:
         text = turn_text(msg, context.bot.bot, str(chat.type))
         item = self._incoming(update, context, text)
         item.dedup_bot = context.bot.id  # recorded as seen where it is queued (`once` left it)
-        await self.runner.submit(context.bot, item)
+        await self.runner.submit(item)
 
     async def edited(self, update: Update, context: Ctx) -> None:
         """An edited text message: the latest answered one is answered again, an older one is stored."""
         msg, chat = update.edited_message, update.effective_chat
         assert msg and chat and msg.text is not None
         text = turn_text(msg, context.bot.bot, str(chat.type))
-        notice = await self.runner.edited(context.bot, self._incoming(update, context, text))
+        notice = await self.runner.edited(self._incoming(update, context, text))
         if notice:
             await msg.reply_text(notice)
 
@@ -262,9 +253,7 @@ class Handlers:
         """/retry: answer the last message again (the old answer is kept, but out of the history)."""
         msg, user = update.effective_message, update.effective_user
         assert msg and user
-        notice = await self.runner.retry(
-            context.bot, self._incoming(update, context, ""), self.access.is_owner(user.id)
-        )
+        notice = await self.runner.retry(self._incoming(update, context, ""), self.access.is_owner(user.id))
         if notice:
             await msg.reply_text(notice)
 
@@ -307,10 +296,10 @@ async def on_startup(app: App) -> None:
 def drive(app: App, runner: TurnRunner, chat_id: int) -> None:
     """Drive a chat nobody drives (the replica found it), as a task of the application."""
     if app.running:  # not while stopping: what still waits is answered by the next start, or another
-        app.create_task(runner.drive(app.bot, chat_id), name=f"drive-{chat_id}")
+        app.create_task(runner.drive(chat_id), name=f"drive-{chat_id}")
 
 
-async def start_webapp(webapp: WebAppServer | None, services: Services) -> None:
+async def start_webapp(webapp: Server | None, services: Services) -> None:
     """Start the app's web server when WEBAPP_LISTEN is set; one that cannot listen is logged, and the chat
     goes on without it."""
     if webapp is None:
@@ -323,10 +312,10 @@ async def start_webapp(webapp: WebAppServer | None, services: Services) -> None:
 
 def drop_unserved(app: App) -> None:
     """Messages left waiting by users or chats no longer allowed are refused, as the gate would now."""
-    services, h = app.bot_data.services, app.bot_data.handlers
+    services, access = app.bot_data.services, app.bot_data.access
     waiting = services.conversations.inbox.waiting()
     chat_of = services.conversations.topics.place  # a forum topic's messages: their forum decides
-    gone = [q.id for q in waiting if not h.access.serves(chat_of(q.chat_id).chat_id, q.chat_type, q.user_id)]
+    gone = [q.id for q in waiting if not access.serves(chat_of(q.chat_id).chat_id, q.chat_type, q.user_id)]
     if gone:
         log.info("dropped %d waiting message(s) of users or chats no longer allowed", len(gone))
         services.conversations.inbox.discard(gone)
@@ -353,9 +342,12 @@ def telegram_bot(settings: Settings) -> ExtBot[None]:
     )
 
 
-def build_application(data: BotData, bot: ExtBot[None], job_queue: JobQueue[Ctx]) -> App:
-    """Build the PTB Application on `bot` and `job_queue` with every handler; its bot data is `data`."""
-    services, h = data.services, data.handlers
+def build_application(
+    data: BotData, h: Handlers, media: MediaHandlers, bot: ExtBot[None], job_queue: JobQueue[Ctx]
+) -> App:
+    """Build the PTB Application on `bot` and `job_queue` with `h`'s and `media`'s handlers and every other
+    one; its bot data is `data`."""
+    services = data.services
     settings = services.settings
     app: App = (
         Application.builder()
@@ -399,6 +391,6 @@ def build_application(data: BotData, bot: ExtBot[None], job_queue: JobQueue[Ctx]
     app.add_handler(MessageHandler(QUEUED_TEXT, h.text))
     app.add_handler(MessageHandler(new & filters.COMMAND, h.help))  # an unknown command: show what exists
     # Voice, photos, files; and everything else gets a clear "not supported" (bot/adapter/media.py).
-    register_media_handlers(app, data.media)
+    register_media_handlers(app, media)
     app.add_error_handler(h.on_error)
     return app

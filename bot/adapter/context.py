@@ -6,17 +6,27 @@ and binds them to a subclass of `BotData` (`bound`): PTB instantiates bot_data w
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from telegram.ext import Application, CallbackContext, ExtBot, JobQueue
 
 if TYPE_CHECKING:
-    from bot.adapter.app import Handlers
-    from bot.adapter.media import MediaHandlers
+    from bot.adapter.groups import Access
     from bot.runtime.backup_jobs import BackupJobs
+    from bot.runtime.runner import TurnRunner
     from bot.runtime.schedule_jobs import ScheduleRunner
     from bot.runtime.services import Services
-    from bot.webapp.server import WebAppServer
+
+
+class Server(Protocol):
+    """A server that runs with the bot (the app's web server, bot/webapp/server.py): started once the bot
+    runs, stopped before the services close."""
+
+    async def start(self) -> None:
+        """Start serving; OSError when it cannot listen."""
+
+    async def stop(self) -> None:
+        """Stop serving."""
 
 
 @dataclass(frozen=True)
@@ -24,12 +34,12 @@ class BotData:
     """The Telegram application's objects, built once by the composition root."""
 
     services: Services
-    handlers: Handlers
-    media: MediaHandlers
+    runner: TurnRunner  # the chats' turns (bot/runtime/runner.py)
+    access: Access  # who is served where (bot/adapter/groups.py)
     schedule_runner: ScheduleRunner
     backups: BackupJobs
     # The app's web server (WEBAPP_LISTEN), started with the bot; None when it is not set up.
-    webapp: WebAppServer | None = None
+    webapp: Server | None = None
 
 
 def bound(data: BotData) -> type[BotData]:

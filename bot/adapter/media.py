@@ -286,7 +286,7 @@ class MediaHandlers:
         item = self._incoming(
             update, context, text, [file_id], heard=heard, speak=kind == "voice", typing_at=typing.last_sent
         )
-        await self.runner.submit(context.bot, item)
+        await self.runner.submit(item)
 
     async def speak(self, bot: Bot, item: Incoming, answer: str) -> None:
         """The answer to a voice note as a voice note too (TTS_MODEL); a failure leaves the text alone."""
@@ -295,7 +295,7 @@ class MediaHandlers:
             return
         try:
             voice = await audio.speak(answer[:4000], user_id=item.user_id)
-            place = self.runner.place(item.chat_id)  # a forum topic's answer goes to that topic
+            place = self.services.conversations.topics.place(item.chat_id)  # a forum topic's: there
             await bot.send_voice(
                 place.chat_id, InputFile(voice, filename="answer.ogg"), message_thread_id=place.thread_id
             )
@@ -433,7 +433,7 @@ class MediaHandlers:
                 + "; ".join(album.problems)
                 + ". I answer with the rest."
             )
-        await self.runner.submit(context.bot, self._incoming(update, context, text, album.media_ids))
+        await self.runner.submit(self._incoming(update, context, text, album.media_ids))
 
     # ------------------------------------------------------------------ everything else
 

@@ -50,7 +50,7 @@ HINTS: dict[str, str] = {
     "or empty for no scheduled backups",
     "BACKUP_AGE_RECIPIENTS": "age public keys (age1..., comma-separated) or the path of a file of them, as "
     "`age-keygen -y key.txt` prints them; empty: backups are not encrypted",
-    "MESSAGE_DEBOUNCE_MS": "milliseconds to wait for more messages before answering, e.g. 1500 (0: none)",
+    "MESSAGE_DEBOUNCE_MS": "milliseconds to wait for more messages before answering, e.g. 1500 (0: at once)",
     "WEBAPP_LISTEN": "HOST:PORT the app's web server listens on, e.g. 127.0.0.1:8090 (empty: no app)",
     "WEBAPP_URL": "the public https:// address your reverse proxy serves the app at, e.g. https://bot.example.com/app/",
 }
@@ -89,10 +89,13 @@ class Settings(BaseSettings):
     # only when mentioned (@name), replied to, or given a command.
     allowed_chat_ids: Annotated[list[int] | None, NoDecode] = None
     groups_allowed_speakers: bool = False
-    # Messages sent within this many ms of each other before a turn starts are one turn; messages sent
-    # while a turn runs go into the next turn together (MESSAGE_MERGE_BURSTS=false: one turn each).
-    message_debounce_ms: int = Field(default=1500, ge=0, le=60_000)
+    # A message is answered at once; one the same person sends before the answer starts (the model's first
+    # token) is folded into it: a burst is one turn (MESSAGE_FOLD_BURSTS=false: no folding). Messages sent
+    # while an answer runs go into the next turn together (MESSAGE_MERGE_BURSTS=false: one turn each, and
+    # no folding). MESSAGE_DEBOUNCE_MS > 0 makes a message wait that long for more before its turn starts.
+    message_debounce_ms: int = Field(default=0, ge=0, le=60_000)
     message_merge_bursts: bool = True
+    message_fold_bursts: bool = True
     # The ⓘ button under each final answer: "why this answer" (the memories recalled into it, the tools it
     # called, its model, tokens and cost), shown only to the person who asked. private: in private chats;
     # all: in groups too; off: no button.

@@ -31,6 +31,7 @@ def build_telegram(settings: Settings, adjust: Callable[[Services], None] | None
     `adjust` sees the services before anything else takes them (tests replace a part)."""
     from bot.adapter.app import Handlers, build_application, drive, telegram_bot
     from bot.adapter.context import BotData
+    from bot.adapter.front import TelegramFront
     from bot.adapter.jobs import JobQueueTimer, new_job_queue
     from bot.adapter.media import MediaHandlers
     from bot.adapter.notify import TelegramNotifier
@@ -68,7 +69,14 @@ def build_telegram(settings: Settings, adjust: Callable[[Services], None] | None
     if adjust is not None:
         adjust(services)
     # The answer to a voice note is spoken too (bot/adapter/media.py): the media handlers share the runner.
-    handlers = Handlers(services, speak=lambda bot, item, text: media.speak(bot, item, text))
+    front = TelegramFront(
+        bot,
+        services.conversations.topics,
+        edit_interval_s=settings.stream_edit_interval_s,
+        typing_delay_s=settings.typing_delay_s,
+        speak=lambda item, text: media.speak(bot, item, text),
+    )
+    handlers = Handlers(services, front)
     media = MediaHandlers(services, handlers.runner)
     # Reminders, task answers and the owner's notices outside a turn; a task's turn waits for its chat.
     outbox = TelegramOutbox(bot, services.conversations.topics)
@@ -76,13 +84,13 @@ def build_telegram(settings: Settings, adjust: Callable[[Services], None] | None
     schedule_runner = ScheduleRunner(services, outbox, task_turn, JobQueueTimer(job_queue))
     data = BotData(
         services=services,
-        handlers=handlers,
-        media=media,
+        runner=handlers.runner,
+        access=handlers.access,
         schedule_runner=schedule_runner,
         backups=BackupJobs(services, outbox),
         webapp=build_webapp(services),
     )
-    app = build_application(data, bot, job_queue)
+    app = build_application(data, handlers, media, bot, job_queue)
     return app
 
 
@@ -90,7 +98,8 @@ def build_terminal(settings: Settings, user_id: int, out_dir: Path) -> TerminalC
     """The terminal chat as `user_id`: its console and the reminders' wake-up are made first, and the services
     deliver to them (code jobs' notices, a cap's notice to the owner, the files code runs write to
     `out_dir`)."""
-    from bot.terminal.chat import Console, TerminalChat
+    from bot.terminal.chat import TerminalChat
+    from bot.terminal.console import Console
     from bot.terminal.delivery import TerminalFiles, TerminalNotifier
 
     console = Console()

@@ -5,17 +5,22 @@ A turn reads: take the next batch from the chat's queue, run it, store the outco
 batch's messages (out of the inbox, into the history) in the transaction that publishes the turn on the
 chat's lease, and its answer with the answer's usage in the one that clears it (core_tools/agent/loop.py).
 
-A message that arrives while its chat is idle waits `debounce_s` for more (each new one restarts the wait,
-up to four times the debounce in all); then everything waiting goes into one turn. Messages that arrive
-while a turn runs wait in the inbox and, when it ends, go into the next turn together (one turn each when
-merging is off). The inbox is the queue, in Telegram's update order (bot/runtime/queue.py): whichever
-process holds the chat's lease (bot/runtime/leases.py) takes its messages, so two processes never answer
-one chat at once. The handler task of the message that found the chat free drives it until its inbox is
-empty, so PTB still owns every task (shutdown cancels them); the turn itself runs in a task of its own that
-`/stop` cancels, also when the /stop reached another process (bot/runtime/stops.py).
+A message that finds its chat idle is answered at once. Until the turn shows anything (the model's first
+token), a message the same person sends meanwhile is folded into it: the turn is cancelled unseen, its
+messages kept as answered, and the next turn answers them together with the new one, so a burst gets one
+answer. Messages that arrive later wait in the inbox and, when the turn ends, go into the next turn
+together (one turn each, and no folding, when merging is off). With `debounce_s` (MESSAGE_DEBOUNCE_MS) a
+message waits that long for more before its turn starts, as before folding existed.
+
+The inbox is the queue, in Telegram's update order (bot/runtime/queue.py): whichever process holds the
+chat's lease (bot/runtime/leases.py) takes its messages, so two processes never answer one chat at once.
+The task of the message that found the chat free drives it until its inbox is empty, so the front end still
+owns every task (PTB's shutdown cancels them); the turn itself runs in a task of its own that `/stop`
+cancels, also when the /stop reached another process (bot/runtime/stops.py). What a turn shows goes to the
+front end given at construction (bot/runtime/front.py): the runner knows no Telegram.
 
 A "chat" here is a conversation key (db/topics.py): the chat id, or a forum topic's own key, so each topic
-of a forum queues, leases, stops and answers on its own; `place` says where its messages go in Telegram.
+of a forum queues, leases, stops and answers on its own; the front end knows where its messages go.
 
 A process that finds a chat taken over by another one (it was silent past the lease: frozen, starved, cut off
 from the database) stops that chat's turn without a word: the other process told the user. Until it knows,
@@ -27,45 +32,28 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
-from datetime import datetime
 from typing import TypeVar
 
-from telegram import Bot
-from telegram.error import TelegramError
-
-from bot.adapter.answers import NOT_YOURS, deliver
-from bot.adapter.streaming import StreamingReply, typing_indicator
+from bot.runtime.endings import NOT_YOURS, NOTHING_TO_RETRY, STILL_ANSWERING, interrupted_text
+from bot.runtime.front import ChatFront, TurnReply
 from bot.runtime.leases import ChatLeases, ChatLocks, Hold
 from bot.runtime.queue import ChatQueue, Incoming
+from bot.runtime.state import ChatState, QuietSink
 from bot.runtime.stops import Running, Stops
-from core_tools.agent import Agent, TurnControl, TurnInput
+from core_tools.agent import Agent, TurnControl, TurnInput, TurnResult
 from core_tools.aio import settled, wait_event
 from core_tools.code.tool import CodeTool
 from db.conversations import Conversations
 from db.runtime import RuntimeStore, TurnMark
-from db.topics import Place
 
 log = logging.getLogger(__name__)
 
-SETTLE_POLL_S = 0.2  # how often the debounce looks for messages another process stored
+SETTLE_POLL_S = 0.2  # how often the debounce and the fold look for messages another process stored
 
 T = TypeVar("T")
-
-
-class ChatState:
-    """A chat this process drives: its hold, its running turn, and a signal that a message came in here."""
-
-    def __init__(self, hold: Hold) -> None:
-        self.hold = hold
-        self.lost = False  # another process took the chat over: stop here without a word
-        self.running: Running | None = None
-        self.arrived = asyncio.Event()
-        # (inbox id, arrival) of messages a turn already took: a turn that could not even store them does
-        # not loop on them (SQLite reuses a deleted row's id, hence the arrival time).
-        self.tried: set[tuple[int, datetime]] = set()
 
 
 class TurnRunner:
@@ -82,14 +70,13 @@ class TurnRunner:
         conversations: Conversations,
         code: CodeTool | None,
         chats: ChatLeases,
+        front: ChatFront,
         *,
-        debounce_s: float = 1.5,
+        debounce_s: float = 0.0,
         merge_bursts: bool = True,
-        edit_interval_s: float = 1.0,
-        typing_delay_s: float = 0.0,
+        fold_bursts: bool = True,
         model_for: Callable[[int], str | None] = lambda chat_id: None,
         locks: ChatLocks | None = None,
-        speak: Callable[[Bot, Incoming, str], Awaitable[None]] | None = None,
         max_chats: int = 0,
         on_free: Callable[[], None] = lambda: None,
         info_button: Callable[[str], bool] = lambda kind: False,
@@ -101,16 +88,14 @@ class TurnRunner:
         self.store: RuntimeStore = chats.store
         self.queue = ChatQueue(self.store, conversations.inbox, merge_bursts=merge_bursts)
         self.stops = Stops(self.store, self._running_here)
+        self.front = front  # where the chats' turns are shown (bot/runtime/front.py)
         self.debounce_s = debounce_s
-        self.edit_interval_s = edit_interval_s
-        self.typing_delay_s = typing_delay_s
+        self.fold_bursts = merge_bursts and fold_bursts  # see the module
         self.model_for = model_for
         self.locks = locks or ChatLocks(chats)
-        self.speak = speak  # the answer to a voice note as a voice note too (bot/adapter/media.py)
         self.max_chats = max_chats  # chats driven at once here (MAX_CONCURRENT_TURNS; 0: no limit)
         self.on_free = on_free  # a slot came free after one was refused: look for chats nobody drives
-        # Whether an answer in a chat of this kind (private, group...) carries the ⓘ
-        # (bot/adapter/answer_info.py).
+        # Whether an answer in a chat of this kind (private, group...) carries its "why this answer" button.
         self.info_button = info_button
         self._states: dict[int, ChatState] = {}
         self._typing: dict[int, float] = {}  # inbox id -> when "typing" was shown for it here
@@ -120,10 +105,6 @@ class TurnRunner:
         self._quiet: dict[int, asyncio.Event] = {}
         self._active: dict[int, int] = {}
         self._ended = asyncio.Condition()
-
-    def place(self, chat_id: int) -> Place:
-        """Where a conversation (a chat, or a forum topic's key: db/topics.py) is answered in Telegram."""
-        return self.conversations.topics.place(chat_id)
 
     # ------------------------------------------------------------------ queueing
 
@@ -155,7 +136,7 @@ class TurnRunner:
         state = self._states.get(chat_id)
         return state.running if state is not None else None
 
-    async def submit(self, bot: Bot, item: Incoming) -> None:
+    async def submit(self, item: Incoming) -> None:
         """Store a message; drive its chat unless a process already does (it takes the message next)."""
         hold: Hold | None = None
         if item.user_id in self._quiet:  # stored only once the erase of the sender's data has ended
@@ -177,9 +158,9 @@ class TurnRunner:
                 hold = self.chats.adopt(arrival.claimed)
         if item.typing_at is not None:
             self._typing[item.inbox_id] = item.typing_at
-        await self.drive(bot, item.chat_id, hold)
+        await self.drive(item.chat_id, hold)
 
-    async def drive(self, bot: Bot, chat_id: int, hold: Hold | None = None) -> None:
+    async def drive(self, chat_id: int, hold: Hold | None = None) -> None:
         """Answer what waits in the chat, holding its lease, until nothing does (a no-op when a process
         drives it already, or when this one has no free slot: another process, or a later look, takes it).
         `hold`: the chat was claimed with the message that brought this here."""
@@ -197,9 +178,9 @@ class TurnRunner:
         state = self._states[chat_id] = ChatState(hold)
         try:
             if hold.interrupted:  # a turn still pending in it was cut when its process died
-                await self._report_interrupted(bot, hold)
+                await self._report_interrupted(hold)
             while not state.lost:
-                await self._drive(bot, chat_id, state)
+                await self._drive(chat_id, state)
                 # No await from the empty inbox to here: a message stored in this process meanwhile is
                 # impossible, and one stored by another process keeps the lease (the release checks; a
                 # chat taken over meanwhile is let go).
@@ -235,25 +216,15 @@ class TurnRunner:
             self.lost(state.hold.chat_id)
         return not state.lost
 
-    async def _report_interrupted(self, bot: Bot, hold: Hold) -> None:
+    async def _report_interrupted(self, hold: Hold) -> None:
         """Tell the chat about messages whose turn a stopped process could not finish."""
         for pending in hold.interrupted:
-            snippet = pending.content if len(pending.content) <= 80 else pending.content[:77] + "..."
-            place = self.place(pending.chat_id)
-            try:
-                await bot.send_message(
-                    place.chat_id,
-                    f"I was restarted while answering your message \u201c{snippet}\u201d and could not "
-                    "finish. Please send it again if you still need an answer.",
-                    message_thread_id=place.thread_id,
-                )
-            except TelegramError as exc:
-                log.warning("could not tell chat %s about an interrupted message: %s", hold.chat_id, exc)
+            await self.front.tell(pending.chat_id, interrupted_text(pending.content))
 
-    async def _drive(self, bot: Bot, chat_id: int, state: ChatState) -> None:
+    async def _drive(self, chat_id: int, state: ChatState) -> None:
         """Take the next batch, run it (the turn stores its outcome), until the chat's queue is empty."""
         first = True
-        while (batch := await self._next_batch(bot, chat_id, state, first)) is not None:
+        while (batch := await self._next_batch(chat_id, state, first)) is not None:
             first = False
             user_id = batch[0].user_id
             if user_id in self._quiet:  # their data is being erased (its inbox rows too): look again after
@@ -262,7 +233,7 @@ class TurnRunner:
             self._active[user_id] = self._active.get(user_id, 0) + 1
             try:
                 async with self.locks.hold(chat_id):
-                    await self._run(bot, batch, state)
+                    await self._run(batch, state)
             finally:
                 self._active[user_id] -= 1
                 if not self._active[user_id]:
@@ -270,15 +241,12 @@ class TurnRunner:
                 async with self._ended:
                     self._ended.notify_all()
 
-    async def _next_batch(
-        self, bot: Bot, chat_id: int, state: ChatState, first: bool
-    ) -> list[Incoming] | None:
+    async def _next_batch(self, chat_id: int, state: ChatState, first: bool) -> list[Incoming] | None:
         """The messages of the chat's next turn (None: nothing waits, or the chat is lost)."""
         while not state.lost and (rows := self.queue.waiting(chat_id)):
             if first and self.debounce_s > 0 and rows[0].rerun_of is None:
                 first = False
-                place = self.place(chat_id)  # the user sees the bot is about to answer:
-                async with typing_indicator(bot, place.chat_id, thread_id=place.thread_id):
+                async with self.front.typing(chat_id):  # the user sees the bot is about to answer
                     await self._settle(chat_id, state)
                 continue
             again = [q.id for q in rows if (q.id, q.received_at) in state.tried]
@@ -316,8 +284,9 @@ class TurnRunner:
 
     # ------------------------------------------------------------------ one turn
 
-    async def _run(self, bot: Bot, batch: list[Incoming], state: ChatState) -> None:
+    async def _run(self, batch: list[Incoming], state: ChatState) -> None:
         head = batch[0]
+        folded, state.folded = state.folded, []
         turn = TurnInput(
             head.user_id,
             head.chat_id,
@@ -332,9 +301,9 @@ class TurnRunner:
             inbox_ids=tuple(b.inbox_id for b in batch if b.inbox_id is not None),
             media_ids=head.media_ids,
             more_media=tuple(b.media_ids for b in batch[1:]),
+            earlier=tuple(b.text for b in folded),
         )
         number = secrets.randbits(48)  # unique across processes (an inbox id is not: SQLite reuses them)
-        place = self.place(head.chat_id)
 
         async def still_mine() -> bool:
             return await self._still_mine(state)
@@ -343,15 +312,7 @@ class TurnRunner:
             if not await still_mine():
                 raise asyncio.CancelledError  # the turn ends here: nothing more is stored or run
 
-        reply = StreamingReply(
-            bot,
-            place.chat_id,
-            min_interval=self.edit_interval_s,
-            stop_data=f"stop:{number}",
-            reply_to=head.reply_to,
-            thread_id=place.thread_id,
-            guard=still_mine,
-        )
+        reply = self.front.reply(head, number, still_mine)
         # The turn is published on the chat's lease (for a /stop another process gets) in the transaction
         # that stores its messages, and cleared in the one that stores its outcome.
         mark = TurnMark(head.chat_id, self.chats.me, number, head.user_id)
@@ -359,14 +320,8 @@ class TurnRunner:
         task = asyncio.create_task(self.agent.run_turn(turn, reply, control))
         running = state.running = Running(number, head.user_id, control, task)
         try:
-            async with typing_indicator(
-                bot,
-                place.chat_id,
-                last_sent=head.typing_at,
-                thread_id=place.thread_id,
-                delay=self.typing_delay_s,
-            ):
-                await asyncio.wait({task})
+            async with self.front.typing(head.chat_id, head.typing_at):
+                await self._watch(task, control, reply, state, head)
             if control.stop_requested and self.code is not None and control.message_ids:
                 await self.code.cancel_turn(control.message_ids[0])  # its background jobs stop too
         except asyncio.CancelledError:  # shutdown: the turn goes with the handler (stored as interrupted)
@@ -380,14 +335,53 @@ class TurnRunner:
                 await self._db(lambda: self.store.end_turn(head.chat_id, self.chats.me, number))
         if state.lost or not await self._still_mine(state):
             return  # taken over: the other process told the user, and answers what waits
+        if control.folded:
+            if task.cancelled() and control.message_ids:  # stored as answered: the next turn answers them
+                state.folded = [*folded, *batch]
+                return
+            control.folded = False  # it ended before the fold reached it: shown as it ended
         if task.cancelled() and turn.inbox_ids and not control.message_ids:
             await self._db(lambda: self._keep_unstarted(turn, head.chat_type))
-        heard = [b.heard for b in batch if b.heard is not None]
-        answer = await deliver(
-            reply, task, any(b.media_ids for b in batch), heard, info_button=self.info_button(turn.kind)
-        )
-        if answer is not None and self.speak is not None and any(b.speak for b in batch):
-            await self.speak(bot, head, answer)  # still in the chat's lock: before the next turn's answer
+        await reply.end(task, [*folded, *batch], self.info_button(turn.kind))
+
+    def _folds(self, head: Incoming) -> bool:
+        """Whether a message arriving during this turn's start may be folded into it."""
+        return self.fold_bursts and head.rerun_of is None and head.user_id not in self._quiet
+
+    async def _watch(
+        self,
+        task: asyncio.Task[TurnResult],
+        control: TurnControl,
+        reply: TurnReply,
+        state: ChatState,
+        head: Incoming,
+    ) -> None:
+        """Wait for the turn. Until it shows anything, a message the same person sends in the chat (here or
+        through another process: the inbox is looked at every SETTLE_POLL_S) folds the turn into the next
+        one: cancelled unseen, its messages stored as answered (core_tools/agent/loop.py)."""
+        if not self._folds(head):
+            await asyncio.wait({task})
+            return
+        while not task.done():
+            if control.acted or reply.shown or state.lost:
+                await asyncio.wait({task})
+                return
+            state.arrived.clear()
+            arrived = asyncio.ensure_future(state.arrived.wait())
+            try:
+                await asyncio.wait(
+                    {task, arrived}, timeout=SETTLE_POLL_S, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                arrived.cancel()
+            if task.done() or control.acted or reply.shown or not control.message_ids:
+                continue
+            rows = await self._db(lambda: self.queue.waiting(head.chat_id))
+            if rows and rows[0].user_id == head.user_id and rows[0].rerun_of is None and not control.acted:
+                control.folded = True
+                task.cancel()
+                await asyncio.wait({task})
+                return
 
     def _keep_unstarted(self, turn: TurnInput, chat_type: str) -> None:
         """A turn stopped before it began stored nothing: keep its messages as a stopped turn's are kept
@@ -405,6 +399,12 @@ class TurnRunner:
         for media_ids, msg_id in zip((turn.media_ids, *turn.more_media), ids, strict=False):
             if media is not None and media_ids:
                 media.link(media_ids, msg_id, session.id)
+
+    async def quiet_turn(self, turn: TurnInput) -> TurnResult:
+        """A turn nobody watches stream (a scheduled task's): it waits for its chat like a message (after
+        the turn running there, here or in another process) and returns the answer for delivery."""
+        async with self.locks.hold(turn.chat_id):
+            return await self.agent.run_turn(turn, QuietSink())
 
     # ------------------------------------------------------------------ control
 
@@ -437,29 +437,29 @@ class TurnRunner:
         """Stop the chat's running turn wherever it runs (bot/runtime/stops.py); what to tell the user."""
         return await self.stops.stop(chat_id, user_id, is_owner, number)
 
-    async def retry(self, bot: Bot, item: Incoming, is_owner: bool) -> str | None:
+    async def retry(self, item: Incoming, is_owner: bool) -> str | None:
         """Answer the last user message of the chat's session again; returns a refusal, or None."""
         if await self.busy(item.chat_id):
-            return "I am still answering. Use /stop first, or wait until I am done, then /retry."
+            return STILL_ANSWERING
         session = self.conversations.current_session(item.user_id, item.chat_id, chat_type=item.chat_type)
         last = self.conversations.last_user_message(session.id)
         if last is None:
-            return "There is nothing to retry in this session yet."
+            return NOTHING_TO_RETRY
         if last.user_id != item.user_id and not is_owner:
             return NOT_YOURS.format(action="retry")
         await self.submit(
-            bot, replace(item, text=last.content, rerun_of=last.id, tg_message_id=last.tg_message_id)
+            replace(item, text=last.content, rerun_of=last.id, tg_message_id=last.tg_message_id)
         )
         return None
 
-    async def edited(self, bot: Bot, item: Incoming) -> str | None:
+    async def edited(self, item: Incoming) -> str | None:
         """The user edited a message: re-run it when it is the latest and answered, else store it."""
         assert item.tg_message_id is not None
         if self.queue.inbox.edit_waiting(item.chat_id, item.user_id, item.tg_message_id, item.text):
             return None  # not started yet: its turn simply uses the new text
         found = self.conversations.find_by_telegram_id(item.chat_id, item.tg_message_id)
         if found is None:  # never seen (sent while the bot was down, or not addressed to it): a new message
-            await self.submit(bot, item)
+            await self.submit(item)
             return None
         if found.user_id != item.user_id:
             return None
@@ -474,5 +474,5 @@ class TurnRunner:
             return "Your edit is saved. It is an older message, so I did not answer it again."
         if await self.busy(item.chat_id):
             return "Your edit is saved. I am answering something else now; send /retry afterwards for it."
-        await self.submit(bot, replace(item, rerun_of=found.id, reply_to=item.tg_message_id))
+        await self.submit(replace(item, rerun_of=found.id, reply_to=item.tg_message_id))
         return None

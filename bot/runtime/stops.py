@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from bot.adapter.answers import NOT_YOURS, NOTHING_RUNS
+from bot.runtime.endings import NOT_YOURS, NOTHING_RUNS
 from core_tools.agent import TurnControl, TurnResult
 from db.runtime import RuntimeStore
 

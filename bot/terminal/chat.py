@@ -2,178 +2,46 @@
 
 The terminal user is the owner (OWNER_USER_ID, else the first of ALLOWED_USER_IDS; user 0 when there is
 none) in their private chat, so the conversation, memories, reminders and usage are the ones they have in
-Telegram. Lines are answered in order; `/stop` (or Ctrl-C) stops the answer being written at once, and
-whatever arrives on its own (a reminder, a scheduled task's answer, a file saved, a background job) is
-shown on lines of its own (bot/terminal/delivery.py).
+Telegram. Its turns go through the same turn runtime as Telegram's (bot/runtime/runner.py, with the
+terminal as its front end: bot/terminal/front.py): lines are stored in the chat's inbox the moment they are
+typed, answered in order, a burst typed before the answer starts is answered once, `/stop` (or Ctrl-C)
+stops the answer being written at once, `/retry` answers the last message again, and a call that needs
+approval is asked about here. Whatever arrives on its own (a reminder, a scheduled task's answer, a file
+saved, a background job) is shown on lines of its own (bot/terminal/delivery.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import codecs
 import logging
 import os
 import signal
-import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import TextIO
+from typing import Any
 
-from bot.adapter.answers import NOTHING_RUNS, STOP_NOTES, STOPPED_MARK, turn_failure_text
-from bot.runtime.leases import ChatLocks
+from bot.runtime.queue import Incoming
+from bot.runtime.runner import TurnRunner
 from bot.runtime.services import Services
 from bot.terminal.approvals import TerminalAsker
 from bot.terminal.commands import TerminalCommands
+from bot.terminal.console import Console, read_lines
 from bot.terminal.delivery import TerminalReminders
+from bot.terminal.front import TerminalFront
 from bot.texts.catalog import new_session_text
 from bot.texts.models import ModelChoice
-from core_tools.agent import TurnControl, TurnInput, TurnResult
-from core_tools.errors import BudgetExceeded, LLMUnavailable
 from core_tools.types import ChatType
 
 log = logging.getLogger(__name__)
 
-PROMPT = "you> "
-ANSWER = "assistant> "
 APOLOGY = "Sorry, something went wrong on my side. It is logged; please try again."
-
-
-class Console:
-    """The terminal's output. An answer streams after its prefix; a notice (a reminder, a saved file, a
-    status line) gets lines of its own, after which the prompt or the answer's prefix is shown again."""
-
-    def __init__(self, stream: TextIO | None = None) -> None:
-        self.stream = stream or sys.stdout
-        self.mode = ""  # "prompt" while waiting for input, "answer" while one streams
-        self.at_line_start = True
-        self.answered = False  # some of the current answer was written
-        self.asked_in = ""  # the mode a question interrupted
-
-    def _write(self, text: str) -> None:
-        if text:
-            self.stream.write(text)
-            self.stream.flush()  # a pipe is block-buffered: every piece must show at once
-            self.at_line_start = text.endswith("\n")
-
-    def _new_line(self) -> None:
-        if not self.at_line_start:
-            self._write("\n")
-
-    def prompt(self) -> None:
-        """Ask for the next line."""
-        self._new_line()
-        self._write(PROMPT)
-        self.mode = "prompt"
-
-    def input_read(self, echoed: bool) -> None:
-        """A line was read (a terminal echoed its newline; a pipe did not)."""
-        self.at_line_start = echoed
-        self.mode = ""
-
-    def line(self, text: str) -> None:
-        """A reply of its own (a command's answer)."""
-        self._new_line()
-        self._write(text + "\n")
-
-    def answer_start(self) -> None:
-        """An answer begins."""
-        self._new_line()
-        self._write(ANSWER)
-        self.mode = "answer"
-        self.answered = False
-
-    def answer(self, text: str) -> None:
-        """More of the answer."""
-        self._write(text)
-        self.answered = self.answered or bool(text)
-
-    def answer_restart(self) -> None:
-        """The answer starts over (a new round of the turn)."""
-        self._write("\n")
-
-    def answer_end(self, note: str | None = None) -> None:
-        """The answer is over; `note` says how it ended, when it matters."""
-        if note:
-            self._write(f"\n\n{note}" if self.answered else note)
-        self._write("\n")
-        self.mode = ""
-
-    def question(self, text: str) -> None:
-        """A question the next line typed answers (a tool call's approval); no newline after it."""
-        self._new_line()
-        self._write(text)
-        if self.mode != "question":
-            self.asked_in = self.mode
-        self.mode = "question"
-
-    def decided(self, text: str) -> None:
-        """The question is answered (or ended): say how, and go on where it was asked."""
-        if self.mode != "question":
-            self.asked_in = self.mode
-        self._new_line()
-        self._write(text + "\n")
-        self.mode = self.asked_in
-        if self.mode == "answer":
-            self._write(ANSWER)
-
-    def notice(self, text: str) -> None:
-        """Something that arrived on its own, on lines of its own; then the prompt or prefix again."""
-        self._new_line()
-        self._write(text + "\n")
-        if self.mode == "prompt":
-            self._write(PROMPT)
-        elif self.mode == "answer":
-            self._write(ANSWER)
-
-
-class TerminalSink:
-    """The turn's sink: prints the answer as it streams, and status lines."""
-
-    def __init__(self, console: Console) -> None:
-        self.console = console
-        self.printed = 0
-
-    async def text(self, partial: str) -> None:
-        """Print what is new since the last call."""
-        if len(partial) < self.printed:  # a new round started over
-            self.console.answer_restart()
-            self.printed = 0
-        self.console.answer(partial[self.printed :])
-        self.printed = len(partial)
-
-    async def status(self, line: str) -> None:
-        """Print a status line."""
-        self.console.notice(f"[{line}]")
-        self.printed = 0
-
-
-def read_lines(fd: int, post: Callable[[str | None], bool]) -> None:
-    """Read lines from `fd` until its end (then None), handing each to `post` until it returns False.
-
-    Plain os.read in a daemon thread: it holds no lock of sys.stdin that the interpreter's exit could wait
-    for, and it works whatever stdin is (a terminal, a pipe, a file)."""
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    pending = ""
-    while True:
-        try:
-            chunk = os.read(fd, 65536)
-        except OSError:
-            chunk = b""
-        pending += decoder.decode(chunk, final=not chunk)
-        *lines, pending = pending.split("\n")
-        for line in lines:
-            if not post(line):
-                return
-        if not chunk:
-            if pending:
-                post(pending)
-            post(None)
-            return
+TYPED = "\x00typed"  # in the line queue: a message went to the turn runner as it was typed
 
 
 class TerminalChat:
-    """The chat loop: typed lines become turns or commands, in order; /stop and Ctrl-C stop a turn."""
+    """The chat loop: typed messages go to the turn runner at once, commands are answered in order; /stop and
+    Ctrl-C stop a turn; the prompt shows once every turn typed so far is answered."""
 
     def __init__(
         self,
@@ -190,8 +58,19 @@ class TerminalChat:
         self.out_dir = out_dir
         self.console = console
         settings = services.settings
-        self.locks = ChatLocks(services.replica.chats)  # turns and scheduled tasks take turns in the chat
         self.models = ModelChoice(settings.models, services.conversations, services.usage_service.prices)
+        self.runner = TurnRunner(
+            services.agent,
+            services.conversations,
+            services.code,
+            services.replica.chats,
+            TerminalFront(console),
+            debounce_s=settings.message_debounce_ms / 1000,
+            merge_bursts=settings.message_merge_bursts,
+            fold_bursts=settings.message_fold_bursts,
+            model_for=self.models.for_chat,
+        )
+        self.locks = self.runner.locks  # turns and scheduled tasks take turns in the chat
         self.commands = TerminalCommands(services, user_id, self.models)
         self.reminders = TerminalReminders(services, self.chat_id, self.console, self.locks.hold, woken)
         # A call that needs approval is asked about here (y/n/always), not refused.
@@ -200,7 +79,9 @@ class TerminalChat:
             self.asker = TerminalAsker(services.approvals.store, console, services.approvals.timeout_s)
             services.approvals.asker = self.asker
         self._lines: asyncio.Queue[str | None] = asyncio.Queue()
-        self._running: tuple[asyncio.Task[TurnResult], TurnControl] | None = None
+        self._turns: set[asyncio.Task[Any]] = set()  # submitted messages, /retry: the runner's tasks
+        self._idle = asyncio.Event()
+        self._idle.set()
         self._quitting = False
         self._echoed = os.isatty(0)
 
@@ -223,16 +104,41 @@ class TerminalChat:
     # ------------------------------------------------------------------ input
 
     def _arrived(self, line: str | None) -> None:
-        """A line from the reader thread: /stop acts at once on a running answer, the rest waits its turn."""
-        if line is not None and line.strip().lower() == "/stop" and self._running is not None:
-            self._stop_turn()
+        """A line from the reader thread: a message goes to the runner at once (a burst is answered once,
+        a message typed during an answer waits in the inbox), /stop acts at once on a running answer, an
+        answer to an approval question decides it, a command waits its turn."""
+        text = (line or "").strip()
+        if line is not None and text.lower() == "/stop" and self._turns:
+            self._spawn(self._stop())
             return
         if self.asker is not None and self.asker.waiting:  # the answer to "May I run ...?"
             self.console.at_line_start = self._echoed
             self.asker.typed(line)
             if line is not None:
                 return
+        if text and not text.startswith("/") and not self._quitting:
+            self._spawn(self.runner.submit(self._message(text)))
+            line = TYPED
         self._lines.put_nowait(line)
+
+    def _message(self, text: str) -> Incoming:
+        return Incoming(self.user_id, self.chat_id, text, None, None, ChatType.PRIVATE)
+
+    def _spawn(self, work: Coroutine[Any, Any, Any]) -> None:
+        """Run `work` (a turn, a stop) as a task the prompt waits for."""
+        task = asyncio.create_task(work)
+        self._turns.add(task)
+        self._idle.clear()
+
+        def done(task: asyncio.Task[Any]) -> None:
+            self._turns.discard(task)
+            if not task.cancelled() and task.exception() is not None:
+                log.error("a turn in the terminal failed", exc_info=task.exception())
+                self.console.line(APOLOGY)
+            if not self._turns:
+                self._idle.set()
+
+        task.add_done_callback(done)
 
     def _start_reader(self) -> None:
         loop = asyncio.get_running_loop()
@@ -246,24 +152,23 @@ class TerminalChat:
 
         threading.Thread(target=read_lines, args=(0, post), name="stdin", daemon=True).start()
 
-    def _stop_turn(self) -> None:
-        if self._running is not None:
-            task, control = self._running
-            control.stop_requested = True
-            task.cancel()
+    async def _stop(self) -> None:
+        notice = await self.runner.stop(self.chat_id, self.user_id, True)
+        if notice:
+            self.console.line(notice)
 
     def _interrupt(self) -> None:
         """Ctrl-C: stop the answer being written; at the prompt, leave."""
-        if self._running is not None:
-            self._stop_turn()
+        if self._turns:
+            self._spawn(self._stop())
         else:
             self._quit()
 
     def _quit(self) -> None:
         """SIGTERM (or Ctrl-C at the prompt): leave now; a running turn is cut and stored as interrupted."""
         self._quitting = True
-        if self._running is not None:
-            self._running[0].cancel()
+        for task in list(self._turns):
+            task.cancel()
         self._lines.put_nowait(None)
 
     async def run(self) -> None:
@@ -275,30 +180,28 @@ class TerminalChat:
             loop.add_signal_handler(sig, handler)
         try:
             while not self._quitting:
-                self.console.prompt()
+                await self._idle.wait()  # every message typed so far is answered
+                if self._quitting:
+                    break
+                if self._lines.empty():
+                    self.console.prompt()
                 line = await self._lines.get()
                 if line is None or self._quitting:
                     break
                 self.console.input_read(self._echoed)
-                text = line.strip()
-                if text and not await self.handle(text):
+                if line != TYPED and (text := line.strip()) and not await self.handle(text):
                     break
+            if self._turns:  # the end of the input: the answers being written are finished first
+                await asyncio.wait(list(self._turns))
         finally:
             for sig in handlers:
                 loop.remove_signal_handler(sig)
         self.console.line("")
 
     async def handle(self, text: str) -> bool:
-        """Answer one line; False when it asks to leave."""
+        """Answer one command (or a message, as typed); False when it asks to leave."""
         if not text.startswith("/"):
-            turn = TurnInput(
-                self.user_id,
-                self.chat_id,
-                text,
-                chat_type=ChatType.PRIVATE,
-                model=self.models.for_chat(self.chat_id),
-            )
-            await self._turn(turn)
+            self._spawn(self.runner.submit(self._message(text)))
             return True
         head, _, rest = text[1:].partition(" ")
         name = head.lower()
@@ -306,7 +209,7 @@ class TerminalChat:
             return False
         try:
             if name == "stop":
-                self.console.line(NOTHING_RUNS)
+                await self._stop()
             elif name == "newsession":
                 async with self.locks.hold(self.chat_id):
                     result = await self.services.sessions.new_session(
@@ -314,7 +217,7 @@ class TerminalChat:
                     )
                 self.console.line(new_session_text(result))
             elif name == "retry":
-                await self._retry()
+                self._spawn(self._retry())
             else:
                 replies, _ = await self.commands.reply(name, rest.split())
                 for reply in replies:
@@ -326,53 +229,6 @@ class TerminalChat:
 
     async def _retry(self) -> None:
         """/retry: answer the last message of the session again (its old answer is kept, unseen)."""
-        conv = self.services.conversations
-        session = conv.current_session(self.user_id, self.chat_id, chat_type=ChatType.PRIVATE)
-        last = conv.last_user_message(session.id)
-        if last is None:
-            self.console.line("There is nothing to retry in this session yet.")
-            return
-        turn = TurnInput(
-            self.user_id,
-            self.chat_id,
-            last.content,
-            chat_type=ChatType.PRIVATE,
-            rerun_of=last.id,
-            model=self.models.for_chat(self.chat_id),
-        )
-        await self._turn(turn)
-
-    # ------------------------------------------------------------------ a turn
-
-    async def _turn(self, turn: TurnInput) -> None:
-        control = TurnControl()
-        sink = TerminalSink(self.console)
-        async with self.locks.hold(self.chat_id):  # after a scheduled task's turn in this chat, if one runs
-            self.console.answer_start()
-            task = asyncio.create_task(self.services.agent.run_turn(turn, sink, control))
-            self._running = (task, control)
-            try:
-                await asyncio.wait({task})
-            finally:
-                self._running = None
-            if control.stop_requested and control.message_ids:
-                await self.services.code.cancel_turn(control.message_ids[0])  # its background jobs too
-        self.console.answer_end(self._ending(task, sink))
-
-    @staticmethod
-    def _ending(task: asyncio.Task[TurnResult], sink: TerminalSink) -> str | None:
-        """What follows the streamed text: the answer if nothing streamed, how the turn ended."""
-        if task.cancelled():
-            return STOPPED_MARK
-        exc = task.exception()
-        if exc is not None:
-            if not isinstance(exc, BudgetExceeded | LLMUnavailable | TimeoutError):
-                log.error("error while answering in the terminal", exc_info=exc)
-            return turn_failure_text(exc)
-        result = task.result()
-        if result.stopped_by == "user":
-            return STOPPED_MARK
-        notes = [] if sink.printed else [result.text.strip() or "(I have no answer to that.)"]
-        if result.stopped_by in STOP_NOTES:
-            notes.append(STOP_NOTES[result.stopped_by])
-        return "\n\n".join(notes) or None
+        notice = await self.runner.retry(self._message(""), is_owner=True)
+        if notice:
+            self.console.line(notice)

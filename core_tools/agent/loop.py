@@ -149,6 +149,9 @@ class Agent:
             async with asyncio.timeout(self.config.turn_timeout_s) as control.limit:
                 return await self._loop(turn, session.id, ids, sink, control)
         except asyncio.CancelledError:
+            if control.folded:  # answered by the chat's next turn, with the message that came meanwhile
+                await self._close(turn, session.id, ids, control, "answered")
+                raise
             if not control.stop_requested:  # shutdown mid-turn: the next start tells the user
                 if not control.handed_over:  # else the process that took the chat over tells the user
                     await self._close(turn, session.id, ids, control, "interrupted")
@@ -240,6 +243,7 @@ class Agent:
         self._observe(turn, session_id)
 
         async def on_delta(partial: str) -> None:
+            control.acted = True
             control.partial = partial  # what a stop keeps
             await sink.text(partial)
 
@@ -266,6 +270,7 @@ class Agent:
                 model=turn.model,
                 defer_record=True,  # stored with the reply below, in one transaction
             )
+            control.acted = True
             usage = reply.unrecorded
             tally.add_call(usage.record if usage is not None else None, turn.model or self.llm.model)
             try:

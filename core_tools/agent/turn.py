@@ -94,6 +94,11 @@ class TurnControl:
     # process).
     checkpoint: Callable[[], Awaitable[None]] | None = None
     handed_over: bool = False  # cancelled because another process owns the turn's messages now
+    # Set at the model's first token (or first reply): from then on the chat sees this turn. Before it, a
+    # message that arrives may be folded in (`folded`): the turn is cancelled, its messages kept as
+    # answered, and the chat's next turn answers them together with the new one (bot/runtime/runner.py).
+    acted: bool = False
+    folded: bool = False
     # The turn as published on its chat's lease (bot/runtime): stored with the turn's messages and cleared
     # with its outcome, in the same transactions. `published` while the lease still shows it.
     mark: TurnMark | None = None
@@ -144,10 +149,13 @@ class TurnInput:
     model: str | None = None  # the chat's model; None: the LLM client's default
     inbox_ids: tuple[int, ...] = ()  # where the messages waited (db/runtime/inbox.py): taken out when stored
 
+    # Messages of a turn folded into this one (stored already; `TurnControl.folded`): recalled with it.
+    earlier: tuple[str, ...] = ()
+
     @property
     def all_text(self) -> str:
         """Every message of the turn, in order (for memory recall and tool context)."""
-        return "\n\n".join([self.text, *(t for t, _ in self.more)])
+        return "\n\n".join([*self.earlier, self.text, *(t for t, _ in self.more)])
 
     # What the turn's LLM requests are accounted as ("scheduled" for a scheduled task's turn).
     purpose: str = "chat"

@@ -80,7 +80,7 @@ async def test_an_answer_streaming_during_the_erase_stores_nothing_after_it(
     hold = asyncio.Event()
     llm.script(text("Let me think about that at length", hold=hold), text("hello again"))
     async with running_bot(tmp_path, tg, llm, allowed_user_ids=f"{OWNER},{BIG}", memory_extract=False) as h:
-        runner = h.app.bot_data.handlers.runner
+        runner = h.app.bot_data.runner
         tg.push_text(BIG, "tell me a long story")
         await h.final_text(BIG, "at length")  # streamed, the stream held open: the turn runs
         assert runner.running() == 1

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, select
 
+from bot.adapter.front import TelegramFront
 from bot.runtime.queue import Incoming
 from bot.runtime.runner import TurnRunner
 from core_tools.types import ToolContext
@@ -176,9 +177,10 @@ async def test_a_turn_stopped_before_it_began_keeps_its_message_as_stopped(
 ) -> None:
     async with running_bot(tmp_path, tg, llm) as h:
         s = h.services
-        runner = TurnRunner(s.agent, s.conversations, s.code, s.replica.chats, debounce_s=0)
+        front = TelegramFront(h.app.bot, s.conversations.topics)
+        runner = TurnRunner(s.agent, s.conversations, s.code, s.replica.chats, front, debounce_s=0)
         item = Incoming(OWNER, OWNER, "never mind", "Ann", None, "private", tg_message_id=42)
-        submitted = asyncio.create_task(runner.submit(s.notifier.bot, item))
+        submitted = asyncio.create_task(runner.submit(item))
         # Runs right after the submit's first step, which creates the turn's task but does not start it.
         stopped = asyncio.create_task(runner.stop(OWNER, OWNER, True))
         assert await stopped is None  # it stopped a turn

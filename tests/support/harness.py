@@ -50,6 +50,9 @@ def make_settings(tmp_path: Path, tg: FakeTelegram | None, llm: FakeLLM, **overr
         "stream_edit_interval_s": 0.2,
         # Tests answer at once; the burst tests set a debounce of their own.
         "message_debounce_ms": 0,
+        # Two messages a test sends one after the other are two turns, as a test of one message expects;
+        # the tests of bursts fold them (tests/bot/test_fold.py).
+        "message_fold_bursts": False,
         # No data toolkit (nothing is installed at start); the tests that use it pass the session's
         # (the `sandbox_toolkit` fixture).
         "code_python_env": "",

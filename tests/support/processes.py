@@ -37,6 +37,9 @@ def bot_env(home: Path, **values: str) -> dict[str, str]:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "PYTHONPATH": str(REPO)}
     # No data toolkit, so that no test process installs one at start (tests/bot/test_toolkit.py does).
     env["CODE_PYTHON_ENV"] = ""
+    # A message a test sends while an earlier one's answer has not started waits for its own turn, as the
+    # test expects; the tests of bursts fold them (MESSAGE_FOLD_BURSTS=true: tests/bot/test_fold.py).
+    env["MESSAGE_FOLD_BURSTS"] = "false"
     env.update(values)
     return env
 
