@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+import core_tools.sandbox.watchdog as watchdog
 from core_tools.errors import ToolError
-from core_tools.sandbox import watchdog
 from core_tools.sandbox.categorize import categorize_error
 from core_tools.sandbox.cgroup import REMOVER, RunCgroup, RunParent, find_run_parent
 from core_tools.sandbox.isolation import (
