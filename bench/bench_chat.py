@@ -5,6 +5,7 @@
     uv run python bench/bench_chat.py --only-long --long-llm-delay 0   # one user's 4096 characters vs another
     uv run python bench/bench_chat.py --no-profile --skip-long --database postgresql
     uv run python bench/bench_chat.py --startup --startup-runs 10   # only `python -m bot` to its first poll
+    uv run python bench/bench_chat.py --defaults    # only a plain turn at the default settings, merge on/off
 
 Everything runs in this one process against the loopback fakes of tests/support/fakes (a fake Bot API, a fake
 OpenAI-compatible LLM) with a real database migrated by Alembic: a SQLite file in a temporary directory
@@ -690,6 +691,91 @@ async def sequential(base: Path, turns: int, warmup: int, users: str, results: d
     )
 
 
+# ------------------------------------------------------------------------------- the default settings
+
+
+def first_text_at(tg: StampedTelegram, turn: Turn) -> float:
+    """When the first text of the answer reached the chat (the preview, or the final message)."""
+    return turn.preview_answered if turn.preview_answered is not None else turn.final_answered
+
+
+async def defaults(base: Path, turns: int, warmup: int, results: dict[str, Any]) -> None:
+    """A plain turn at the settings' defaults (answered at once, bursts folded: MESSAGE_DEBOUNCE_MS,
+    MESSAGE_FOLD_BURSTS) and with the merge off, next to the floor: the first text in the chat and the
+    whole answer, interleaved with the echo bot and a bare LLM request."""
+    debounce = Settings.model_fields["message_debounce_ms"].default
+    fold = Settings.model_fields["message_fold_bursts"].default
+    print(
+        f"\n== 0. A plain turn at the default settings (MESSAGE_DEBOUNCE_MS={debounce}, "
+        f"MESSAGE_FOLD_BURSTS={str(fold).lower()}) and with MESSAGE_MERGE_BURSTS=false: {turns} turns "
+        "each, interleaved\n   first text = update delivered -> the first message of the answer answered; "
+        "whole = -> the final text answered; floor = echo bot + one bare LLM request"
+    )
+    expected = render(REPLY)[0].text
+    async with (
+        StampedTelegram(token=TOKEN) as tg_on,
+        StampedTelegram(token=TOKEN) as tg_off,
+        StampedTelegram(token=TOKEN) as tg_echo,
+        StampedLLM() as llm,
+    ):
+        llm.default = text(REPLY)
+        client = LLMClient(base_url=llm.base_url, api_key="bench", model="fake-model")
+        msgs = [ChatMessage("system", "You are a bench."), ChatMessage("user", "question")]
+
+        async def llm_alone() -> float:
+            t = time.monotonic()
+            await client.complete(msgs)
+            return time.monotonic() - t
+
+        common: dict[str, Any] = {
+            "allowed_user_ids": "1",
+            "message_debounce_ms": debounce,
+            "message_fold_bursts": fold,
+            "stream_edit_interval_s": DEFAULT_EDIT_INTERVAL,
+        }
+        try:
+            async with (
+                bench_bot(base / "defaults-on", tg_on, llm, **common) as _on,
+                bench_bot(base / "defaults-off", tg_off, llm, message_merge_bursts=False, **common) as _off,
+                echo_bot(tg_echo),
+            ):
+                for i in range(warmup):
+                    await one_turn(tg_on, 1, f"warm-up {i}", expected, llm)
+                    await one_turn(tg_off, 1, f"warm-up {i}", expected, llm)
+                    await one_turn(tg_echo, 1, f"warm-up echo {i}", f"warm-up echo {i}")
+                    await llm_alone()
+                on: list[Turn] = []
+                off: list[Turn] = []
+                echo: list[Turn] = []
+                alone: list[float] = []
+                for i in range(turns):
+                    steps = ["on", "off", "echo", "llm"]
+                    for step in steps[i % 4 :] + steps[: i % 4]:
+                        if step == "on":
+                            on.append(await one_turn(tg_on, 1, f"question {i}", expected, llm))
+                        elif step == "off":
+                            off.append(await one_turn(tg_off, 1, f"question {i}", expected, llm))
+                        elif step == "echo":
+                            echo.append(await one_turn(tg_echo, 1, f"echo {i}", f"echo {i}"))
+                        else:
+                            alone.append(await llm_alone())
+        finally:
+            await client.close()
+    floor = statistics.median(t.total for t in echo) + statistics.median(alone)
+    print(f"  {'':34} {'median':>9} {'p95':>9}   over the floor ({floor * 1000:.2f} ms), median")
+    for label, runs, tg in (("defaults", on, tg_on), ("merge off", off, tg_off)):
+        firsts = [first_text_at(tg, t) - t.received for t in runs]
+        wholes = [t.total for t in runs]
+        for kind, vals in (("first text", firsts), ("whole answer", wholes)):
+            extra = (statistics.median(vals) - floor) * 1000
+            print(
+                f"  {label + ', ' + kind:34} {ms(statistics.median(vals))} {ms(pct(vals, 95))}   "
+                f"{extra:+.1f} ms ({statistics.median(vals) / floor:.2f}x)"
+            )
+            results[f"defaults:{label}:{kind}"] = (statistics.median(vals), floor)
+    print("  (target: the first text within 150 ms of the floor at the default settings)")
+
+
 # ---------------------------------------------------------------------------------------------- phase 2
 
 
@@ -1231,7 +1317,7 @@ async def main(args: argparse.Namespace) -> None:
             if POSTGRES is not None:
                 POSTGRES.stop()
                 POSTGRES = None
-    if args.only_long or args.startup:
+    if args.only_long or args.startup or args.defaults:
         return
     summary(args, results)
 
@@ -1244,6 +1330,9 @@ async def run_parts(args: argparse.Namespace, base: Path, users: str, results: d
         return
     if args.startup:
         await startup(base, args.startup_runs, results)
+        return
+    await defaults(base, args.default_turns, args.warmup, results)
+    if args.defaults:
         return
     await sequential(base, args.turns, args.warmup, users, results)
     await burst(base, args.chats, args.llm_delay, args.rounds, results)
@@ -1351,6 +1440,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--long-rounds", type=int, default=10, help="rounds of the 4096-character message test")
     p.add_argument("--only-long", action="store_true", help="only the 4096-character message test")
     p.add_argument("--skip-long", action="store_true", help="leave out the 4096-character message test")
+    p.add_argument("--defaults", action="store_true", help="only the plain turn at the default settings")
+    p.add_argument("--default-turns", type=int, default=40, help="turns per bot at the default settings")
     p.add_argument("--startup", action="store_true", help="only the start-up test (python -m bot to polling)")
     p.add_argument("--no-startup", action="store_true", help="leave out the start-up test")
     p.add_argument("--startup-runs", type=int, default=5, help="start-ups measured per kind of database")
