@@ -248,7 +248,10 @@ class ScheduleRunner:
         self._armed_for = target
 
     def _leading(self) -> tuple[bool, bool]:
-        """(this process fires the schedules now, it has just taken that over: recover first)."""
+        """(this process fires the schedules now, it has just taken that over: recover first); neither once
+        the runner is closed."""
+        if self._closed:
+            return False, False
         return self.services.replica.holds_job(LEASE)
 
     async def startup_job(self) -> None:
@@ -314,7 +317,9 @@ class ScheduleRunner:
         return {"resend": len(resend), "failed": len(failed), "repaired": repaired, "moved": moved}
 
     async def tick(self) -> None:
-        """Fire what is due, send the due firings, re-arm for the next time."""
+        """Fire what is due, send the due firings, re-arm for the next time (nothing once closed)."""
+        if self._closed:
+            return
         async with self._lock:
             try:
                 started = time.monotonic()
