@@ -49,6 +49,8 @@ def _settings(telegram: bool, services: bool) -> Settings | None:
     except ValidationError as err:
         lines, reported = describe_errors(err), {f.upper() for f in bad_fields(err)}
         settings = settings_without(bad_fields(err))
+    if settings is not None and telegram:
+        _probe_sandbox_ahead(settings)
     if settings is not None:
         more = settings.missing_for_telegram() if telegram else []
         if services:
@@ -60,6 +62,15 @@ def _settings(telegram: bool, services: bool) -> Settings | None:
     for line in lines:
         print(line, file=sys.stderr)
     return None if lines else settings
+
+
+def _probe_sandbox_ahead(settings: Settings) -> None:
+    """A local code sandbox probes bwrap when it is made (a sandboxed python3: 0.1-0.3 s of waiting): that
+    probe starts now, in a thread, and waits while the bot's modules are imported."""
+    if not settings.sandbox_urls and not settings.code_sandbox_socket:
+        from core_tools.sandbox.isolation import probe_bwrap_soon
+
+        probe_bwrap_soon()
 
 
 def _build(build: Callable[[], T]) -> T | None:

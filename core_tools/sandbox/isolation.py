@@ -16,6 +16,8 @@ import shutil
 import stat
 import subprocess
 import sys
+import threading
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -401,17 +403,42 @@ class Probe:
 
 
 _PROBES: dict[str, Probe] = {}
+_PENDING: dict[str, Future[Probe]] = {}  # probes started ahead (`probe_bwrap_soon`), by binary
+_PENDING_LOCK = threading.Lock()
 
 
 def probe_bwrap(bwrap_path: str | None = None, *, refresh: bool = False) -> Probe:
-    """Run bwrap once with a trivial program exactly as real runs do; the answer is cached per binary."""
+    """Run bwrap once with a trivial program exactly as real runs do; the answer is cached per binary (a
+    probe started ahead is waited for)."""
     path = bwrap_path if bwrap_path is not None else shutil.which("bwrap")
     key = path or ""
     if not refresh and key in _PROBES:
         return _PROBES[key]
-    probe = _probe(path)
+    with _PENDING_LOCK:
+        pending = None if refresh else _PENDING.get(key)
+    probe = pending.result() if pending is not None else _probe(path)
     _PROBES[key] = probe
     return probe
+
+
+def probe_bwrap_soon(bwrap_path: str | None = None) -> None:
+    """Start the probe of `probe_bwrap` now, in a thread: it waits 0.1-0.3 s for bwrap and a sandboxed
+    python3, which a process starting up spends importing instead; `probe_bwrap` takes its answer."""
+    path = bwrap_path if bwrap_path is not None else shutil.which("bwrap")
+    key = path or ""
+    with _PENDING_LOCK:
+        if key in _PROBES or key in _PENDING:
+            return
+        future: Future[Probe] = Future()
+        _PENDING[key] = future
+
+    def run() -> None:
+        try:
+            future.set_result(_probe(path))
+        except BaseException as exc:  # probe_bwrap raises it where the answer is asked for
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="bwrap-probe", daemon=True).start()
 
 
 def _probe(path: str | None) -> Probe:
