@@ -18,9 +18,10 @@ session's current one, read in the same transaction as it would have been read:
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+
+from cachetools import LRUCache
 
 from db.conversation_records import StoredMessage
 
@@ -38,9 +39,8 @@ class HistoryCache:
     """Histories by session id, with the revision they are current for (see the module's doc)."""
 
     def __init__(self, sessions: int = SESSIONS_KEPT) -> None:
-        self._kept: OrderedDict[str, _Kept] = OrderedDict()
-        self._most = sessions
-        self._lock = threading.Lock()  # (PostgreSQL's calls run in worker threads)
+        self._kept: LRUCache[str, _Kept] = LRUCache(sessions)  # the least recently used out
+        self._lock = threading.Lock()  # (PostgreSQL's calls run in worker threads; LRUCache is not safe)
 
     def get(self, session_id: str, revision: int, limit: int) -> list[StoredMessage] | None:
         """The session's newest `limit` messages if they are kept for this revision, else None."""
@@ -50,7 +50,6 @@ class HistoryCache:
                 return None
             if limit > kept.limit and len(kept.rows) >= kept.limit:  # more than was read
                 return None
-            self._kept.move_to_end(session_id)
             return kept.rows[-limit:]
 
     def put(self, session_id: str, revision: int, limit: int, rows: list[StoredMessage]) -> None:
@@ -61,9 +60,6 @@ class HistoryCache:
             if kept is not None and kept.revision == revision and limit < kept.limit:
                 return
             self._kept[session_id] = _Kept(revision, limit, list(rows))
-            self._kept.move_to_end(session_id)
-            while len(self._kept) > self._most:
-                self._kept.popitem(last=False)
 
     def wrote(
         self,

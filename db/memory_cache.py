@@ -15,10 +15,10 @@ finds nothing, as it would have.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime
 
+from cachetools import LRUCache
 from sqlalchemy import Column, Connection, MetaData, Table, bindparam, select
 from sqlalchemy.types import BigInteger
 
@@ -46,9 +46,8 @@ class PromptMemories:
     """A process's reads of `prompt_memories`, per (user, session, limit), the least recently used out."""
 
     def __init__(self, size: int = 1024) -> None:
-        self._size = size
-        self._kept: OrderedDict[tuple[int, str, int], _Kept] = OrderedDict()
-        self._lock = threading.Lock()
+        self._kept: LRUCache[tuple[int, str, int], _Kept] = LRUCache(size)
+        self._lock = threading.Lock()  # reads may run in worker threads; an LRUCache is not thread-safe
 
     def read(
         self, conn: Connection, user_id: int, session_id: str, now: datetime, limit: int = 50
@@ -58,9 +57,7 @@ class PromptMemories:
         revision = _REVISION_RUN.scalar(conn, {"uid": user_id})
         key = (user_id, session_id, limit)
         with self._lock:
-            kept = self._kept.get(key)
-            if kept is not None:
-                self._kept.move_to_end(key)
+            kept = self._kept.get(key)  # (marked as just used)
         if kept is not None and kept.revision == revision:
             rows = [r for r in kept.rows if r.expires_at is None or r.expires_at > now]
             if len(rows) == len(kept.rows) or len(kept.rows) < limit:
@@ -68,7 +65,4 @@ class PromptMemories:
         has_relevant, fresh = prompt_memories(conn, user_id, session_id, now, limit)
         with self._lock:
             self._kept[key] = _Kept(revision, has_relevant, tuple(fresh))
-            self._kept.move_to_end(key)
-            while len(self._kept) > self._size:
-                self._kept.popitem(last=False)
         return has_relevant, fresh

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import count
@@ -33,6 +32,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from cachetools import LRUCache
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
@@ -215,24 +215,31 @@ class RecallCache:
     """Copies of users' bit vectors, least recently used first out, within a bound in bytes."""
 
     def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
         self._lock = threading.Lock()
-        self._copies: OrderedDict[tuple[int, int], Copy] = OrderedDict()
+        self._copies = _copies(max_bytes)
         self._too_big: set[tuple[int, int]] = set()
-        self._bytes = 0
+
+    @property
+    def max_bytes(self) -> int:
+        """The bound on the bytes the copies take."""
+        return int(self._copies.maxsize)
+
+    @max_bytes.setter
+    def max_bytes(self, value: int) -> None:
+        """A new bound, the copies forgotten."""
+        with self._lock:
+            self._copies = _copies(value)
+            self._too_big.clear()
 
     @property
     def nbytes(self) -> int:
         """Bytes the copies take."""
-        return self._bytes
+        return int(self._copies.currsize)
 
     def get(self, key: tuple[int, int]) -> Copy | None:
         """The copy of (engine, user), marked as just used."""
         with self._lock:
-            found = self._copies.get(key)
-            if found is not None:
-                self._copies.move_to_end(key)
-            return found
+            return self._copies.get(key)
 
     def too_big(self, key: tuple[int, int]) -> bool:
         """Whether the user's copy did not fit the bound."""
@@ -241,24 +248,18 @@ class RecallCache:
     def put(self, key: tuple[int, int], copy: Copy) -> bool:
         """Keep a copy (the oldest used go to make room); False when it alone exceeds the bound."""
         with self._lock:
-            old = self._copies.pop(key, None)
-            if old is not None:
-                self._bytes -= old.nbytes
-            if copy.nbytes > self.max_bytes:
+            self._copies.pop(key, None)
+            if copy.nbytes > self._copies.maxsize:
                 self._too_big.add(key)
                 return False
             self._copies[key] = copy
-            self._bytes += copy.nbytes
-            while self._bytes > self.max_bytes:
-                _, dropped = self._copies.popitem(last=False)
-                self._bytes -= dropped.nbytes
             return True
 
     def drop_engine(self, engine_key: int) -> None:
         """Forget every copy made through an engine (it was garbage collected)."""
         with self._lock:
             for key in [k for k in self._copies if k[0] == engine_key]:
-                self._bytes -= self._copies.pop(key).nbytes
+                del self._copies[key]
             self._too_big = {k for k in self._too_big if k[0] != engine_key}
 
     def clear(self) -> None:
@@ -266,7 +267,11 @@ class RecallCache:
         with self._lock:
             self._copies.clear()
             self._too_big.clear()
-            self._bytes = 0
+
+
+def _copies(max_bytes: int) -> LRUCache[tuple[int, int], Copy]:
+    # Bounded by the bytes of the copies' arrays, not by their number.
+    return LRUCache(max(0, max_bytes), getsizeof=lambda copy: copy.nbytes)
 
 
 _CACHE = RecallCache(DEFAULT_MAX_MB << 20)
@@ -277,8 +282,7 @@ _KEYS_LOCK = threading.Lock()
 
 def configure(max_mb: float) -> None:
     """Bound the memory the copies take (MB; 0: no copies, every search in PostgreSQL)."""
-    _CACHE.clear()
-    _CACHE.max_bytes = max(0, int(max_mb * (1 << 20)))
+    _CACHE.max_bytes = max(0, int(max_mb * (1 << 20)))  # (the copies made under the old one forgotten)
 
 
 def cache() -> RecallCache:
