@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config.settings import Settings
@@ -44,10 +45,12 @@ from db.task_costs import TaskCosts
 from db.usage import UsageLog, UsageQueries
 
 
-def usage_service(settings: Settings, sm: sessionmaker[Session], notifier: Notifier | None) -> UsageService:
+def usage_service(
+    settings: Settings, sm: sessionmaker[Session], engine: Engine, notifier: Notifier | None
+) -> UsageService:
     """Prices, the usage caps (a cap's notice goes to the owner through `notifier`) and usage reports."""
     return UsageService(
-        UsageQueries(sm),
+        UsageQueries(sm, engine),
         prices=parse_prices(settings.llm_prices),
         defaults=Caps(
             daily_usd=settings.budget_daily_usd,
@@ -99,10 +102,10 @@ def audio_client(settings: Settings, usage: UsageLog, budget: UsageService) -> A
     )
 
 
-def media_service(settings: Settings, sm: sessionmaker[Session]) -> MediaService:
+def media_service(settings: Settings, sm: sessionmaker[Session], engine: Engine) -> MediaService:
     """The files users send (stored under MEDIA_DIR), read within the settings' limits."""
     return MediaService(
-        MediaFiles(sm),
+        MediaFiles(sm, engine),
         MediaConfig(
             root=Path(settings.media_dir),
             inline_chars=settings.file_inline_chars,
@@ -139,6 +142,7 @@ class MemoryParts:
 def memory_and_sessions(
     settings: Settings,
     sm: sessionmaker[Session],
+    engine: Engine,
     conversations: Conversations,
     llm: LLMClient,
     usage: UsageLog,
@@ -155,6 +159,7 @@ def memory_and_sessions(
         judge=MemoryJudge(llm),
         # Dates in recall queries are the user's ("yesterday"); the sessions are built below.
         timezone_of=lambda user_id: sessions.timezone(user_id),
+        engine=engine,
     )
     extractor = MemoryExtractor(
         memory, llm, sm, enabled=settings.memory_extract, delay_s=settings.memory_extract_delay_s
@@ -217,10 +222,10 @@ def results_tool(settings: Settings, sm: sessionmaker[Session], registry: ToolRe
     )
 
 
-def approval_gate(settings: Settings, sm: sessionmaker[Session]) -> ApprovalGate:
+def approval_gate(settings: Settings, sm: sessionmaker[Session], engine: Engine) -> ApprovalGate:
     """Asks the user before the calls APPROVE_TOOLS (or an MCP server's `confirm`) names."""
     return ApprovalGate(
-        Approvals(sm),
+        Approvals(sm, engine),
         ApprovalPolicy.parse(settings.approve_tools),
         settings.approval_timeout_s,
         secrets=settings.secrets(),

@@ -63,6 +63,7 @@ class MemoryRecall:
     """Async reads over db.memories: recall, lists, history and the prompt's block."""
 
     _sessions: sessionmaker[Session]
+    _engine: Engine  # the one `_sessions` is bound to: the prompt's reads run on it as Core
     _prompt_memories: PromptMemories  # what each turn's prompt read, with the user's memory revision
     embedding: MemoryEmbedding
     now: Callable[[], datetime]
@@ -243,8 +244,7 @@ class MemoryRecall:
         # db/memory_cache.py), made on the event loop like the conversation reads: a worker thread waits
         # for the GIL behind the busy loop, which measured 2.5-3 ms a hop (bench/bench_chat.py). A Core
         # connection, not an ORM session (which cost as much as one of the reads).
-        engine: Engine = self._sessions.kw["bind"]
-        with connections.read(engine) as conn:
+        with connections.read(self._engine) as conn:
             # Most turns of a user without long/mid memories would otherwise pay for an embedding for nothing.
             has_relevant, rows = self._prompt_memories.read(conn, user_id, session_id, now)
         session = [memory_view(m) for m in rows]

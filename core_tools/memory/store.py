@@ -18,6 +18,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, tzinfo
 from typing import Any
 
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from core_tools.errors import ToolError
@@ -42,6 +43,7 @@ from core_tools.prompts import MEMORY_NOTE
 from db import memories as q
 from db import memory_history as h
 from db import memory_search, memory_words
+from db.engine import engine_for
 from db.memories import NewMemory
 from db.memory_cache import PromptMemories
 from db.models import utcnow
@@ -88,8 +90,10 @@ class MemoryStore(MemoryRecall):
         recall_depth: int = RECALL_DEPTH,
         vector_depth: int | None = VECTOR_DEPTH,
         timezone_of: Callable[[int], tzinfo] | None = None,
+        engine: Engine | None = None,
     ) -> None:
         self._sessions = sessions
+        self._engine = engine_for(sessions, engine)  # (until every caller passes it: the sessions' own)
         self._prompt_memories = PromptMemories()
         self.embedding = MemoryEmbedding(sessions, embedder)
         self.now = now

@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from core_tools.memory.store import MemoryStore
 from db.approvals import Approvals
 from db.conversations import Conversations
 from db.engine import make_sessionmaker
@@ -46,3 +47,12 @@ def test_without_an_engine_the_sessionmakers_bind_is_the_fallback(
     unbound: sessionmaker[Session] = sessionmaker()
     with pytest.raises(TypeError, match="give the repository its engine"):
         repository(unbound)
+
+
+async def test_the_memory_store_reads_the_prompts_memories_on_the_engine_given(
+    engine: Engine, other_engine: Engine
+) -> None:
+    store = MemoryStore(sessionmaker(), None, engine=engine)  # bound to nothing: the prompt's read is Core
+    assert (await store.prompt_section(5, "s1", "hello")).text == ""
+    with pytest.raises(ValueError, match="another engine"):
+        MemoryStore(make_sessionmaker(other_engine), None, engine=engine)
