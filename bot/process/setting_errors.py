@@ -9,7 +9,8 @@ from typing import Any, Literal, get_args, get_origin
 
 from pydantic import ValidationError
 
-from bot.config.settings import HINTS, Settings
+from bot.config.hints import HINTS
+from bot.config.settings import Settings
 
 
 def describe_errors(err: ValidationError) -> list[str]:
