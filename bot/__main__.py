@@ -134,9 +134,9 @@ SETTLE_AFTER_S = 1.0  # after the start-up hook: the first getUpdates goes out w
 
 def settle_when_serving(app: App, delay_s: float = SETTLE_AFTER_S) -> None:
     """Once the application has started (its post_init hook ran: the services started, the menus are
-    published) and is about to poll, collect what start-up left and freeze the rest (bot/process/heap.py),
-    then turn the collector back on: the one full collection (0.1-0.3 s) comes after the first poll, not
-    before it."""
+    published) and is about to poll: import what only a turn needs (the OpenAI SDK, core_tools/llm/sdk.py)
+    in a worker thread, then collect what start-up left and freeze the rest (bot/process/heap.py) and turn
+    the collector back on. Both come after the first poll, not before it."""
     startup = app.post_init
 
     async def post_init(application: App) -> None:
@@ -144,9 +144,24 @@ def settle_when_serving(app: App, delay_s: float = SETTLE_AFTER_S) -> None:
             if startup is not None:
                 await startup(application)
         finally:
-            asyncio.get_running_loop().call_later(delay_s, _settle)
+            asyncio.get_running_loop().call_later(delay_s, lambda: _warm_then_settle(application))
 
     app.post_init = post_init
+
+
+def _warm_then_settle(app: App) -> None:
+    from core_tools.llm.sdk import warm
+
+    async def go() -> None:
+        try:
+            await warm()
+        finally:
+            _settle()
+
+    if app.running:  # not while stopping
+        app.create_task(go(), name="warm-up")
+    else:
+        _settle()
 
 
 def _settle() -> None:

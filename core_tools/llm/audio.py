@@ -5,11 +5,9 @@ from __future__ import annotations
 import logging
 import time
 
-import openai
-from openai import AsyncOpenAI, DefaultAioHttpClient
-
 from core_tools.errors import MediaError
 from core_tools.llm.accounting import BudgetGate, LLMCallRecorder, record_of, store_record
+from core_tools.llm.sdk import LazyClient, sdk
 from core_tools.types import Usage
 
 log = logging.getLogger(__name__)
@@ -17,6 +15,7 @@ log = logging.getLogger(__name__)
 
 def _explain_audio(exc: Exception, what: str, setting: str) -> str:
     """Why a transcription or speech request failed, naming the setting to check."""
+    openai = sdk()
     if isinstance(exc, openai.AuthenticationError):
         return f"the {what} endpoint rejected the API key (check {setting}_API_KEY)"
     if isinstance(exc, openai.NotFoundError):
@@ -53,26 +52,14 @@ class AudioClient:
         self.tts_voice = tts_voice
         self._recorder = recorder
         self.budget = budget
-        # The aiohttp transport, like the chat client's: less CPU per request than the default httpx one.
+        # The aiohttp transport, like the chat client's; made at the first request (core_tools/llm/sdk.py).
         self._stt = (
-            AsyncOpenAI(
-                base_url=base_url,
-                api_key=api_key,
-                timeout=timeout_s,
-                max_retries=max_retries,
-                http_client=DefaultAioHttpClient(timeout=timeout_s),
-            )
+            LazyClient(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=max_retries)
             if base_url
             else None
         )
         self._tts = (
-            AsyncOpenAI(
-                base_url=tts_base_url,
-                api_key=tts_api_key,
-                timeout=timeout_s,
-                max_retries=max_retries,
-                http_client=DefaultAioHttpClient(timeout=timeout_s),
-            )
+            LazyClient(base_url=tts_base_url, api_key=tts_api_key, timeout=timeout_s, max_retries=max_retries)
             if tts_base_url and tts_model
             else None
         )
@@ -110,7 +97,7 @@ class AudioClient:
         started = time.monotonic()
         try:
             try:
-                result = await self._stt.audio.transcriptions.create(
+                result = await self._stt.get().audio.transcriptions.create(
                     model=self.model, file=(filename, data), response_format="json"
                 )
             except Exception as exc:
@@ -135,7 +122,7 @@ class AudioClient:
         started = time.monotonic()
         try:
             try:
-                response = await self._tts.audio.speech.create(
+                response = await self._tts.get().audio.speech.create(
                     model=self.tts_model, voice=self.tts_voice, input=text, response_format="opus"
                 )
                 audio = await response.aread()

@@ -7,12 +7,11 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from typing import Any
 
-import openai
 import orjson
-from openai import AsyncOpenAI, AsyncStream, DefaultAioHttpClient
 
 from core_tools.errors import LLMUnavailable
 from core_tools.llm.accounting import BudgetGate, DeltaCallback, LLMCallRecorder, metered
+from core_tools.llm.sdk import LazyClient, sdk
 from core_tools.types import ChatMessage, LLMReply, ToolCallRequest, Usage
 
 log = logging.getLogger(__name__)
@@ -66,6 +65,7 @@ def _without_images(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
 
 def _explain(exc: Exception) -> str:
     """A short, secret-free reason a user can read."""
+    openai = sdk()
     if isinstance(exc, openai.AuthenticationError):
         return "the language model rejected the API key (check OPENAI_API_KEY)"
     if isinstance(exc, openai.RateLimitError):
@@ -102,14 +102,9 @@ class LLMClient:
     ) -> None:
         # The SDK retries 408/409/429/5xx and connection errors with exponential backoff. Its aiohttp
         # transport (the `openai[aiohttp]` extra) costs about a third less CPU per streamed request than the
-        # default httpx one, which shows when many chats stream at once (bench/bench_chat.py).
-        self._client = AsyncOpenAI(
-            base_url=base_url,
-            api_key=api_key,
-            timeout=timeout_s,
-            max_retries=max_retries,
-            http_client=DefaultAioHttpClient(timeout=timeout_s),
-        )
+        # default httpx one, which shows when many chats stream at once (bench/bench_chat.py). Made, and
+        # the SDK imported, at the first request (core_tools/llm/sdk.py).
+        self._sdk = LazyClient(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=max_retries)
         self.model = model
         # For background calls (session summaries): LLM_SUMMARY_MODEL, or the default model.
         self.background_model = background_model or model
@@ -126,12 +121,13 @@ class LLMClient:
 
     async def close(self) -> None:
         """Close the HTTP client."""
-        await self._client.close()
+        await self._sdk.close()
 
     async def check(self) -> str:
         """Reach the endpoint without spending tokens (GET /models); raises LLMUnavailable with a reason."""
+        openai = sdk()
         try:
-            page = await self._client.models.list()
+            page = await self._sdk.get().models.list()
         except openai.NotFoundError:
             return "reachable (it does not list models)"
         except Exception as exc:
@@ -173,6 +169,7 @@ class LLMClient:
         payload = [_encoded(m) for m in (_without_images(messages) if dropped else messages)]
         # One JSON text of the request: sent as it is, and the rough size its reservation is counted from.
         request = _request_body(payload, tools, model, ceiling)
+        openai = sdk()
 
         async def send(on_text: DeltaCallback) -> LLMReply:
             nonlocal dropped
@@ -221,12 +218,12 @@ class LLMClient:
         # messages (bench/bench_chat.py), more than everything else in a turn. Each chunk stays the JSON
         # object it arrived as (`object`: no conversion at all): building the SDK's pydantic models of the
         # chunks took more CPU than the rest of a short turn's own work.
-        stream = await self._client.post(
+        stream = await self._sdk.get().post(
             "/chat/completions",
             cast_to=object,
             content=request,
             stream=True,
-            stream_cls=AsyncStream[object],
+            stream_cls=sdk().AsyncStream[object],
         )
         try:
             return await self._read(stream, on_delta, model)
