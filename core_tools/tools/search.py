@@ -277,6 +277,56 @@ def build_search_tool(
     clock: Clock = time.monotonic,
 ) -> SearchTool:
     """Build the search tool from operator settings; raises ValueError on an unusable configuration."""
+    names = provider_chain(
+        provider_names=provider_names,
+        searxng_url=searxng_url,
+        brave_api_key=brave_api_key,
+        tavily_api_key=tavily_api_key,
+    )
+    owned = None
+    if client is None:
+        # One shared client for every provider: short connect timeout, overall bound applied per provider.
+        owned = client = httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout_s, connect=min(3.0, timeout_s)),
+            headers={"User-Agent": "telegram-assistant/0.1"},
+            follow_redirects=True,
+        )
+    providers: list[SearchProvider] = []
+    for name in names:
+        if name == "searxng":
+            assert searxng_url
+            providers.append(SearxngProvider(client, searxng_url))
+        elif name == "brave":
+            assert brave_api_key
+            providers.append(BraveProvider(client, brave_api_key, base_url=brave_base_url))
+        elif name == "tavily":
+            assert tavily_api_key
+            providers.append(TavilyProvider(client, tavily_api_key, base_url=tavily_base_url))
+        else:
+            providers.append(DuckDuckGoProvider(timeout_s=timeout_s, ddgs_factory=ddgs_factory))
+    fetcher = PageFetcher(
+        allow_private=fetch_allow_private, timeout_s=fetch_timeout_s, max_bytes=fetch_max_bytes
+    )
+    return SearchTool(
+        providers,
+        cache_ttl_s=cache_ttl_s,
+        timeout_s=timeout_s,
+        clock=clock,
+        fetcher=fetcher,
+        secrets=[k for k in (brave_api_key, tavily_api_key) if k],
+        owned_client=owned,
+    )
+
+
+def provider_chain(
+    *,
+    provider_names: list[str] | None = None,
+    searxng_url: str | None = None,
+    brave_api_key: str | None = None,
+    tavily_api_key: str | None = None,
+) -> list[str]:
+    """The providers the settings name, in order (the default chain without any); ValueError for an unusable
+    chain. Nothing is built: the settings' check at start (bot/process/parts.py) asks this alone."""
     if provider_names:
         names: list[str] = []
         for raw in provider_names:
@@ -295,39 +345,12 @@ def build_search_tool(
         )
     if not names:
         raise ValueError("SEARCH_PROVIDER names no provider")
-    owned = None
-    if client is None:
-        # One shared client for every provider: short connect timeout, overall bound applied per provider.
-        owned = client = httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout_s, connect=min(3.0, timeout_s)),
-            headers={"User-Agent": "telegram-assistant/0.1"},
-            follow_redirects=True,
-        )
-    providers: list[SearchProvider] = []
+    needs = {
+        "searxng": (searxng_url, "SEARXNG_URL"),
+        "brave": (brave_api_key, "BRAVE_API_KEY"),
+        "tavily": (tavily_api_key, "TAVILY_API_KEY"),
+    }
     for name in names:
-        if name == "searxng":
-            if not searxng_url:
-                raise ValueError("SEARCH_PROVIDER includes searxng but SEARXNG_URL is not set")
-            providers.append(SearxngProvider(client, searxng_url))
-        elif name == "brave":
-            if not brave_api_key:
-                raise ValueError("SEARCH_PROVIDER includes brave but BRAVE_API_KEY is not set")
-            providers.append(BraveProvider(client, brave_api_key, base_url=brave_base_url))
-        elif name == "tavily":
-            if not tavily_api_key:
-                raise ValueError("SEARCH_PROVIDER includes tavily but TAVILY_API_KEY is not set")
-            providers.append(TavilyProvider(client, tavily_api_key, base_url=tavily_base_url))
-        else:
-            providers.append(DuckDuckGoProvider(timeout_s=timeout_s, ddgs_factory=ddgs_factory))
-    fetcher = PageFetcher(
-        allow_private=fetch_allow_private, timeout_s=fetch_timeout_s, max_bytes=fetch_max_bytes
-    )
-    return SearchTool(
-        providers,
-        cache_ttl_s=cache_ttl_s,
-        timeout_s=timeout_s,
-        clock=clock,
-        fetcher=fetcher,
-        secrets=[k for k in (brave_api_key, tavily_api_key) if k],
-        owned_client=owned,
-    )
+        if name in needs and not needs[name][0]:
+            raise ValueError(f"SEARCH_PROVIDER includes {name} but {needs[name][1]} is not set")
+    return names
