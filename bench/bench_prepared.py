@@ -30,6 +30,7 @@ from db.conversations import Conversations
 from db.engine import make_engine, make_sessionmaker
 from db.migrate import upgrade
 from db.prepared import Prepared
+from db.speakers import Speaker
 
 
 def _both(conn: Connection, ways: tuple[Callable[[], object], ...], n: int) -> list[float]:
@@ -66,7 +67,7 @@ def main() -> None:
         engine = make_engine(url)
         conv = Conversations(make_sessionmaker(engine), engine)
         for i in range(25):  # 50 messages: 25 turns of a question and an answer
-            opened = conv.open_turn(TurnOpening(7, 7, "private", texts=((f"question {i}", None),)))
+            opened = conv.open_turn(TurnOpening(Speaker(7, 7, "private"), texts=((f"question {i}", None),)))
             conv.close_turn(TurnClosing(opened.session.id, 7, 7, tuple(opened.message_ids), "answered", None))
             conv.add_message(opened.session.id, 7, 7, "assistant", f"answer {i}")
         sid, mid = opened.session.id, opened.message_ids[0]

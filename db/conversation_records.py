@@ -9,6 +9,7 @@ from typing import Any
 
 from db.models import ChatSession
 from db.runtime.store import TurnMark
+from db.speakers import Speaker
 from db.turn_info import TurnInfoRecord
 from db.usage import LLMCallRecord
 
@@ -55,12 +56,6 @@ def session_info(s: ChatSession) -> SessionInfo:
     )
 
 
-def chat_type_of(user_id: int, chat_id: int, chat_type: str | None) -> str:
-    """The chat's type as a session stores it."""
-    # Unknown type: only the user's own chat id (a Telegram private chat's id) counts as private.
-    return chat_type or ("private" if chat_id == user_id else "group")
-
-
 @dataclass(frozen=True)
 class UserMessage:
     """A stored user message, as /retry and edits see it."""
@@ -78,16 +73,13 @@ class UserMessage:
 @dataclass(frozen=True)
 class TurnOpening:
     """What a turn stores before its first LLM request: its user messages ((text, Telegram id), in order),
-    taken out of the inbox; or, for a /retry or an edit, the stored message it answers again."""
+    taken out of the inbox; or, for a /retry or an edit, the stored message it answers again. `speaker`:
+    the turn's, its chat type resolved (the session's type)."""
 
-    user_id: int
-    chat_id: int
-    chat_type: str
+    speaker: Speaker
     texts: tuple[tuple[str, int | None], ...] = ()
     inbox_ids: tuple[int, ...] = ()
     rerun_of: int | None = None
-    first_name: str | None = None
-    username: str | None = None
     mark: TurnMark | None = None  # the turn, published on its chat's lease
 
 

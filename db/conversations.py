@@ -19,7 +19,6 @@ from db.conversation_records import (
     StoredMessage,
     TurnClosing,
     TurnOpening,
-    chat_type_of,
     session_info,
 )
 from db.conversation_statements import (
@@ -40,6 +39,7 @@ from db.history_cache import HistoryCache
 from db.models import ChatSession, ChatSettings, User, new_id, utcnow
 from db.runtime.inbox import Inbox, discard_in, move_into_history
 from db.runtime.store import clear_turn, publish_turn
+from db.speakers import chat_type_of
 from db.topics import Topics
 from db.turn_info import insert_turn_info
 from db.usage import insert_llm_call
@@ -259,12 +259,14 @@ class Conversations(MessageLog):
         from the inbox into the history as pending (or, for a re-run, the old answer superseded), and the
         turn published on its chat's lease."""
         now = utcnow()
-        due = self._user_due(o.user_id, o.first_name, o.username, now)
-        key = _open_key(o.user_id, o.chat_id, o.chat_type)
+        who = o.speaker
+        user_id, chat_id, chat_type = who.user_id, who.chat_id, who.chat_type
+        due = self._user_due(user_id, who.first_name, who.username, now)
+        key = _open_key(user_id, chat_id, chat_type)
         known = self._open.get(key) if o.rerun_of is None else None
         with connections.begin(self._engine) as conn:
             if due:
-                self._upsert_user(conn, o.user_id, o.first_name, o.username, now)
+                self._upsert_user(conn, user_id, who.first_name, who.username, now)
             session, before = None, None
             if known is not None:  # still the chat's open session (in any process): marked active now
                 touch = TOUCH_OPEN_SESSION_RUN if key[1] is not None else TOUCH_OPEN_CHAT_SESSION_RUN
@@ -272,11 +274,11 @@ class Conversations(MessageLog):
                 if row is not None:
                     session, before = SessionInfo(*row[:-1]), int(row[-1])
             if session is None:
-                session = self._open_session(conn, o.user_id, o.chat_id, o.chat_type)
+                session = self._open_session(conn, user_id, chat_id, chat_type)
             if session is None:
                 if not due:  # the user's row, surely there (seen a moment ago), before its session
-                    conn.execute(self._bare_user, {"uid": o.user_id, "now": now})
-                session = self._start_session(conn, o.user_id, o.chat_id, None, now, o.chat_type)
+                    conn.execute(self._bare_user, {"uid": user_id, "now": now})
+                session = self._start_session(conn, user_id, chat_id, None, now, chat_type)
             if o.rerun_of is not None:
                 conn.execute(SUPERSEDE, {"sid": session.id, "after": o.rerun_of})
                 SET_STATUS_RUN.run(conn, {"mid": o.rerun_of, "new_status": "pending"})
@@ -286,7 +288,7 @@ class Conversations(MessageLog):
             else:
                 # After the previous turn's rows, out of the inbox.
                 ids, revision = move_into_history(
-                    conn, session.id, o.user_id, o.chat_id, o.texts, o.inbox_ids, "pending", before
+                    conn, session.id, user_id, chat_id, o.texts, o.inbox_ids, "pending", before
                 )
             if o.mark is not None:
                 publish_turn(conn, o.mark)
@@ -299,7 +301,7 @@ class Conversations(MessageLog):
             ]
             self._history.wrote(session.id, len(ids), revision, added=added)
         if due:
-            self._seen[o.user_id] = ((o.first_name, o.username), now)
+            self._seen[user_id] = ((who.first_name, who.username), now)
         self._remember_session(session)
         if len(self._open) > 10_000 and key not in self._open:  # a bound, refilled on demand
             self._open.clear()

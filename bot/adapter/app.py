@@ -45,6 +45,8 @@ from bot.runtime.runner import TurnRunner
 from bot.runtime.services import Services
 from bot.texts.catalog import audience_of, help_text, new_session_text
 from bot.texts.models import ModelChoice
+from db.runtime import Entry
+from db.speakers import Speaker
 from db.turn_info import TurnInfos
 
 log = logging.getLogger(__name__)
@@ -167,16 +169,10 @@ class Handlers:
     def _incoming(self, update: Update, context: Ctx, text: str) -> Incoming:
         msg, user, chat = update.effective_message, update.effective_user, update.effective_chat
         assert msg and user and chat
-        return Incoming(
-            user.id,
-            conversation_of(self.topics, update),
-            text,
-            user.first_name,
-            user.username,
-            str(chat.type),
-            tg_message_id=msg.message_id,
-            update_id=update.update_id,
+        speaker = Speaker(
+            user.id, conversation_of(self.topics, update), str(chat.type), user.first_name, user.username
         )
+        return Incoming(Entry(speaker, text, tg_message_id=msg.message_id, update_id=update.update_id))
 
     def _help(self, update: Update) -> str:
         """The commands of this chat's audience (a group, the owner, another user)."""

@@ -22,7 +22,7 @@ from bot.adapter.context import Ctx
 from bot.adapter.groups import frame, is_group, without_mention
 from bot.adapter.streaming import status_note, typing_indicator
 from bot.adapter.topics import conversation_of, thread_of
-from bot.runtime.queue import Incoming
+from bot.runtime.queue import Incoming, media_of
 from bot.runtime.runner import TurnRunner
 from bot.runtime.services import Services
 from core_tools.agent import TurnInput
@@ -30,6 +30,8 @@ from core_tools.errors import BudgetExceeded, MediaError
 from core_tools.media import SUPPORTED
 from core_tools.media.audio import audio_length
 from db.media import NewMediaFile
+from db.runtime import Entry
+from db.speakers import Speaker
 
 log = logging.getLogger(__name__)
 
@@ -81,15 +83,8 @@ class MediaHandlers:
     def _turn(self, update: Update, text: str, media_ids: list[int]) -> TurnInput:
         msg, user, chat = update.effective_message, update.effective_user, update.effective_chat
         assert msg and user and chat
-        return TurnInput(
-            user.id,
-            self._key(update),
-            text,
-            user.first_name,
-            user.username,
-            str(chat.type),
-            media_ids=tuple(media_ids),
-        )
+        speaker = Speaker(user.id, self._key(update), str(chat.type), user.first_name, user.username)
+        return TurnInput(speaker, text, media_ids=tuple(media_ids))
 
     def _incoming(
         self,
@@ -105,21 +100,16 @@ class MediaHandlers:
         """The message for the chat's TurnRunner; in a group with the speaker and without the @mention."""
         msg, user, chat = update.effective_message, update.effective_user, update.effective_chat
         assert msg and user and chat
-        return Incoming(
-            user.id,
-            self._key(update),
+        speaker = Speaker(user.id, self._key(update), str(chat.type), user.first_name, user.username)
+        entry = Entry(
+            speaker,
             # The captions in `text` lost the @name already (_caption); a file's own text stays as it is.
             frame(msg, context.bot.bot, str(chat.type), text, strip_mention=False),
-            user.first_name,
-            user.username,
-            str(chat.type),
             tg_message_id=msg.message_id,
-            media_ids=tuple(media_ids),
-            heard=heard,
-            speak=speak,
-            typing_at=typing_at,
+            media=media_of(media_ids, heard, speak),
             update_id=update.update_id,
         )
+        return Incoming(entry, typing_at=typing_at)
 
     def _record(
         self,

@@ -13,76 +13,97 @@ queue, merge, stop and wait in the inbox exactly like text.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from db.runtime import Arrival, Entry, Inbox, Queued, RuntimeStore
+from db.speakers import Speaker, chat_type_of
+
+
+def media_of(
+    media_ids: Sequence[int], heard: str | None = None, speak: bool = False
+) -> dict[str, Any] | None:
+    """What the inbox keeps of a message's media (`Entry.media`; None for plain text): its media_files
+    rows (a voice note, photo, album or file), a voice note's transcript (the answer quotes it on top) and
+    whether the answer also goes out as a voice note."""
+    if not media_ids and heard is None:
+        return None
+    return {"ids": list(media_ids), "heard": heard, "speak": speak}
 
 
 @dataclass
 class Incoming:
-    """A message (or a re-run of a stored one) for its chat's next turn."""
+    """A message (or a re-run of a stored one) for its chat's next turn: the inbox entry it is stored as,
+    and what only this process knows of it."""
 
-    user_id: int
-    chat_id: int
-    text: str
-    first_name: str | None
-    username: str | None
-    chat_type: str
-    tg_message_id: int | None = None
-    rerun_of: int | None = None  # a stored user message to answer again (/retry, an edit)
-    reply_to: int | None = None  # the Telegram message the answer refers to (an edit)
+    entry: Entry
     inbox_id: int | None = None  # where it waits in the database (db/runtime/inbox.py) until its turn
-    media_ids: tuple[int, ...] = ()  # media_files rows of a voice note, photo, album or file
-    heard: str | None = None  # a voice note's transcript: the answer quotes it on top
-    speak: bool = False  # a voice note: the answer also goes out as a voice note
     typing_at: float | None = None  # when "typing" was last shown for it (its transcription), monotonic
-    update_id: int | None = None  # the Telegram update it came in (the chat's queue is in this order)
     # The bot whose update this is, when the update's duplicate check is left to the store of the message
     # (a plain text message: one transaction for both, bot/adapter/app.py).
     dedup_bot: int | None = None
 
-    def media(self) -> dict[str, object] | None:
-        """What the inbox keeps of the media (None for plain text)."""
-        if not self.media_ids and self.heard is None:
-            return None
-        return {"ids": list(self.media_ids), "heard": self.heard, "speak": self.speak}
-
-    def entry(self) -> Entry:
-        """The inbox row of the message."""
-        return Entry(
-            self.user_id,
-            self.chat_id,
-            self.chat_type,
-            self.text,
-            first_name=self.first_name,
-            username=self.username,
-            tg_message_id=self.tg_message_id,
-            media=self.media(),
-            update_id=self.update_id,
-            rerun_of=self.rerun_of,
-            reply_to=self.reply_to,
-        )
-
     @classmethod
     def waiting(cls, q: Queued) -> Incoming:
         """A message as it waits in the inbox."""
-        media = q.media or {}
-        return cls(
-            q.user_id,
-            q.chat_id,
-            q.content,
-            q.first_name,
-            q.username,
-            q.chat_type,
-            tg_message_id=q.tg_message_id,
-            rerun_of=q.rerun_of,
-            reply_to=q.reply_to,
-            inbox_id=q.id,
-            media_ids=tuple(media.get("ids") or ()),
-            heard=media.get("heard"),
-            speak=bool(media.get("speak")),
-            update_id=q.update_id,
-        )
+        return cls(q.entry, inbox_id=q.id)
+
+    def changed(self, **entry_fields: Any) -> Incoming:
+        """The same message with some of its entry's fields replaced (a /retry's or an edit's re-run)."""
+        return replace(self, entry=replace(self.entry, **entry_fields))
+
+    # The entry's fields as the runtime and the front ends read them.
+    @property
+    def speaker(self) -> Speaker:
+        return self.entry.speaker
+
+    @property
+    def user_id(self) -> int:
+        return self.entry.speaker.user_id
+
+    @property
+    def chat_id(self) -> int:
+        return self.entry.speaker.chat_id
+
+    @property
+    def chat_type(self) -> str:
+        who = self.entry.speaker
+        return chat_type_of(who.user_id, who.chat_id, who.chat_type)
+
+    @property
+    def text(self) -> str:
+        return self.entry.content
+
+    @property
+    def tg_message_id(self) -> int | None:
+        return self.entry.tg_message_id
+
+    @property
+    def update_id(self) -> int | None:
+        return self.entry.update_id
+
+    @property
+    def rerun_of(self) -> int | None:
+        return self.entry.rerun_of  # a stored user message to answer again (/retry, an edit)
+
+    @property
+    def reply_to(self) -> int | None:
+        return self.entry.reply_to  # the Telegram message the answer refers to (an edit)
+
+    @property
+    def media_ids(self) -> tuple[int, ...]:
+        media = self.entry.media
+        return tuple(media.get("ids") or ()) if media else ()
+
+    @property
+    def heard(self) -> str | None:
+        media = self.entry.media
+        return media.get("heard") if media else None
+
+    @property
+    def speak(self) -> bool:
+        media = self.entry.media
+        return bool(media.get("speak")) if media else False
 
 
 class ChatQueue:
@@ -95,7 +116,7 @@ class ChatQueue:
 
     def put(self, item: Incoming, *, claim_for: str | None) -> Arrival:
         """Store an arriving message (see the module); `claim_for`: claim its chat for this process too."""
-        return self.store.arrive(item.entry(), update_of=item.dedup_bot, claim_for=claim_for)
+        return self.store.arrive(item.entry, update_of=item.dedup_bot, claim_for=claim_for)
 
     def waiting(self, chat_id: int) -> list[Queued]:
         """The chat's waiting messages in Telegram's order."""

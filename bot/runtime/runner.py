@@ -34,7 +34,6 @@ import logging
 import secrets
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import replace
 from typing import TypeVar
 
 from bot.runtime.endings import NOT_YOURS, NOTHING_TO_RETRY, STILL_ANSWERING, interrupted_text
@@ -288,12 +287,8 @@ class TurnRunner:
         head = batch[0]
         folded, state.folded = state.folded, []
         turn = TurnInput(
-            head.user_id,
-            head.chat_id,
+            head.speaker,
             head.text,
-            head.first_name,
-            head.username,
-            head.chat_type,
             tg_message_id=head.tg_message_id,
             more=tuple((b.text, b.tg_message_id) for b in batch[1:]),
             rerun_of=head.rerun_of,
@@ -448,7 +443,7 @@ class TurnRunner:
         if last.user_id != item.user_id and not is_owner:
             return NOT_YOURS.format(action="retry")
         await self.submit(
-            replace(item, text=last.content, rerun_of=last.id, tg_message_id=last.tg_message_id)
+            item.changed(content=last.content, rerun_of=last.id, tg_message_id=last.tg_message_id)
         )
         return None
 
@@ -474,5 +469,5 @@ class TurnRunner:
             return "Your edit is saved. It is an older message, so I did not answer it again."
         if await self.busy(item.chat_id):
             return "Your edit is saved. I am answering something else now; send /retry afterwards for it."
-        await self.submit(replace(item, rerun_of=found.id, reply_to=item.tg_message_id))
+        await self.submit(item.changed(rerun_of=found.id, reply_to=item.tg_message_id))
         return None

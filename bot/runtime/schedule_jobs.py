@@ -30,6 +30,7 @@ from core_tools.schedule.validate import human_delta
 from core_tools.usage.tasks import CostAnomaly
 from db.attribution import TaskRun, running_task
 from db.schedules import FiringRow
+from db.speakers import Speaker
 
 log = logging.getLogger(__name__)
 
@@ -163,10 +164,8 @@ async def run_task(services: Services, f: FiringRow, run_turn: RunTurn) -> TaskO
             # The caps are checked before anything is stored or sent; the agent checks them again.
             services.usage_service.check(f.user_id, "scheduled")
             turn = TurnInput(
-                f.user_id,
-                f.chat_id,
+                Speaker(f.user_id, f.chat_id, f.chat_type),
                 f"(Scheduled task #{f.schedule_id}, set earlier by the user; do it now.)\n{f.text}",
-                chat_type=f.chat_type,
                 purpose="scheduled",
             )
             result = await run_turn(turn)

@@ -32,6 +32,8 @@ from bot.terminal.front import TerminalFront
 from bot.texts.catalog import new_session_text
 from bot.texts.models import ModelChoice
 from core_tools.types import ChatType
+from db.runtime import Entry
+from db.speakers import Speaker
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +124,7 @@ class TerminalChat:
         self._lines.put_nowait(line)
 
     def _message(self, text: str) -> Incoming:
-        return Incoming(self.user_id, self.chat_id, text, None, None, ChatType.PRIVATE)
+        return Incoming(Entry(Speaker(self.user_id, self.chat_id, ChatType.PRIVATE), text))
 
     def _spawn(self, work: Coroutine[Any, Any, Any]) -> None:
         """Run `work` (a turn, a stop) as a task the prompt waits for."""

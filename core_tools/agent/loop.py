@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any, TypeVar
@@ -120,15 +121,12 @@ class Agent:
         control = control or TurnControl()
         # Stored before any LLM call, in one transaction with the user and session they need and the turn's
         # mark on its chat's lease: a crash, an LLM failure or a usage cap loses nothing the user wrote.
+        speaker, kind = turn.speaker, turn.kind
         opening = TurnOpening(
-            turn.user_id,
-            turn.chat_id,
-            turn.kind,
+            speaker if speaker.chat_type == kind else replace(speaker, chat_type=kind),
             texts=((turn.text, turn.tg_message_id), *turn.more),
             inbox_ids=turn.inbox_ids,
             rerun_of=turn.rerun_of,
-            first_name=turn.first_name,
-            username=turn.username,
             mark=control.mark,
         )
         opened = await self._db(lambda: self.conversations.open_turn(opening))
@@ -204,7 +202,7 @@ class Agent:
     def record_only(self, turn: TurnInput, status: str) -> int:
         """Store a user message that gets no LLM turn (a file that could not be read, a sticker...)."""
         conv = self.conversations
-        conv.ensure_user(turn.user_id, turn.first_name, turn.username)
+        conv.ensure_user(turn.user_id, turn.speaker.first_name, turn.speaker.username)
         session = conv.current_session(turn.user_id, turn.chat_id, chat_type=turn.kind)
         msg_id = conv.add_message(session.id, turn.user_id, turn.chat_id, "user", turn.text, status=status)
         if self.media is not None and turn.media_ids:

@@ -12,6 +12,7 @@ from typing import Protocol
 from core_tools.turn_info import PromptSection
 from core_tools.types import ToolOutcome, chat_type_of, is_private
 from db.runtime import TurnMark
+from db.speakers import Speaker
 
 
 class TurnSink(Protocol):
@@ -131,15 +132,11 @@ class TurnControl:
 
 @dataclass(frozen=True)
 class TurnInput:
-    """Who is asking, where, and what."""
+    """Who is asking, where (`speaker`: its chat type a ChatType value, or None when unknown, which counts as
+    private only in the user's own chat id), and what."""
 
-    user_id: int
-    chat_id: int
+    speaker: Speaker
     text: str
-    first_name: str | None = None
-    username: str | None = None
-    # ChatType value; None when unknown, which counts as private only in the user's own chat id.
-    chat_type: str | None = None
     tg_message_id: int | None = None  # Telegram's id of the message, so an edit can find it
     # Further messages of a burst answered in this same turn: (text, Telegram id), each stored on its own.
     more: tuple[tuple[str, int | None], ...] = ()
@@ -164,9 +161,17 @@ class TurnInput:
     more_media: tuple[tuple[int, ...], ...] = ()  # the same for each message of `more`, in order
 
     @property
+    def user_id(self) -> int:
+        return self.speaker.user_id
+
+    @property
+    def chat_id(self) -> int:
+        return self.speaker.chat_id
+
+    @property
     def kind(self) -> str:
         """The chat type, resolved (see chat_type_of)."""
-        return chat_type_of(self.user_id, self.chat_id, self.chat_type)
+        return chat_type_of(self.speaker.user_id, self.speaker.chat_id, self.speaker.chat_type)
 
     @property
     def private(self) -> bool:

@@ -19,6 +19,7 @@ from db.conversation_statements import INSERT_MESSAGE_RUN, TOUCH_SESSION_REVISIO
 from db.models import InboxMessage, utcnow
 from db.prepared import Prepared
 from db.rows import columns_for
+from db.speakers import Speaker, chat_type_of
 
 _INBOX: Table = InboxMessage.__table__  # type: ignore[assignment]
 # Built once with bind parameters: building a statement per call is most of a small query's cost.
@@ -28,43 +29,18 @@ _LATEST_IN = select(func.max(_INBOX.c.id)).where(_INBOX.c.chat_id == bindparam("
 _ANY_IN = select(_INBOX.c.id).where(_INBOX.c.chat_id == bindparam("cid")).limit(1)
 
 
-@dataclass(frozen=True)
-class Queued:
-    """A message waiting in the inbox."""
-
-    id: int
-    user_id: int
-    chat_id: int
-    chat_type: str
-    first_name: str | None
-    username: str | None
-    content: str
-    tg_message_id: int | None
-    received_at: datetime
-    media: dict[str, Any] | None = None  # a voice note, photo or file: {"ids", "heard", "speak"}
-    update_id: int | None = None  # the Telegram update it came in
-    rerun_of: int | None = None  # a /retry or an edit: the stored user message to answer again
-    reply_to: int | None = None  # the Telegram message the answer refers to (an edit)
-
-
-_QUEUED = select(*columns_for(_INBOX, Queued))  # Queued(*row), by construction (db/rows.py)
-_WAITING_IN = _QUEUED.where(_INBOX.c.chat_id == bindparam("cid")).order_by(
-    _INBOX.c.update_id.asc().nulls_first(), _INBOX.c.id
-)
-_WAITING_IN_RUN = Prepared(_WAITING_IN)
-
-
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Entry:
-    """A message to queue, as it arrived (`media`: what a voice note, photo or file brought; `rerun_of`: a
-    /retry or an edit of a stored message)."""
+    """A message as the inbox stores it: who said it where, what (`media`: what a voice note, photo or file
+    brought, {"ids", "heard", "speak"}), the Telegram message and update it came in (a chat's queue is in
+    update order), and for a /retry or an edit the stored user message to answer again (`rerun_of`) and the
+    Telegram message the answer refers to (`reply_to`).
 
-    user_id: int
-    chat_id: int
-    chat_type: str
+    Not changed once made (a re-run is a copy: `dataclasses.replace`); not declared frozen, like Queued: a
+    frozen dataclass's constructor costs about twice as much, and the turn path reads every waiting one."""
+
+    speaker: Speaker
     content: str
-    first_name: str | None = None
-    username: str | None = None
     tg_message_id: int | None = None
     media: dict[str, Any] | None = None
     update_id: int | None = None
@@ -72,14 +48,68 @@ class Entry:
     reply_to: int | None = None
 
 
+@dataclass(slots=True)
+class Queued:
+    """An entry waiting in the inbox, read back with its inbox id and arrival time (`queued`)."""
+
+    id: int
+    received_at: datetime
+    entry: Entry
+
+    # What the runtime asks of a waiting message before it takes it (bot/runtime/runner.py, the start-up's
+    # access check).
+    @property
+    def user_id(self) -> int:
+        return self.entry.speaker.user_id
+
+    @property
+    def chat_id(self) -> int:
+        return self.entry.speaker.chat_id
+
+    @property
+    def chat_type(self) -> str:
+        return chat_type_of(self.user_id, self.chat_id, self.entry.speaker.chat_type)
+
+    @property
+    def rerun_of(self) -> int | None:
+        return self.entry.rerun_of
+
+
+# The inbox's columns: the speaker's (db/speakers.py), then the entry's own (its fields after `speaker`).
+_SPEAKER_KEYS = tuple(f.name for f in fields(Speaker))
+_ENTRY_KEYS = tuple(f.name for f in fields(Entry) if f.name != "speaker")
+assert fields(Entry)[0].name == "speaker"
+_SPEAKER_COLUMNS = columns_for(_INBOX, Speaker)
+_ENTRY_COLUMNS = tuple(_INBOX.c[name] for name in _ENTRY_KEYS)
+_CUT = 2 + len(_SPEAKER_COLUMNS)
+# id, received_at, the speaker's columns, the entry's: `queued(row)` builds a Queued by position from them
+# (tests/db/test_row_order.py pins both).
+_QUEUED = select(_INBOX.c.id, _INBOX.c.received_at, *_SPEAKER_COLUMNS, *_ENTRY_COLUMNS)
+_WAITING_IN = _QUEUED.where(_INBOX.c.chat_id == bindparam("cid")).order_by(
+    _INBOX.c.update_id.asc().nulls_first(), _INBOX.c.id
+)
+_WAITING_IN_RUN = Prepared(_WAITING_IN)
+
+
+def queued(row: Sequence[Any]) -> Queued:
+    """A row of `_QUEUED` as a record (by position: the turn path reads a chat's waiting messages)."""
+    return Queued(row[0], row[1], Entry(Speaker(*row[2:_CUT]), *row[_CUT:]))
+
+
 _INSERT_RUN = Prepared(
-    insert(_INBOX).returning(_INBOX.c.id), keys=(*(f.name for f in fields(Entry)), "received_at")
+    insert(_INBOX).returning(_INBOX.c.id),
+    keys=(*_SPEAKER_KEYS, *_ENTRY_KEYS, "received_at"),
 )
 
 
 def insert_entry(conn: Connection, entry: Entry) -> int:
     """Queue a message in the caller's transaction; returns its inbox id."""
-    return int(_INSERT_RUN.scalar(conn, {**vars(entry), "received_at": utcnow()}))
+    who = entry.speaker
+    row = {name: getattr(who, name) for name in _SPEAKER_KEYS}
+    row["chat_type"] = chat_type_of(who.user_id, who.chat_id, who.chat_type)  # unknown: as a session has it
+    row.update((name, getattr(entry, name)) for name in _ENTRY_KEYS)
+    row["received_at"] = utcnow()
+    return int(_INSERT_RUN.scalar(conn, row))
 
 
 def move_into_history(
@@ -136,36 +166,8 @@ class Inbox:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
 
-    def put(
-        self,
-        user_id: int,
-        chat_id: int,
-        chat_type: str,
-        content: str,
-        *,
-        first_name: str | None = None,
-        username: str | None = None,
-        tg_message_id: int | None = None,
-        media: dict[str, Any] | None = None,
-        update_id: int | None = None,
-        rerun_of: int | None = None,
-        reply_to: int | None = None,
-    ) -> int:
-        """Store a message that just arrived (`media`: what a voice note, photo or file brought; `rerun_of`:
-        a /retry or an edit of a stored one); returns its inbox id."""
-        entry = Entry(
-            user_id,
-            chat_id,
-            chat_type,
-            content,
-            first_name=first_name,
-            username=username,
-            tg_message_id=tg_message_id,
-            media=media,
-            update_id=update_id,
-            rerun_of=rerun_of,
-            reply_to=reply_to,
-        )
+    def put(self, entry: Entry) -> int:
+        """Store a message that just arrived; returns its inbox id."""
         with self._engine.begin() as conn:
             return insert_entry(conn, entry)
 
@@ -200,13 +202,13 @@ class Inbox:
         """Every waiting message, in arrival order (at start-up: what a stopped process left)."""
         with self._engine.connect() as conn:
             rows = conn.execute(_QUEUED.order_by(_INBOX.c.id)).all()
-        return [Queued(**row._mapping) for row in rows]
+        return [queued(row) for row in rows]
 
     def waiting_in(self, chat_id: int) -> list[Queued]:
         """A chat's waiting messages in the order Telegram gave them (update id, then arrival)."""
         with connections.read(self._engine) as conn:
             rows = _WAITING_IN_RUN.rows(conn, {"cid": chat_id})
-        return [Queued(*row) for row in rows]
+        return [queued(row) for row in rows]
 
     def latest_in(self, chat_id: int) -> int:
         """The newest inbox id of a chat (0 when none waits): the debounce watches it grow."""

@@ -340,7 +340,9 @@ class RuntimeStore:
             if duplicate:
                 return Arrival(None)
             inbox_id = insert_entry(conn, entry)
-            claimed = self._claim_in(conn, entry.chat_id, claim_for) if claim_for is not None else None
+            claimed = (
+                self._claim_in(conn, entry.speaker.chat_id, claim_for) if claim_for is not None else None
+            )
         return Arrival(inbox_id, claimed)
 
     # ------------------------------------------------------------------ jobs

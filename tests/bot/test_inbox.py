@@ -16,6 +16,8 @@ from bot.runtime.runner import TurnRunner
 from core_tools.types import ToolContext
 from db.engine import make_engine
 from db.models import InboxMessage, Message, Replica
+from db.runtime import Entry
+from db.speakers import Speaker
 from tests.support import harness
 from tests.support.databases import both_databases
 from tests.support.fakes.openai_api import FakeLLM, call, hang, text, tool_calls
@@ -146,10 +148,10 @@ async def test_messages_left_waiting_are_answered_at_start_in_order(
 
     def leftovers(services: Any) -> None:
         inbox = services.conversations.inbox
-        inbox.put(OWNER, OWNER, "private", "first part", first_name="Ann", tg_message_id=5)
-        inbox.put(STRANGER, STRANGER, "private", "let me in", first_name="Eve", tg_message_id=6)
-        inbox.put(FRIEND, group, "supergroup", "hello group", first_name="Bob", tg_message_id=7)
-        inbox.put(OWNER, OWNER, "private", "second part", first_name="Ann", tg_message_id=8)
+        inbox.put(Entry(Speaker(OWNER, OWNER, "private", "Ann"), "first part", tg_message_id=5))
+        inbox.put(Entry(Speaker(STRANGER, STRANGER, "private", "Eve"), "let me in", tg_message_id=6))
+        inbox.put(Entry(Speaker(FRIEND, group, "supergroup", "Bob"), "hello group", tg_message_id=7))
+        inbox.put(Entry(Speaker(OWNER, OWNER, "private", "Ann"), "second part", tg_message_id=8))
 
     def answer(body: dict[str, Any]) -> Any:
         return text("Group answer." if "hello group" in str(body) else "Private answer.")
@@ -179,7 +181,7 @@ async def test_a_turn_stopped_before_it_began_keeps_its_message_as_stopped(
         s = h.services
         front = TelegramFront(h.app.bot, s.conversations.topics)
         runner = TurnRunner(s.agent, s.conversations, s.code, s.replica.chats, front, debounce_s=0)
-        item = Incoming(OWNER, OWNER, "never mind", "Ann", None, "private", tg_message_id=42)
+        item = Incoming(Entry(Speaker(OWNER, OWNER, "private", "Ann"), "never mind", tg_message_id=42))
         submitted = asyncio.create_task(runner.submit(item))
         # Runs right after the submit's first step, which creates the turn's task but does not start it.
         stopped = asyncio.create_task(runner.stop(OWNER, OWNER, True))

@@ -23,7 +23,7 @@ def rows(h: Harness) -> list[tuple[str, str | None, str]]:
 
 def received(h: Harness, *texts: str) -> bool:
     """Whether the bot has stored these messages (waiting in the inbox, or taken for a turn)."""
-    stored = [q.content for q in h.services.conversations.inbox.waiting()]
+    stored = [q.entry.content for q in h.services.conversations.inbox.waiting()]
     stored += [str(content) for role, content, _ in rows(h) if role == "user"]
     return all(t in stored for t in texts)
 

@@ -18,6 +18,7 @@ from core_tools.registry import ToolRegistry
 from core_tools.types import ToolContext
 from db.conversations import Conversations
 from db.models import LLMCall
+from db.speakers import Speaker
 from db.usage import UsageLog
 
 USER = 42
@@ -74,7 +75,7 @@ async def test_a_tool_round_then_the_answer(db_sessions: sessionmaker[Session]) 
     model = FunctionModel(fn, recorder=UsageLog(db_sessions))
     bot, conversations = agent(model, db_sessions)
     sink = Sink()
-    result = await bot.run_turn(TurnInput(USER, USER, "What about tides?"), sink)
+    result = await bot.run_turn(TurnInput(Speaker(USER, USER), "What about tides?"), sink)
     assert result.text == "Found: about tides, twice a day." and result.tool_calls == 1
     assert [o.ok for o in result.outcomes] == [True]
     assert len(model.calls) == 2
@@ -98,7 +99,7 @@ async def test_a_failing_model_call_fails_the_turn_and_keeps_the_message(
 
     bot, conversations = agent(FunctionModel(down, recorder=UsageLog(db_sessions)), db_sessions)
     with pytest.raises(LLMUnavailable, match="could not be reached"):
-        await bot.run_turn(TurnInput(USER, USER, "Hello?"), Sink())
+        await bot.run_turn(TurnInput(Speaker(USER, USER), "Hello?"), Sink())
     [message] = conversations.messages(conversations.current_session(USER, USER).id)
     assert (message.role, message.content, message.status) == ("user", "Hello?", "failed")
     assert [r.error for r in logged(db_sessions)] == ["the language model could not be reached"]
@@ -114,7 +115,7 @@ async def test_a_model_that_never_answers_meets_the_turn_time_limit(
     model = FunctionModel(silent, recorder=UsageLog(db_sessions))
     bot, conversations = agent(model, db_sessions, AgentConfig(turn_timeout_s=0.2))
     with pytest.raises(TimeoutError):
-        await bot.run_turn(TurnInput(USER, USER, "Anyone there?"), Sink())
+        await bot.run_turn(TurnInput(Speaker(USER, USER), "Anyone there?"), Sink())
     [message] = conversations.messages(conversations.current_session(USER, USER).id)
     assert message.status == "failed"
     # The request was cut off: logged as stopped, with the estimate of what was sent.
@@ -127,7 +128,7 @@ async def test_the_test_model_calls_each_tool_once_then_reports_their_results(
 ) -> None:
     model = TestModel(recorder=UsageLog(db_sessions))
     bot, _ = agent(model, db_sessions)
-    result = await bot.run_turn(TurnInput(USER, USER, "Use your tools."), Sink())
+    result = await bot.run_turn(TurnInput(Speaker(USER, USER), "Use your tools."), Sink())
     assert result.tool_calls == 2 and all(o.ok for o in result.outcomes)
     answered = json.loads(result.text)
     assert set(answered) == {"lookup", "add"}
@@ -144,7 +145,7 @@ async def test_at_the_round_limit_the_model_is_asked_for_an_answer_without_tools
 
     model = FunctionModel(fn, recorder=UsageLog(db_sessions))
     bot, _ = agent(model, db_sessions, AgentConfig(max_tool_rounds=2))
-    result = await bot.run_turn(TurnInput(USER, USER, "Dig deep."), Sink())
+    result = await bot.run_turn(TurnInput(Speaker(USER, USER), "Dig deep."), Sink())
     assert result.stopped_by == "chain_limit" and result.tool_calls == 2
     assert result.text == "Here is what I found so far."
     assert [c.purpose for c in model.calls] == ["chat", "chat", "final"]

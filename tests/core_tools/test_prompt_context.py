@@ -18,6 +18,7 @@ from core_tools.registry import ToolRegistry
 from core_tools.sessions import PreviousSession
 from core_tools.turn_info import PromptSection
 from db.conversations import Conversations
+from db.speakers import Speaker
 from db.turn_info import TurnInfos
 from tests.support.fakes.openai_api import FakeLLM, text
 
@@ -99,8 +100,8 @@ async def test_the_agent_shows_memories_and_the_message_in_private_chats_only(
     )
     question = "when does my kid begin classes?"
     llm.script(text("In September."), text("No idea."))
-    private = await agent.run_turn(TurnInput(USER, USER, question, chat_type="private"), Sink())
-    await agent.run_turn(TurnInput(USER, GROUP, question, chat_type="supergroup"), Sink())
+    private = await agent.run_turn(TurnInput(Speaker(USER, USER, "private"), question), Sink())
+    await agent.run_turn(TurnInput(Speaker(USER, GROUP, "supergroup"), question), Sink())
 
     private_system = llm.requests[0]["messages"][0]["content"]
     group_system = llm.requests[1]["messages"][0]["content"]

@@ -27,6 +27,7 @@ from db.conversations import Conversations
 from db.engine import make_engine, make_sessionmaker
 from db.migrate import upgrade
 from db.models import LLMCall, Message, TurnEvent
+from db.speakers import Speaker
 from db.usage import UsageLog, UsageQueries
 from tests.support.fakes.openai_api import FakeLLM, call, text, tool_calls
 
@@ -329,7 +330,7 @@ async def test_turn_crossing_the_cap_stops_tool_use(
     a = agent(llm, sm, svc)
     # The first request is under the cap; its reply crosses it. The tool call it asked for still runs.
     llm.script(tool_calls(call("lookup", {"q": "x"})), text("Here is what I found."))
-    result = await a.run_turn(TurnInput(USER, USER, "find x " * 20), Sink())
+    result = await a.run_turn(TurnInput(Speaker(USER, USER), "find x " * 20), Sink())
     assert result.stopped_by == "budget" and result.tool_calls == 1
     assert result.text == "Here is what I found."
     assert len(llm.requests) == 2 and "tools" not in llm.requests[1]
@@ -341,7 +342,7 @@ async def test_turn_crossing_the_cap_stops_tool_use(
 
     # The next turn is refused before any request; the message is kept, marked refused.
     with pytest.raises(BudgetExceeded, match="daily token cap"):
-        await a.run_turn(TurnInput(USER, USER, "and y?"), Sink())
+        await a.run_turn(TurnInput(Speaker(USER, USER), "and y?"), Sink())
     assert len(llm.requests) == 2
     with sm() as s:
         users = s.scalars(select(Message).where(Message.role == "user")).all()
@@ -357,13 +358,13 @@ async def test_loop_protection_is_counted(db: tuple[Engine, sessionmaker[Session
     svc = service(sm, Clock(datetime.now(UTC)), Caps())
     a = agent(llm, sm, svc, rounds=1)
     llm.script(tool_calls(call("lookup", {"q": "x"})), text("done"))
-    result = await a.run_turn(TurnInput(USER, USER, "go"), Sink())
+    result = await a.run_turn(TurnInput(Speaker(USER, USER), "go"), Sink())
     assert result.stopped_by == "chain_limit"
     llm.script(
         tool_calls(call("lookup", {"q": "z"})), tool_calls(call("lookup", {"q": "z"})), text("done again")
     )
     a.config.max_tool_rounds = 5
-    result = await a.run_turn(TurnInput(USER, USER, "again"), Sink())
+    result = await a.run_turn(TurnInput(Speaker(USER, USER), "again"), Sink())
     assert result.stopped_by == "repeat_guard"
     await a.llm.close()
     out = format_report(svc.report(USER, "week"), svc.clock())

@@ -9,6 +9,7 @@ from db.conversation_records import Answer, TurnClosing, TurnOpening
 from db.conversations import Conversations
 from db.engine import make_sessionmaker
 from db.models import Message, utcnow
+from db.speakers import Speaker
 from tests.support.sql import statements
 
 USER = 7
@@ -16,7 +17,7 @@ USER = 7
 
 def _turn(conv: Conversations, text: str, answer: str) -> str:
     """One plain turn as the agent stores it; the session's id."""
-    opened = conv.open_turn(TurnOpening(USER, USER, "private", texts=((text, None),)))
+    opened = conv.open_turn(TurnOpening(Speaker(USER, USER, "private"), texts=((text, None),)))
     conv.close_turn(
         TurnClosing(opened.session.id, USER, USER, tuple(opened.message_ids), "answered", Answer(answer))
     )

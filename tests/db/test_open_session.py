@@ -10,6 +10,7 @@ from db.conversation_records import Answer, TurnClosing, TurnOpening
 from db.conversations import Conversations
 from db.engine import make_sessionmaker
 from db.models import ChatSession, Message
+from db.speakers import Speaker
 from tests.support.sql import statements
 
 USER = 7
@@ -18,7 +19,7 @@ GROUP = -100
 
 def _turn(conv: Conversations, text: str, user: int = USER, chat: int = USER, kind: str = "private") -> str:
     """One plain turn as the agent stores it; the session's id."""
-    opened = conv.open_turn(TurnOpening(user, chat, kind, texts=((text, None),)))
+    opened = conv.open_turn(TurnOpening(Speaker(user, chat, kind), texts=((text, None),)))
     conv.close_turn(
         TurnClosing(opened.session.id, user, chat, tuple(opened.message_ids), "answered", Answer("ok"))
     )

@@ -12,7 +12,8 @@ from sqlalchemy.exc import DBAPIError
 
 from db.engine import make_engine
 from db.models import JobLease, Replica, UpdateSeen, utcnow
-from db.runtime import DEDUP_WINDOW, Inbox, RuntimeStore
+from db.runtime import DEDUP_WINDOW, Entry, Inbox, RuntimeStore
+from db.speakers import Speaker
 from tests.support.databases import postgresql_only
 
 LEASE = timedelta(seconds=15)
@@ -88,12 +89,12 @@ def test_a_chat_with_waiting_messages_is_not_let_go_when_asked_only_if_idle(engi
     cluster = cluster_of(engine, "a", "b")
     inbox = Inbox(engine)
     assert cluster.claim_chat(7, "a")
-    waiting = inbox.put(1, 7, "private", "hello")  # stored by b, which found the chat taken
+    waiting = inbox.put(Entry(Speaker(1, 7, "private"), "hello"))  # stored by b, which found the chat taken
     assert cluster.release_chat(7, "a", only_if_idle=True) == "waiting"
     assert cluster.orphans(10) == []  # a still drives it: nobody else takes it
     inbox.discard([waiting])
     assert cluster.release_chat(7, "a", only_if_idle=True) == "released"
-    inbox.put(1, 7, "private", "again")
+    inbox.put(Entry(Speaker(1, 7, "private"), "again"))
     assert cluster.orphans(10) == [7]  # free with a message waiting: any process takes it
 
 

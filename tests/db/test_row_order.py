@@ -24,11 +24,17 @@ from db.media import _FOR_MESSAGES_RUN, MediaRow
 from db.models import Message
 from db.rows import column_names, columns_for
 from db.runtime import inbox
-from db.runtime.inbox import Queued
+from db.runtime.inbox import Entry, Queued
+from db.speakers import Speaker
 
 
 def _fields(record: type, *, without: tuple[str, ...] = ()) -> list[str]:
     return [f.name for f in fields(record) if f.init and f.name not in without]
+
+
+# A waiting message's columns: its id and arrival, then its entry's (the speaker's first). `inbox.queued`
+# builds the nested record from them by position.
+QUEUED = ["id", "received_at", *_fields(Speaker), *_fields(Entry, without=("speaker",))]
 
 
 # (statement, the columns it must give in order): where a caller does Record(*row) or Record(*row[:-1]).
@@ -42,8 +48,8 @@ CASES: dict[str, tuple[Any, list[str]]] = {
         TOUCH_OPEN_CHAT_SESSION_RUN.statement,
         [*_fields(SessionInfo), "history_rev"],
     ),
-    "inbox waiting": (inbox._WAITING_IN_RUN.statement, _fields(Queued)),
-    "inbox all": (inbox._QUEUED, _fields(Queued)),
+    "inbox waiting": (inbox._WAITING_IN_RUN.statement, QUEUED),
+    "inbox all": (inbox._QUEUED, QUEUED),
     "session memories": (memories._SESSION_ROWS_RUN.statement, _fields(memories.MemoryRow)),
     "memories by id": (memory_search._ROWS_BY_ID, _fields(memories.MemoryRow)),
     "media of messages": (_FOR_MESSAGES_RUN.statement, _fields(MediaRow, without=("created_at",))),
@@ -54,6 +60,18 @@ CASES: dict[str, tuple[Any, list[str]]] = {
 def test_a_turn_path_statement_gives_its_records_fields_in_order(case: str) -> None:
     statement, expected = CASES[case]
     assert column_names(statement) == expected
+
+
+def test_a_waiting_messages_row_is_read_into_the_fields_of_its_name() -> None:
+    row = column_names(inbox._WAITING_IN_RUN.statement)  # each value: the name of its column
+    q = inbox.queued(row)
+    entry, speaker = q.entry, q.entry.speaker
+    read = {
+        **{f: getattr(q, f) for f in _fields(Queued, without=("entry",))},
+        **{f: getattr(speaker, f) for f in _fields(Speaker)},
+        **{f: getattr(entry, f) for f in _fields(Entry, without=("speaker",))},
+    }
+    assert read == {name: name for name in QUEUED}
 
 
 MESSAGES: Table = Message.__table__  # type: ignore[assignment]

@@ -13,6 +13,7 @@ from db.conversations import Conversations
 from db.engine import make_sessionmaker
 from db.models import InboxMessage, LLMCall, Message, Replica, utcnow
 from db.runtime import Entry, RuntimeStore, TurnMark
+from db.speakers import Speaker
 from db.usage import LLMCallRecord
 
 LEASE = timedelta(seconds=15)
@@ -33,14 +34,14 @@ def count(engine: Engine, table: type) -> int:
 
 def test_an_arrival_is_queued_once_with_its_chats_claim(engine: Engine) -> None:
     store = store_of(engine, "a", "b")
-    hello = Entry(7, 7, "private", "hello", update_id=501)
+    hello = Entry(Speaker(7, 7, "private"), "hello", update_id=501)
     first = store.arrive(hello, update_of=BOT, claim_for="a")
     assert first.inbox_id is not None and first.claimed is not None and first.claimed.interrupted == []
     again = store.arrive(hello, update_of=BOT, claim_for="b")  # the same update, delivered to b too
     assert again.inbox_id is None and again.claimed is None
     assert count(engine, InboxMessage) == 1
     # Another message of the chat reaching b: queued, the chat stays a's.
-    other = store.arrive(Entry(7, 7, "private", "more", update_id=502), update_of=BOT, claim_for="b")
+    other = store.arrive(Entry(Speaker(7, 7, "private"), "more", update_id=502), update_of=BOT, claim_for="b")
     assert other.inbox_id is not None and other.claimed is None
     assert store.waiting_for("a") == {7} and store.waiting_for("b") == set()
 
@@ -49,10 +50,10 @@ def test_a_claim_reports_the_turns_a_dead_holder_left_once(engine: Engine) -> No
     store = store_of(engine, "a", "b")
     conv = Conversations(make_sessionmaker(engine))
     assert store.claim_chat(7, "a")
-    opened = conv.open_turn(TurnOpening(7, 7, "private", texts=(("Plan my trip", 1),), first_name="Ann"))
+    opened = conv.open_turn(TurnOpening(Speaker(7, 7, "private", "Ann"), texts=(("Plan my trip", 1),)))
     with engine.begin() as conn:  # a stops heart-beating mid-turn
         conn.execute(update(Replica).where(Replica.id == "a").values(heartbeat_at=utcnow() - 2 * LEASE))
-    claimed = store.arrive(Entry(7, 7, "private", "hello?", update_id=9), claim_for="b").claimed
+    claimed = store.arrive(Entry(Speaker(7, 7, "private"), "hello?", update_id=9), claim_for="b").claimed
     assert claimed is not None
     assert [(p.id, p.content) for p in claimed.interrupted] == [(opened.message_ids[0], "Plan my trip")]
     with engine.connect() as conn:
@@ -75,11 +76,13 @@ def test_a_chat_the_database_says_a_process_holds_is_taken_back_by_it(engine: En
 def test_a_turn_is_published_with_its_messages_and_cleared_with_its_answer_and_usage(engine: Engine) -> None:
     store = store_of(engine, "a")
     conv = Conversations(make_sessionmaker(engine))
-    arrival = store.arrive(Entry(7, 7, "private", "hello", update_id=1), update_of=BOT, claim_for="a")
+    arrival = store.arrive(
+        Entry(Speaker(7, 7, "private"), "hello", update_id=1), update_of=BOT, claim_for="a"
+    )
     assert arrival.inbox_id is not None
     mark = TurnMark(7, "a", 4242, 7)
     opened = conv.open_turn(
-        TurnOpening(7, 7, "private", texts=(("hello", 1),), inbox_ids=(arrival.inbox_id,), mark=mark)
+        TurnOpening(Speaker(7, 7, "private"), texts=(("hello", 1),), inbox_ids=(arrival.inbox_id,), mark=mark)
     )
     running = store.running(7)
     assert running is not None and (running.turn, running.owner) == (4242, 7)

@@ -12,6 +12,8 @@ import pytest
 from sqlalchemy import select
 
 from db.models import InboxMessage, MediaFile, Message
+from db.runtime import Entry
+from db.speakers import Speaker
 from tests.support.fakes.openai_api import FakeLLM, TextStep, text
 from tests.support.fakes.telegram_api import FakeTelegram
 from tests.support.harness import FRIEND, OWNER, Harness, rows, running_bot
@@ -165,8 +167,11 @@ async def test_media_left_waiting_by_a_restart_are_answered_with_their_photo_and
     def leftovers(services: Any) -> None:
         row = services.media.image(OWNER, OWNER, "photo.jpg", "image/jpeg", photo)
         inbox = services.conversations.inbox
-        inbox.put(OWNER, OWNER, "private", f"what is it?\n\n[photo {row}: photo.jpg]", media={"ids": [row]})
-        inbox.put(FRIEND, FRIEND, "private", "good night", media={"ids": [], "heard": "good night"})
+        what = f"what is it?\n\n[photo {row}: photo.jpg]"
+        inbox.put(Entry(Speaker(OWNER, OWNER, "private"), what, media={"ids": [row]}))
+        inbox.put(
+            Entry(Speaker(FRIEND, FRIEND, "private"), "good night", media={"ids": [], "heard": "good night"})
+        )
 
     # Both chats' waiting messages are answered at start, side by side, in either order: the answer depends
     # on what is asked, not on which request reaches the LLM first.
