@@ -1018,7 +1018,7 @@ def db_micro(base: Path, n: int = 200) -> None:
     url = f"sqlite:///{base / 'micro.db'}"
     upgrade(url)
     engine = make_engine(url)
-    conv = Conversations(make_sessionmaker(engine))
+    conv = Conversations(make_sessionmaker(engine), engine)
     conv.ensure_user(1, "Ann", None)
     sid = conv.current_session(1, 1).id
     loads: list[str] = []

@@ -102,10 +102,10 @@ async def main() -> None:
         upgrade(url)
         engine = make_engine(url)
         sm = make_sessionmaker(engine)
-        conv = Conversations(sm)
+        conv = Conversations(sm, engine)
         conv.ensure_user(1, None, None)
         ctx = ToolContext(user_id=1, chat_id=1, session_id=conv.current_session(1, 1).id)
-        registry = ToolRegistry(recorder=UsageLog(sm), results=ToolResults(sm))
+        registry = ToolRegistry(recorder=UsageLog(sm, engine), results=ToolResults(sm))
         registry.register(ResultsTool(ToolResults(sm)).read_result, paged=False)
 
         b, o = await calls_both(args.calls, registry, ctx)

@@ -90,7 +90,7 @@ def bench_pdf() -> None:
         url = f"sqlite:///{tmp}/bench.db"
         upgrade(url)
         engine = make_engine(url)
-        rows_table = MediaFiles(make_sessionmaker(engine))
+        rows_table = MediaFiles(make_sessionmaker(engine), engine)
         service = MediaService(rows_table, MediaConfig(root=Path(tmp) / "media"))
         loop = asyncio.new_event_loop()  # one loop, as in the bot: the worker started ahead belongs to it
 

@@ -45,7 +45,7 @@ def _row(a: Approval) -> ApprovalRow:
 class Approvals:
     """The approvals tables of one database."""
 
-    def __init__(self, sessions: sessionmaker[Session], engine: Engine | None = None) -> None:
+    def __init__(self, sessions: sessionmaker[Session], engine: Engine) -> None:
         self._sm = sessions
         self._postgres = engine_for(sessions, engine).dialect.name == "postgresql"
 

@@ -55,7 +55,7 @@ def _open_key(user_id: int, chat_id: int, chat_type: str | None) -> tuple[int, i
 class Conversations(MessageLog):
     """Queries over users, sessions and messages."""
 
-    def __init__(self, sessions: sessionmaker[Session], engine: Engine | None = None) -> None:
+    def __init__(self, sessions: sessionmaker[Session], engine: Engine) -> None:
         self._sm = sessions
         self._engine = engine_for(sessions, engine)
         self.inbox = Inbox(self._engine)  # messages waiting for their turn; a turn stores them from there

@@ -79,9 +79,10 @@ def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
 
 
 def engine_for(sessions: sessionmaker[Session], engine: Engine | None = None) -> Engine:
-    """The engine a repository runs its Core statements on: the one it is given, else (until the composition
-    root passes one, bot/process/wiring.py) the one its sessionmaker is bound to. A sessionmaker bound to
-    another engine is refused: its ORM and Core statements would run on different databases."""
+    """The engine a repository runs its Core statements on: the one it is given, checked against its
+    sessionmaker's (one bound to another engine is refused: its ORM and Core statements would run on
+    different databases). Without one, the sessionmaker's: only the memory store (core_tools/memory/store.py)
+    still allows that, until its callers (tests, benches) pass the engine as bot/process/builders.py does."""
     bound = sessions.kw.get("bind")
     if engine is None:
         if not isinstance(bound, Engine):

@@ -93,7 +93,7 @@ def _row(m: MediaFile) -> MediaRow:
 class MediaFiles:
     """Writes and reads `media_files`."""
 
-    def __init__(self, sessions: sessionmaker[Session], engine: Engine | None = None) -> None:
+    def __init__(self, sessions: sessionmaker[Session], engine: Engine) -> None:
         self._sm = sessions
         # Core statements for the writes: they run on the event loop in the middle of a voice turn.
         self._engine = engine_for(sessions, engine)

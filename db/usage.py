@@ -91,7 +91,7 @@ def insert_llm_call(conn: Connection, record: LLMCallRecord) -> None:
 class UsageLog:
     """Writes one row per LLM call and per tool call."""
 
-    def __init__(self, sessions: sessionmaker[Session], engine: Engine | None = None) -> None:
+    def __init__(self, sessions: sessionmaker[Session], engine: Engine) -> None:
         self._sm = sessions
         self._engine = engine_for(sessions, engine)
 
@@ -192,7 +192,7 @@ def usage_sums() -> tuple[Any, ...]:
 class UsageQueries:
     """Reads usage sums and keeps budgets, owner notices and turn events."""
 
-    def __init__(self, sessions: sessionmaker[Session], engine: Engine | None = None) -> None:
+    def __init__(self, sessions: sessionmaker[Session], engine: Engine) -> None:
         self._sm = sessions
         self._engine = engine_for(sessions, engine)
         # Every LLM request reads the user's caps; the bot process is their only writer (set/clear below).

@@ -3,6 +3,7 @@ with its own Conversations): a /model answered by one is the model the other's n
 
 from __future__ import annotations
 
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.texts.models import ModelChoice
@@ -12,9 +13,11 @@ from db.conversations import Conversations
 MODELS = ["small-model", "big-model"]
 
 
-def test_a_model_chosen_through_another_process_is_the_one_used(db_sessions: sessionmaker[Session]) -> None:
-    here = ModelChoice(MODELS, Conversations(db_sessions), PriceTable())
-    there = ModelChoice(MODELS, Conversations(db_sessions), PriceTable())
+def test_a_model_chosen_through_another_process_is_the_one_used(
+    db_sessions: sessionmaker[Session], engine: Engine
+) -> None:
+    here = ModelChoice(MODELS, Conversations(db_sessions, engine), PriceTable())
+    there = ModelChoice(MODELS, Conversations(db_sessions, engine), PriceTable())
     chat = -100555
     assert here.for_chat(chat) is None  # the default, seen here once (a turn)
     there.set(chat, "big-model", by_user=1)  # /model in a process the load balancer picked
@@ -23,6 +26,6 @@ def test_a_model_chosen_through_another_process_is_the_one_used(db_sessions: ses
     assert here.for_chat(chat) is None
 
 
-def test_with_one_model_there_is_nothing_to_read(db_sessions: sessionmaker[Session]) -> None:
-    only = ModelChoice(MODELS[:1], Conversations(db_sessions), PriceTable())
+def test_with_one_model_there_is_nothing_to_read(db_sessions: sessionmaker[Session], engine: Engine) -> None:
+    only = ModelChoice(MODELS[:1], Conversations(db_sessions, engine), PriceTable())
     assert only.for_chat(-100555) is None

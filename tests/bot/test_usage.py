@@ -50,7 +50,7 @@ async def usage_bot(
         nonlocal svc
         services.registry.register(lookup)
         svc = UsageService(
-            UsageQueries(make_sessionmaker(services.engine)),
+            UsageQueries(make_sessionmaker(services.engine), services.engine),
             prices={"fake-model": ModelPrice(1.0, 2.0)},
             defaults=caps or Caps(),
             owner_id=OWNER,

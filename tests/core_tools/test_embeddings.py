@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 from aiohttp import web
-from sqlalchemy import select
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from core_tools.errors import BudgetExceeded
@@ -76,7 +76,9 @@ class Gate:
         return Hold(user_id)
 
 
-async def test_prefixes_dimension_and_accounting(llm: FakeLLM, db_sessions: sessionmaker[Session]) -> None:
+async def test_prefixes_dimension_and_accounting(
+    llm: FakeLLM, db_sessions: sessionmaker[Session], engine: Engine
+) -> None:
     emb = OpenAIEmbedder(
         llm.base_url,
         "fake-embedding",
@@ -85,7 +87,7 @@ async def test_prefixes_dimension_and_accounting(llm: FakeLLM, db_sessions: sess
         query_prefix="query: ",
         passage_prefix="passage: ",
         send_dimensions=True,
-        recorder=UsageLog(db_sessions),
+        recorder=UsageLog(db_sessions, engine),
     )
     try:
         vec = await emb.embed_query("where do I live?", user_id=7)
@@ -111,8 +113,10 @@ async def test_prefixes_dimension_and_accounting(llm: FakeLLM, db_sessions: sess
     assert all(c.completion_tokens == 0 and c.duration_ms >= 0 for c in recorded)
 
 
-async def test_wrong_dimension_is_an_error(llm: FakeLLM, db_sessions: sessionmaker[Session]) -> None:
-    emb = OpenAIEmbedder(llm.base_url, "fake-embedding", 32, recorder=UsageLog(db_sessions))
+async def test_wrong_dimension_is_an_error(
+    llm: FakeLLM, db_sessions: sessionmaker[Session], engine: Engine
+) -> None:
+    emb = OpenAIEmbedder(llm.base_url, "fake-embedding", 32, recorder=UsageLog(db_sessions, engine))
     with pytest.raises(EmbeddingError, match="expected 1 of 32-d"):
         await emb.embed_query("x", user_id=1)
     await emb.aclose()
@@ -121,9 +125,9 @@ async def test_wrong_dimension_is_an_error(llm: FakeLLM, db_sessions: sessionmak
 
 
 async def test_http_500_degrades_recall_to_keywords(
-    broken_url: str, db_sessions: sessionmaker[Session], caplog: pytest.LogCaptureFixture
+    broken_url: str, db_sessions: sessionmaker[Session], engine: Engine, caplog: pytest.LogCaptureFixture
 ) -> None:
-    emb = OpenAIEmbedder(broken_url, "fake-embedding", 384, recorder=UsageLog(db_sessions))
+    emb = OpenAIEmbedder(broken_url, "fake-embedding", 384, recorder=UsageLog(db_sessions, engine))
     with pytest.raises(EmbeddingError, match="500"):
         await emb.embed_query("anything", user_id=3)
     store = MemoryStore(db_sessions, emb)
@@ -141,10 +145,12 @@ async def test_http_500_degrades_recall_to_keywords(
 
 
 async def test_store_and_recall_through_the_api_are_accounted_per_user(
-    llm: FakeLLM, db_sessions: sessionmaker[Session], caplog: pytest.LogCaptureFixture
+    llm: FakeLLM, db_sessions: sessionmaker[Session], engine: Engine, caplog: pytest.LogCaptureFixture
 ) -> None:
     gate = Gate()
-    emb = OpenAIEmbedder(llm.base_url, "fake-embedding", 16, recorder=UsageLog(db_sessions), budget=gate)
+    emb = OpenAIEmbedder(
+        llm.base_url, "fake-embedding", 16, recorder=UsageLog(db_sessions, engine), budget=gate
+    )
     store = MemoryStore(db_sessions, emb)
     assert await store.reembed() == 0  # 384-d table rebuilt for the endpoint's 16 dimensions
     mine = await store.store(1, "long", "My sister Ana lives in Lisbon")

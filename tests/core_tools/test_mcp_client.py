@@ -40,11 +40,11 @@ def specs(servers: dict[str, Any]) -> list[ServerSpec]:
 class World:
     def __init__(self, engine: Engine) -> None:
         sm = make_sessionmaker(engine)
-        conv = Conversations(sm)
+        conv = Conversations(sm, engine)
         conv.ensure_user(1, None, None)
         self.ctx = ToolContext(user_id=1, chat_id=1, session_id=conv.current_session(1, 1).id)
         self.engine = engine
-        self.registry = ToolRegistry(recorder=UsageLog(sm), results=ToolResults(sm))
+        self.registry = ToolRegistry(recorder=UsageLog(sm, engine), results=ToolResults(sm))
         self.registry.register(ResultsTool(ToolResults(sm)).read_result, paged=False)
 
     async def call(self, name: str, **args: Any) -> dict[str, Any]:

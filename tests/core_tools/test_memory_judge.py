@@ -42,8 +42,10 @@ def sm(engine: Engine) -> sessionmaker[Session]:
 
 
 @pytest.fixture
-async def judge_llm(llm: FakeLLM, sm: sessionmaker[Session]) -> AsyncIterator[LLMClient]:
-    client = LLMClient(base_url=llm.base_url, api_key="k", model="m", max_retries=0, recorder=UsageLog(sm))
+async def judge_llm(llm: FakeLLM, sm: sessionmaker[Session], engine: Engine) -> AsyncIterator[LLMClient]:
+    client = LLMClient(
+        base_url=llm.base_url, api_key="k", model="m", max_retries=0, recorder=UsageLog(sm, engine)
+    )
     yield client
     await client.close()
 
@@ -150,12 +152,17 @@ async def test_without_llm_or_over_a_cap_the_store_adds(
     for fact in facts:
         assert (await bare.store(1, "long", fact))["status"] == "created"
     assert await current(bare, 1) == sorted(facts)
-    capped = UsageService(UsageQueries(sm), defaults=Caps(daily_tokens=1))
+    capped = UsageService(UsageQueries(sm, engine), defaults=Caps(daily_tokens=1))
     client = LLMClient(
-        base_url=llm.base_url, api_key="k", model="m", max_retries=0, recorder=UsageLog(sm), budget=capped
+        base_url=llm.base_url,
+        api_key="k",
+        model="m",
+        max_retries=0,
+        recorder=UsageLog(sm, engine),
+        budget=capped,
     )
     try:
-        UsageLog(sm).record_llm_call(
+        UsageLog(sm, engine).record_llm_call(
             LLMCallRecord(
                 user_id=2, session_id=None, purpose="chat", model="m", prompt_tokens=10, completion_tokens=10
             )

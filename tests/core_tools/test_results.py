@@ -33,7 +33,7 @@ async def web_big(ctx: ToolContext) -> dict[str, object]:
 
 def setup(engine: Engine) -> tuple[ToolRegistry, Conversations, ToolContext, ToolContext]:
     sm = make_sessionmaker(engine)
-    conv = Conversations(sm)
+    conv = Conversations(sm, engine)
     for uid in (1, 2):
         conv.ensure_user(uid, None, None)
     ctx1 = ToolContext(user_id=1, chat_id=1, session_id=conv.current_session(1, 1).id)

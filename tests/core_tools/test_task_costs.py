@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from core_tools.errors import BudgetExceeded, TaskBudgetExceeded
@@ -33,17 +33,25 @@ PRICES = {"fake-model": ModelPrice(1.0, 2.0), "free-model": ModelPrice(0.0, 0.0)
 UTC_ZONE = ZoneInfo("UTC")
 
 
-def service(sm: sessionmaker[Session], now: datetime | None = None) -> UsageService:
+def service(sm: sessionmaker[Session], engine: Engine, now: datetime | None = None) -> UsageService:
     return UsageService(
-        UsageQueries(sm), prices=PRICES, clock=lambda: now or datetime.now(UTC), task_costs=TaskCosts(sm)
+        UsageQueries(sm, engine),
+        prices=PRICES,
+        clock=lambda: now or datetime.now(UTC),
+        task_costs=TaskCosts(sm),
     )
 
 
 def record(
-    sm: sessionmaker[Session], run: TaskRun | None, prompt: int, completion: int, model: str = "fake-model"
+    sm: sessionmaker[Session],
+    engine: Engine,
+    run: TaskRun | None,
+    prompt: int,
+    completion: int,
+    model: str = "fake-model",
 ) -> None:
     """One recorded LLM call, made inside `run` (or outside any task run)."""
-    log = UsageLog(sm)
+    log = UsageLog(sm, engine)
     record = LLMCallRecord(
         user_id=USER,
         session_id=None,
@@ -60,8 +68,10 @@ def record(
             log.record_llm_call(record)
 
 
-def test_a_task_limit_holds_reservations_like_a_cap(db_sessions: sessionmaker[Session]) -> None:
-    svc = service(db_sessions)
+def test_a_task_limit_holds_reservations_like_a_cap(
+    engine: Engine, db_sessions: sessionmaker[Session]
+) -> None:
+    svc = service(db_sessions, engine)
     run = TaskRun(USER, schedule_id=3, firing_id=30, max_cost_per_month=0.002)
     outside = svc.reserve(USER, "chat", "fake-model", 10**6, 0)  # no task run: its limit does not apply
     with running_task(run):
@@ -76,12 +86,12 @@ def test_a_task_limit_holds_reservations_like_a_cap(db_sessions: sessionmaker[Se
         assert svc.over_budget(USER) is not None  # and the agent stops using tools mid-turn
         svc.reserve(USER, "final", "fake-model", 1, 1).release()  # a closing answer is never refused
         first.release()  # its request is recorded (below) and its estimate given back
-        record(db_sessions, run, 500, 250)
+        record(db_sessions, engine, run, 500, 250)
         with pytest.raises(TaskBudgetExceeded, match=r"\$0\.0010 is spent this month"):
             svc.reserve(USER, "scheduled", "fake-model", 1, 1)  # spent + still reserved
         second.release()
         svc.reserve(USER, "scheduled", "fake-model", 1, 1).release()
-        record(db_sessions, run, 500, 250)
+        record(db_sessions, engine, run, 500, 250)
         with pytest.raises(TaskBudgetExceeded, match=r"\$0\.0020 is spent this month\. It runs again from"):
             svc.check(USER, "scheduled")
     outside.release()
@@ -94,15 +104,15 @@ def test_a_task_limit_holds_reservations_like_a_cap(db_sessions: sessionmaker[Se
 
 
 async def test_parallel_requests_of_a_task_run_overshoot_its_limit_by_at_most_one_and_are_attributed(
-    db_sessions: sessionmaker[Session], llm: FakeLLM
+    db_sessions: sessionmaker[Session], engine: Engine, llm: FakeLLM
 ) -> None:
-    svc = service(db_sessions)
+    svc = service(db_sessions, engine)
     client = LLMClient(
         base_url=llm.base_url,
         api_key="sk-test",
         model="fake-model",
         max_retries=0,
-        recorder=UsageLog(db_sessions),
+        recorder=UsageLog(db_sessions, engine),
         budget=svc,
         max_completion_tokens=50,
     )
@@ -140,17 +150,18 @@ async def test_parallel_requests_of_a_task_run_overshoot_its_limit_by_at_most_on
 
 
 def test_the_forecast_is_the_median_of_task_runs_priced_at_the_model(
+    engine: Engine,
     db_sessions: sessionmaker[Session],
 ) -> None:
-    svc = service(db_sessions)
+    svc = service(db_sessions, engine)
     default = svc.task_forecast(USER, "fake-model")
     assert (default.prompt_tokens, default.completion_tokens, default.runs) == (6000, 600, 0)
     assert default.cost == pytest.approx(0.0072)
-    record(db_sessions, None, 10**6, 10**6)  # a chat call: not a task run
+    record(db_sessions, engine, None, 10**6, 10**6)  # a chat call: not a task run
     for firing, (prompt, completion) in enumerate([(1000, 100), (3000, 50), (2000, 900)], start=1):
         run = TaskRun(USER, schedule_id=1 if firing < 3 else 2, firing_id=firing)
-        record(db_sessions, run, prompt // 2, completion)
-        record(db_sessions, run, prompt - prompt // 2, 0)  # a run of two requests
+        record(db_sessions, engine, run, prompt // 2, completion)
+        record(db_sessions, engine, run, prompt - prompt // 2, 0)  # a run of two requests
     users = svc.task_forecast(USER, "fake-model")
     assert (users.prompt_tokens, users.completion_tokens, users.runs, users.own) == (2000, 100, 3, False)
     assert users.cost == pytest.approx((2000 * 1.0 + 100 * 2.0) / 1e6)
@@ -165,14 +176,15 @@ def test_the_forecast_is_the_median_of_task_runs_priced_at_the_model(
 
 
 def test_a_run_is_unusual_against_the_median_of_at_least_three_earlier_runs(
+    engine: Engine,
     db_sessions: sessionmaker[Session],
 ) -> None:
-    svc = service(db_sessions)
+    svc = service(db_sessions, engine)
     for firing, completion in enumerate([100, 120, 90], start=1):
-        record(db_sessions, TaskRun(USER, 1, firing), 1000, completion)
+        record(db_sessions, engine, TaskRun(USER, 1, firing), 1000, completion)
         if firing < 3:  # two earlier runs say too little
             assert svc.task_cost_anomaly(USER, 1, firing, 5) is None
-    record(db_sessions, TaskRun(USER, 1, 4), 20_000, 300)  # $0.0206 against a median of $0.0012
+    record(db_sessions, engine, TaskRun(USER, 1, 4), 20_000, 300)  # $0.0206 against a median of $0.0012
     anomaly = svc.task_cost_anomaly(USER, 1, 4, 5)
     assert anomaly is not None and anomaly.runs == 3 and anomaly.unit == "usd"
     assert anomaly.factor == pytest.approx(0.0206 / 0.0012)
@@ -181,8 +193,8 @@ def test_a_run_is_unusual_against_the_median_of_at_least_three_earlier_runs(
     assert svc.task_cost_anomaly(USER, 1, 2, 5) is None  # an ordinary run
     # A model without a price: compared in tokens.
     for firing in (11, 12, 13):
-        record(db_sessions, TaskRun(USER, 2, firing), 100, 10, model="local-llm")
-    record(db_sessions, TaskRun(USER, 2, 14), 1000, 10, model="local-llm")
+        record(db_sessions, engine, TaskRun(USER, 2, firing), 100, 10, model="local-llm")
+    record(db_sessions, engine, TaskRun(USER, 2, 14), 1000, 10, model="local-llm")
     tokens = svc.task_cost_anomaly(USER, 2, 14, 5)
     assert tokens is not None and tokens.unit == "tokens" and tokens.describe().startswith("1,010 tokens")
 

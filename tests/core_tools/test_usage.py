@@ -92,8 +92,11 @@ def add_call(
         )
 
 
-def service(sm: sessionmaker[Session], clock: Clock, caps: Caps, **kw: object) -> UsageService:
-    return UsageService(UsageQueries(sm), prices=PRICES, defaults=caps, owner_id=OWNER, clock=clock, **kw)  # type: ignore[arg-type]
+def service(
+    sm: sessionmaker[Session], engine: Engine, clock: Clock, caps: Caps, **kw: object
+) -> UsageService:
+    queries = UsageQueries(sm, engine)
+    return UsageService(queries, prices=PRICES, defaults=caps, owner_id=OWNER, clock=clock, **kw)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------- prices and windows
@@ -142,9 +145,9 @@ def test_windows_follow_the_time_zone_and_the_calendar() -> None:
 
 
 def test_caps_reset_with_the_period(db: tuple[Engine, sessionmaker[Session]]) -> None:
-    _, sm = db
+    engine, sm = db
     clock = Clock(datetime(2026, 3, 10, 13, 0, tzinfo=UTC))
-    svc = service(sm, clock, Caps(daily_tokens=1000, monthly_tokens=1500))
+    svc = service(sm, engine, clock, Caps(daily_tokens=1000, monthly_tokens=1500))
     add_call(sm, datetime(2026, 3, 10, 12, 0, tzinfo=UTC), 900, 200)
     with pytest.raises(BudgetExceeded) as exc:
         svc.check(USER, "chat")
@@ -172,12 +175,12 @@ def test_caps_reset_with_the_period(db: tuple[Engine, sessionmaker[Session]]) ->
 
 
 def test_cost_cap_uses_the_price_table_and_user_time_zone(db: tuple[Engine, sessionmaker[Session]]) -> None:
-    _, sm = db
-    conv = Conversations(sm)
+    engine, sm = db
+    conv = Conversations(sm, engine)
     conv.ensure_user(USER, "Bob")
     conv.set_user_timezone(USER, "Asia/Tokyo")  # UTC+9
     clock = Clock(datetime(2026, 3, 10, 14, 0, tzinfo=UTC))  # 23:00 in Tokyo
-    svc = service(sm, clock, Caps(daily_usd=0.01))
+    svc = service(sm, engine, clock, Caps(daily_usd=0.01))
     # $1 * 0.008 + $2 * 0.001 = $0.01 exactly: reached.
     add_call(sm, datetime(2026, 3, 10, 1, 0, tzinfo=UTC), 8000, 1000)
     tokyo_midnight = r"daily cost cap is \$0\.0100 .* resets at 00:00 \(Asia/Tokyo\)"
@@ -188,9 +191,9 @@ def test_cost_cap_uses_the_price_table_and_user_time_zone(db: tuple[Engine, sess
 
 
 def test_owner_overrides_and_notice_once(db: tuple[Engine, sessionmaker[Session]]) -> None:
-    _, sm = db
+    engine, sm = db
     clock = Clock(datetime(2026, 3, 10, 13, 0, tzinfo=UTC))
-    svc = service(sm, clock, Caps(daily_usd=5.0))
+    svc = service(sm, engine, clock, Caps(daily_usd=5.0))
     add_call(sm, datetime(2026, 3, 10, 12, 0, tzinfo=UTC), 1_000_000, 0)  # $1.00
     svc.check(USER)
     svc.set_cap(by=OWNER, user_id=USER, period="daily", kind="cost", limit=0.5)
@@ -205,10 +208,10 @@ def test_owner_overrides_and_notice_once(db: tuple[Engine, sessionmaker[Session]
 
 
 async def test_owner_is_told_once_per_window(db: tuple[Engine, sessionmaker[Session]]) -> None:
-    _, sm = db
+    engine, sm = db
     notices = Notices([])
     clock = Clock(datetime(2026, 3, 10, 13, 0, tzinfo=UTC))
-    svc = service(sm, clock, Caps(daily_tokens=10), notifier=notices)
+    svc = service(sm, engine, clock, Caps(daily_tokens=10), notifier=notices)
     add_call(sm, datetime(2026, 3, 10, 12, 0, tzinfo=UTC), 10, 5)
     add_call(sm, datetime(2026, 3, 10, 12, 0, tzinfo=UTC), 10, 5, user=OWNER)
     for _ in range(3):
@@ -232,13 +235,15 @@ async def test_owner_is_told_once_per_window(db: tuple[Engine, sessionmaker[Sess
 # ---------------------------------------------------------------- through the openai client and the fake LLM
 
 
-def client(llm: FakeLLM, sm: sessionmaker[Session], svc: UsageService | None = None) -> LLMClient:
+def client(
+    llm: FakeLLM, sm: sessionmaker[Session], engine: Engine, svc: UsageService | None = None
+) -> LLMClient:
     return LLMClient(
         base_url=llm.base_url,
         api_key="sk-test",
         model="fake-model",
         max_retries=0,
-        recorder=UsageLog(sm),
+        recorder=UsageLog(sm, engine),
         budget=svc,
     )
 
@@ -246,10 +251,10 @@ def client(llm: FakeLLM, sm: sessionmaker[Session], svc: UsageService | None = N
 async def test_accounting_per_purpose_with_and_without_usage(
     db: tuple[Engine, sessionmaker[Session]], llm: FakeLLM
 ) -> None:
-    _, sm = db
+    engine, sm = db
     clock = Clock(datetime.now(UTC))
-    svc = service(sm, clock, Caps())
-    c = client(llm, sm, svc)
+    svc = service(sm, engine, clock, Caps())
+    c = client(llm, sm, engine, svc)
     llm.script(text("a streamed answer"), text("no usage here", usage=False), text("summary"))
     msgs = [ChatMessage("user", "hello")]
     await c.complete(msgs, purpose="chat", user_id=USER, session_id="s1")
@@ -276,9 +281,9 @@ async def test_accounting_per_purpose_with_and_without_usage(
 
 
 async def test_unknown_price_is_shown_as_unknown(db: tuple[Engine, sessionmaker[Session]]) -> None:
-    _, sm = db
+    engine, sm = db
     now = datetime.now(UTC)
-    svc = service(sm, Clock(now), Caps(daily_usd=0.0001))
+    svc = service(sm, engine, Clock(now), Caps(daily_usd=0.0001))
     add_call(sm, now - timedelta(seconds=1), 5000, 5000, model="llama3.1:8b")
     svc.check(USER)  # an unpriced model adds nothing to a cost cap
     out = format_report(svc.report(USER, "today"), svc.clock())
@@ -286,11 +291,11 @@ async def test_unknown_price_is_shown_as_unknown(db: tuple[Engine, sessionmaker[
 
 
 async def test_block_before_the_request(db: tuple[Engine, sessionmaker[Session]], llm: FakeLLM) -> None:
-    _, sm = db
+    engine, sm = db
     now = datetime.now(UTC)
-    svc = service(sm, Clock(now), Caps(daily_tokens=100))
+    svc = service(sm, engine, Clock(now), Caps(daily_tokens=100))
     add_call(sm, now - timedelta(seconds=1), 100, 0)
-    c = client(llm, sm, svc)
+    c = client(llm, sm, engine, svc)
     with pytest.raises(BudgetExceeded):
         await c.complete([ChatMessage("user", "hi")], purpose="summary", user_id=USER)
     await c.close()
@@ -313,21 +318,27 @@ class Sink:
         return None
 
 
-def agent(llm: FakeLLM, sm: sessionmaker[Session], svc: UsageService, rounds: int = 8) -> Agent:
-    reg = ToolRegistry(recorder=UsageLog(sm))
+def agent(
+    llm: FakeLLM, sm: sessionmaker[Session], engine: Engine, svc: UsageService, rounds: int = 8
+) -> Agent:
+    reg = ToolRegistry(recorder=UsageLog(sm, engine))
     reg.register(lookup)
     return Agent(
-        client(llm, sm, svc), reg, Conversations(sm), AgentConfig(max_tool_rounds=rounds), budget=svc
+        client(llm, sm, engine, svc),
+        reg,
+        Conversations(sm, engine),
+        AgentConfig(max_tool_rounds=rounds),
+        budget=svc,
     )
 
 
 async def test_turn_crossing_the_cap_stops_tool_use(
     db: tuple[Engine, sessionmaker[Session]], llm: FakeLLM
 ) -> None:
-    _, sm = db
+    engine, sm = db
     notices = Notices([])
-    svc = service(sm, Clock(datetime.now(UTC)), Caps(daily_tokens=50), notifier=notices)
-    a = agent(llm, sm, svc)
+    svc = service(sm, engine, Clock(datetime.now(UTC)), Caps(daily_tokens=50), notifier=notices)
+    a = agent(llm, sm, engine, svc)
     # The first request is under the cap; its reply crosses it. The tool call it asked for still runs.
     llm.script(tool_calls(call("lookup", {"q": "x"})), text("Here is what I found."))
     result = await a.run_turn(TurnInput(Speaker(USER, USER), "find x " * 20), Sink())
@@ -354,9 +365,9 @@ async def test_turn_crossing_the_cap_stops_tool_use(
 
 
 async def test_loop_protection_is_counted(db: tuple[Engine, sessionmaker[Session]], llm: FakeLLM) -> None:
-    _, sm = db
-    svc = service(sm, Clock(datetime.now(UTC)), Caps())
-    a = agent(llm, sm, svc, rounds=1)
+    engine, sm = db
+    svc = service(sm, engine, Clock(datetime.now(UTC)), Caps())
+    a = agent(llm, sm, engine, svc, rounds=1)
     llm.script(tool_calls(call("lookup", {"q": "x"})), text("done"))
     result = await a.run_turn(TurnInput(Speaker(USER, USER), "go"), Sink())
     assert result.stopped_by == "chain_limit"
@@ -381,9 +392,9 @@ def spent_tokens(sm: sessionmaker[Session], purpose: str) -> list[int]:
 
 
 def test_reservations_count_against_caps_until_released(db: tuple[Engine, sessionmaker[Session]]) -> None:
-    _, sm = db
+    engine, sm = db
     now = datetime(2026, 3, 10, 13, 0, tzinfo=UTC)
-    svc = service(sm, Clock(now), Caps(daily_tokens=1000))
+    svc = service(sm, engine, Clock(now), Caps(daily_tokens=1000))
     holds = [
         svc.reserve(USER, "chat", "fake-model", 300, 400),
         svc.reserve(USER, "summary", "fake-model", 100, 100),
@@ -413,8 +424,8 @@ def test_reservations_count_against_caps_until_released(db: tuple[Engine, sessio
 
 
 def test_cost_caps_reserve_the_estimate_at_the_models_price(db: tuple[Engine, sessionmaker[Session]]) -> None:
-    _, sm = db
-    svc = service(sm, Clock(datetime(2026, 3, 10, 13, 0, tzinfo=UTC)), Caps(daily_usd=0.001))
+    engine, sm = db
+    svc = service(sm, engine, Clock(datetime(2026, 3, 10, 13, 0, tzinfo=UTC)), Caps(daily_usd=0.001))
     hold = svc.reserve(USER, "chat", "fake-model", 300, 400)  # $0.0003 + $0.0008
     with pytest.raises(BudgetExceeded, match=r"daily cost cap is \$0\.0010 .* \$0\.0011 is reserved"):
         svc.reserve(USER, "chat", "fake-model", 1, 1)
@@ -428,9 +439,9 @@ def test_cost_caps_reserve_the_estimate_at_the_models_price(db: tuple[Engine, se
 async def test_parallel_llm_requests_overshoot_a_cap_by_at_most_one_request(
     db: tuple[Engine, sessionmaker[Session]], llm: FakeLLM, purpose: str
 ) -> None:
-    _, sm = db
-    svc = service(sm, Clock(datetime.now(UTC)), Caps(daily_tokens=500))
-    c = client(llm, sm, svc)
+    engine, sm = db
+    svc = service(sm, engine, Clock(datetime.now(UTC)), Caps(daily_tokens=500))
+    c = client(llm, sm, engine, svc)
     c.max_completion_tokens = 50
     llm.default = text("w" * 160, delay=0.2)  # 40 completion tokens, within the request's maximum
     msgs = [ChatMessage("user", "hello")]
@@ -450,9 +461,9 @@ async def test_parallel_llm_requests_overshoot_a_cap_by_at_most_one_request(
 async def test_parallel_embeddings_overshoot_a_cap_by_at_most_one_request(
     db: tuple[Engine, sessionmaker[Session]], llm: FakeLLM
 ) -> None:
-    _, sm = db
-    svc = service(sm, Clock(datetime.now(UTC)), Caps(daily_tokens=300))
-    emb = OpenAIEmbedder(llm.base_url, "fake-embedding", 16, recorder=UsageLog(sm), budget=svc)
+    engine, sm = db
+    svc = service(sm, engine, Clock(datetime.now(UTC)), Caps(daily_tokens=300))
+    emb = OpenAIEmbedder(llm.base_url, "fake-embedding", 16, recorder=UsageLog(sm, engine), budget=svc)
     out = await asyncio.gather(
         *[emb.embed_query(f"{i} " + "x" * 400, user_id=USER) for i in range(20)], return_exceptions=True
     )

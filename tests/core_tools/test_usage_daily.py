@@ -48,7 +48,7 @@ def test_days_are_the_users_local_days_across_a_dst_change(engine: Engine) -> No
                 )
             )
     service = UsageService(
-        UsageQueries(sessions),
+        UsageQueries(sessions, engine),
         prices={"m1": ModelPrice(1.0, 1.0)},  # m2 has no price
         clock=lambda: datetime(2025, 10, 27, 10, 0, tzinfo=UTC),
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from core_tools.usage.prices import ModelPrice
@@ -35,17 +36,17 @@ def add(sm: sessionmaker[Session], at: datetime, purpose: str, model: str = "m",
         )
 
 
-def service(sm: sessionmaker[Session], now: datetime) -> UsageService:
+def service(sm: sessionmaker[Session], engine: Engine, now: datetime) -> UsageService:
     with sm.begin() as s:
         s.add(User(id=USER, timezone="Europe/Berlin"))
     return UsageService(
-        UsageQueries(sm), prices={"m": ModelPrice(1.0, 0.0)}, clock=lambda: now, series=Series(sm)
+        UsageQueries(sm, engine), prices={"m": ModelPrice(1.0, 0.0)}, clock=lambda: now, series=Series(sm)
     )
 
 
-def test_days_and_hours_in_the_users_zone(db_sessions: sessionmaker[Session]) -> None:
+def test_days_and_hours_in_the_users_zone(engine: Engine, db_sessions: sessionmaker[Session]) -> None:
     now = datetime(2026, 3, 29, 20, 0, tzinfo=UTC)  # Sunday; Berlin's clocks went forward at 01:00 UTC
-    svc = service(db_sessions, now)
+    svc = service(db_sessions, engine, now)
     add(db_sessions, datetime(2026, 3, 28, 23, 30, tzinfo=UTC), "chat")  # 29 Mar 00:30 in Berlin
     add(db_sessions, datetime(2026, 3, 28, 22, 30, tzinfo=UTC), "chat")  # 28 Mar 23:30 in Berlin
     add(db_sessions, datetime(2026, 3, 29, 1, 30, tzinfo=UTC), "final", tokens=50)  # 03:30 CEST
@@ -66,9 +67,11 @@ def test_days_and_hours_in_the_users_zone(db_sessions: sessionmaker[Session]) ->
         svc.usage_over_time(USER, days=0)
 
 
-def test_the_largest_series_are_kept_and_the_rest_is_other(db_sessions: sessionmaker[Session]) -> None:
+def test_the_largest_series_are_kept_and_the_rest_is_other(
+    engine: Engine, db_sessions: sessionmaker[Session]
+) -> None:
     now = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)
-    svc = service(db_sessions, now)
+    svc = service(db_sessions, engine, now)
     for i, purpose in enumerate(["a", "b", "c", "d", "e", "f", "g"]):
         add(db_sessions, now - timedelta(hours=1), purpose, tokens=100 * (i + 1))
     series = svc.usage_over_time(USER, period="month")

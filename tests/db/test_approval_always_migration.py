@@ -52,7 +52,7 @@ def test_grants_are_kept_and_become_per_person(empty_url: str) -> None:
     upgrade(empty_url)
     assert grants(empty_url) == [(-100, "code", 111)]
     engine = make_engine(empty_url)
-    store = Approvals(sessionmaker(engine))
+    store = Approvals(sessionmaker(engine), engine)
     store.allow_always(-100, "code", 222)
     store.allow_always(-100, "code", 222)  # idempotent
     assert store.allowed_always(-100, "code", 111) and store.allowed_always(-100, "code", 222)

@@ -34,7 +34,7 @@ def _history_reads(seen: list[str]) -> list[str]:
 
 
 def test_a_turns_own_writes_keep_its_history_without_reading_it_again(engine: Engine) -> None:
-    conv = Conversations(make_sessionmaker(engine))
+    conv = Conversations(make_sessionmaker(engine), engine)
     session = _turn(conv, "Plan my trip", "Where to?")
     assert _seen(conv, session) == [("user", "Plan my trip", "answered"), ("assistant", "Where to?", "done")]
     with statements(engine) as seen:
@@ -48,12 +48,13 @@ def test_a_turns_own_writes_keep_its_history_without_reading_it_again(engine: En
         ("user", "In May", "answered"),
         ("assistant", "May is lovely.", "done"),
     ]
-    fresh = Conversations(make_sessionmaker(engine))  # a process that keeps nothing yet reads the same
+    # A process that keeps nothing yet reads the same.
+    fresh = Conversations(make_sessionmaker(engine), engine)
     assert _seen(fresh, session) == history
 
 
 def test_what_another_process_changes_is_in_the_next_history(engine: Engine, other_engine: Engine) -> None:
-    here = Conversations(make_sessionmaker(engine))
+    here = Conversations(make_sessionmaker(engine), engine)
     session = _turn(here, "My PIN is 1234", "Noted.")
     _turn(here, "What is the capital of Peru?", "Lima.")
     assert len(_seen(here, session)) == 4
@@ -74,7 +75,7 @@ def test_what_another_process_changes_is_in_the_next_history(engine: Engine, oth
 
 
 def test_a_change_between_a_turns_writes_is_not_lost(engine: Engine, other_engine: Engine) -> None:
-    here = Conversations(make_sessionmaker(engine))
+    here = Conversations(make_sessionmaker(engine), engine)
     session = _turn(here, "Book a table for two", "Done, at 8.")
     _seen(here, session)  # kept here
     with other_engine.begin() as conn:  # edited elsewhere after this turn ended...
@@ -91,7 +92,7 @@ def test_a_change_between_a_turns_writes_is_not_lost(engine: Engine, other_engin
 
 
 def test_a_shorter_read_is_served_from_the_kept_history_and_leaves_it_whole(engine: Engine) -> None:
-    conv = Conversations(make_sessionmaker(engine))
+    conv = Conversations(make_sessionmaker(engine), engine)
     session = _turn(conv, "One", "1")
     _turn(conv, "Two", "2")
     assert len(_seen(conv, session)) == 4

@@ -35,7 +35,7 @@ def _texts(engine: Engine, session_id: str) -> list[str | None]:
 
 
 def test_a_returning_chat_finds_its_session_without_looking_it_up(engine: Engine) -> None:
-    conv = Conversations(make_sessionmaker(engine))
+    conv = Conversations(make_sessionmaker(engine), engine)
     first = _turn(conv, "Hello")
     with statements(engine) as seen:
         second = _turn(conv, "Still there?")
@@ -46,8 +46,8 @@ def test_a_returning_chat_finds_its_session_without_looking_it_up(engine: Engine
 
 
 def test_a_session_another_process_ended_gets_no_more_messages(engine: Engine, other_engine: Engine) -> None:
-    here = Conversations(make_sessionmaker(engine))
-    there = Conversations(make_sessionmaker(other_engine))
+    here = Conversations(make_sessionmaker(engine), engine)
+    there = Conversations(make_sessionmaker(other_engine), other_engine)
     old = _turn(here, "Plan my trip")
     there.end_session(old, summary="A trip.")
     new = there.start_session(USER, USER, chat_type="private").id
@@ -58,7 +58,7 @@ def test_a_session_another_process_ended_gets_no_more_messages(engine: Engine, o
 
 
 def test_a_session_another_process_erased_is_opened_anew(engine: Engine, other_engine: Engine) -> None:
-    here = Conversations(make_sessionmaker(engine))
+    here = Conversations(make_sessionmaker(engine), engine)
     old = _turn(here, "My PIN is 1234")
     with other_engine.begin() as conn:  # the user's erase there
         conn.execute(delete(Message).where(Message.session_id == old))
@@ -69,7 +69,7 @@ def test_a_session_another_process_erased_is_opened_anew(engine: Engine, other_e
 
 
 def test_a_group_keeps_one_session_whoever_speaks(engine: Engine) -> None:
-    conv = Conversations(make_sessionmaker(engine))
+    conv = Conversations(make_sessionmaker(engine), engine)
     first = _turn(conv, "Lunch at noon?", user=USER, chat=GROUP, kind="group")
     assert _turn(conv, "Yes", user=USER + 1, chat=GROUP, kind="group") == first
     assert _turn(conv, "Private question", user=USER + 1, chat=USER + 1) != first
@@ -82,8 +82,8 @@ def test_a_newer_open_session_another_process_started_is_the_one_written_to(
     # Two first contacts racing (a turn and the app's session lookup, each finding none) leave two open
     # sessions of one chat: every process must take the newest, as a fresh lookup does, or the
     # conversation splits in two, each process's turns seeing only their own half.
-    here = Conversations(make_sessionmaker(engine))
-    there = Conversations(make_sessionmaker(other_engine))
+    here = Conversations(make_sessionmaker(engine), engine)
+    there = Conversations(make_sessionmaker(other_engine), other_engine)
     older = _turn(here, "Plan my trip")
     newer = there.start_session(USER, USER, chat_type="private").id
     assert _turn(there, "To Lisbon") == newer
@@ -94,8 +94,8 @@ def test_a_newer_open_session_another_process_started_is_the_one_written_to(
 
 
 def test_a_groups_newer_open_session_is_the_one_written_to(engine: Engine, other_engine: Engine) -> None:
-    here = Conversations(make_sessionmaker(engine))
-    there = Conversations(make_sessionmaker(other_engine))
+    here = Conversations(make_sessionmaker(engine), engine)
+    there = Conversations(make_sessionmaker(other_engine), other_engine)
     older = _turn(here, "Lunch at noon?", user=USER, chat=GROUP, kind="group")
     newer = there.start_session(USER + 1, GROUP, chat_type="group").id
     assert _turn(here, "Yes", user=USER, chat=GROUP, kind="group") == newer

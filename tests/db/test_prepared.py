@@ -42,7 +42,7 @@ def _message(session_id: str, **changes: Any) -> dict[str, Any]:
 def test_a_row_written_on_the_cursor_reads_back_as_sqlalchemy_reads_it_and_the_other_way(
     engine: Engine,
 ) -> None:
-    session = Conversations(make_sessionmaker(engine)).current_session(1, 1)
+    session = Conversations(make_sessionmaker(engine), engine).current_session(1, 1)
     with engine.begin() as conn:
         mine = INSERT_MESSAGE_RUN.scalar(conn, _message(session.id))
         theirs = conn.execute(

@@ -1,6 +1,6 @@
 """A repository runs its Core statements on the engine it is given (db/engine.py, engine_for), not on one
-read back out of its sessionmaker; until the composition root passes the engine, the sessionmaker's is the
-fallback (docs/database.md)."""
+read back out of its sessionmaker; the composition root passes it (bot/process/wiring.py). The memory store
+still falls back to its sessionmaker's until every caller passes one (docs/database.md)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import Engine, select
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import sessionmaker
 
 from core_tools.memory.store import MemoryStore
 from db.approvals import Approvals
@@ -39,14 +39,10 @@ def test_a_sessionmaker_bound_to_another_engine_is_refused(
         repository(make_sessionmaker(other_engine), engine)
 
 
-@pytest.mark.parametrize("repository", REPOSITORIES, ids=lambda r: r.__name__)
-def test_without_an_engine_the_sessionmakers_bind_is_the_fallback(
-    repository: Callable[..., Any], engine: Engine
-) -> None:
-    repository(make_sessionmaker(engine))
-    unbound: sessionmaker[Session] = sessionmaker()
+def test_without_an_engine_the_memory_store_takes_its_sessionmakers(engine: Engine) -> None:
+    MemoryStore(make_sessionmaker(engine))
     with pytest.raises(TypeError, match="give the repository its engine"):
-        repository(unbound)
+        MemoryStore(sessionmaker())
 
 
 async def test_the_memory_store_reads_the_prompts_memories_on_the_engine_given(

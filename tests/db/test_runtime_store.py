@@ -48,7 +48,7 @@ def test_an_arrival_is_queued_once_with_its_chats_claim(engine: Engine) -> None:
 
 def test_a_claim_reports_the_turns_a_dead_holder_left_once(engine: Engine) -> None:
     store = store_of(engine, "a", "b")
-    conv = Conversations(make_sessionmaker(engine))
+    conv = Conversations(make_sessionmaker(engine), engine)
     assert store.claim_chat(7, "a")
     opened = conv.open_turn(TurnOpening(Speaker(7, 7, "private", "Ann"), texts=(("Plan my trip", 1),)))
     with engine.begin() as conn:  # a stops heart-beating mid-turn
@@ -75,7 +75,7 @@ def test_a_chat_the_database_says_a_process_holds_is_taken_back_by_it(engine: En
 
 def test_a_turn_is_published_with_its_messages_and_cleared_with_its_answer_and_usage(engine: Engine) -> None:
     store = store_of(engine, "a")
-    conv = Conversations(make_sessionmaker(engine))
+    conv = Conversations(make_sessionmaker(engine), engine)
     arrival = store.arrive(
         Entry(Speaker(7, 7, "private"), "hello", update_id=1), update_of=BOT, claim_for="a"
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sqlalchemy import inspect, text
+from sqlalchemy import Engine, inspect, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from db.conversations import Conversations
@@ -40,8 +40,8 @@ def test_0006_makes_every_existing_session_the_private_one(tmp_path: Path) -> No
     engine.dispose()
 
 
-def test_open_session_and_summary_per_chat(db_sessions: sessionmaker[Session]) -> None:
-    conv = Conversations(db_sessions)
+def test_open_session_and_summary_per_chat(db_sessions: sessionmaker[Session], engine: Engine) -> None:
+    conv = Conversations(db_sessions, engine)
     private = conv.current_session(7, 7, chat_type="private")
     group = conv.current_session(7, -100123, chat_type="supergroup")
     assert private.id != group.id and (private.chat_type, group.chat_type) == ("private", "supergroup")

@@ -35,7 +35,7 @@ def test_chats_outside_topics_keep_their_own_id(engine: Engine) -> None:
 
 
 def test_a_topic_has_its_own_session(engine: Engine) -> None:
-    conv = Conversations(make_sessionmaker(engine))
+    conv = Conversations(make_sessionmaker(engine), engine)
     trips, books = conv.topics.key(FORUM, 7), conv.topics.key(FORUM, 9)
     one = conv.current_session(1, trips, chat_type="supergroup")
     two = conv.current_session(2, books, chat_type="supergroup")
@@ -48,7 +48,7 @@ def test_the_migration_keeps_existing_chats_and_sessions(database_url: str) -> N
     downgrade(database_url, "0015")
     engine = make_engine(database_url)
     try:
-        conv = Conversations(make_sessionmaker(engine))
+        conv = Conversations(make_sessionmaker(engine), engine)
         before = conv.current_session(1, FORUM, chat_type="supergroup")
         conv.add_message(before.id, 1, FORUM, "user", "hello")
         upgrade(database_url)
