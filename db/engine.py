@@ -78,16 +78,10 @@ def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False)
 
 
-def engine_for(sessions: sessionmaker[Session], engine: Engine | None = None) -> Engine:
-    """The engine a repository runs its Core statements on: the one it is given, checked against its
-    sessionmaker's (one bound to another engine is refused: its ORM and Core statements would run on
-    different databases). Without one, the sessionmaker's: only the memory store (core_tools/memory/store.py)
-    still allows that, until its callers (tests, benches) pass the engine as bot/process/builders.py does."""
+def engine_for(sessions: sessionmaker[Session], engine: Engine) -> Engine:
+    """The engine a repository runs its Core statements on, checked against its sessionmaker's: one bound to
+    another engine is refused (its ORM and Core statements would run on different databases)."""
     bound = sessions.kw.get("bind")
-    if engine is None:
-        if not isinstance(bound, Engine):
-            raise TypeError("give the repository its engine: the sessionmaker is not bound to one")
-        return bound
     if bound is not None and bound is not engine:
         raise ValueError("the sessionmaker is bound to another engine than the one given")
     return engine

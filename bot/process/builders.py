@@ -153,13 +153,13 @@ def memory_and_sessions(
     registered."""
     memory = MemoryStore(
         sm,
+        engine,
         embedder_of(settings, usage, budget),
         mid_ttl=timedelta(days=settings.memory_mid_ttl_days),
         short_ttl=timedelta(days=settings.memory_short_ttl_days),
         judge=MemoryJudge(llm),
         # Dates in recall queries are the user's ("yesterday"); the sessions are built below.
         timezone_of=lambda user_id: sessions.timezone(user_id),
-        engine=engine,
     )
     extractor = MemoryExtractor(
         memory, llm, sm, enabled=settings.memory_extract, delay_s=settings.memory_extract_delay_s

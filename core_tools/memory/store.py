@@ -75,6 +75,7 @@ class MemoryStore(MemoryRecall):
     def __init__(
         self,
         sessions: sessionmaker[Session],
+        engine: Engine,
         embedder: Embedder | None = None,
         *,
         now: Callable[[], datetime] = utcnow,
@@ -90,10 +91,9 @@ class MemoryStore(MemoryRecall):
         recall_depth: int = RECALL_DEPTH,
         vector_depth: int | None = VECTOR_DEPTH,
         timezone_of: Callable[[int], tzinfo] | None = None,
-        engine: Engine | None = None,
     ) -> None:
         self._sessions = sessions
-        self._engine = engine_for(sessions, engine)  # (until every caller passes it: the sessions' own)
+        self._engine = engine_for(sessions, engine)
         self._prompt_memories = PromptMemories()
         self.embedding = MemoryEmbedding(sessions, embedder)
         self.now = now

@@ -69,7 +69,7 @@ async def fill(
                 zone_used="UTC",
             )
         )
-    store = MemoryStore(sm, TinyEmbedder())
+    store = MemoryStore(sm, engine, TinyEmbedder())
     await store.reembed()
     await store.store(user_id, "long", f"User {user_id} has a beagle named Max")
     await store.store(user_id, "long", f"User {user_id} lives in Toronto")

@@ -108,7 +108,7 @@ async def fill_words(engine: Engine, media: Path, user_id: int) -> str:
             ),
             {"c": GROUP, "f": FRIEND, "u": user_id},
         )
-    store = MemoryStore(sm, TinyEmbedder())
+    store = MemoryStore(sm, engine, TinyEmbedder())
     await store.reembed()
     for n in range(5):
         await store.store(user_id, "long", f"User keeps a {WORD} number {n}")

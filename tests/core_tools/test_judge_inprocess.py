@@ -60,7 +60,7 @@ async def test_a_judged_restatement_is_not_stored_twice(
         lambda call: json.dumps({"action": "NONE", "id": 1, "reason": "same"}),
         recorder=UsageLog(db_sessions, engine),
     )
-    store = MemoryStore(db_sessions, embedder, judge=MemoryJudge(model))
+    store = MemoryStore(db_sessions, engine, embedder, judge=MemoryJudge(model))
     first = await store.store(1, "long", OLD)
     assert model.calls == []  # nothing to compare the first memory with
     again = await store.store(1, "long", "User's sister Ann lives in Berlin now.")

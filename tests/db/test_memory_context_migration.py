@@ -40,7 +40,7 @@ async def test_old_rows_keep_their_words_and_context_words_weigh_less(
     engine.dispose()
     upgrade(database_url)
     engine = make_engine(database_url)
-    store = MemoryStore(make_sessionmaker(engine), None)  # keywords only
+    store = MemoryStore(make_sessionmaker(engine), engine, None)  # keywords only
     store.now = lambda: NOW
     assert [m["id"] for m in await store.recall(1, "hydra ferry")] == ["p1"]
     # "ferry" in one memory's own words and in another's context: its own words rank first.

@@ -38,7 +38,7 @@ def plan(s: Session, sql: str, params: dict[str, Any]) -> str:
 
 
 async def test_keyword_search_asks_for_the_user_as_a_words_index_key(engine: Engine) -> None:
-    store = MemoryStore(make_sessionmaker(engine))
+    store = MemoryStore(make_sessionmaker(engine), engine)
     mine = await store.store(1, "long", "Running a marathon in Porto next spring")
     await store.store(2, "long", "Running shoes for the marathon")
     with make_sessionmaker(engine)() as s:
@@ -57,7 +57,7 @@ async def test_common_words_left_out_of_keyword_query(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(recall_postgres, "COMMON_TERM_DOCS", 3)
-    store = MemoryStore(make_sessionmaker(engine))
+    store = MemoryStore(make_sessionmaker(engine), engine)
     for i in range(4):
         await store.store(1, "short", f"coffee note {i}", dedupe=False)
     porto = await store.store(1, "short", "coffee in Porto", dedupe=False)
@@ -76,7 +76,7 @@ async def test_common_words_left_out_of_keyword_query(
 async def test_a_rare_word_outranks_a_frequent_one(engine: Engine) -> None:
     """ts_rank has no inverse document frequency: each word's rank is weighted by one estimated from the
     statistics, so a name found once beats a word most memories have, said three times (as BM25 ranks)."""
-    store = MemoryStore(make_sessionmaker(engine))
+    store = MemoryStore(make_sessionmaker(engine), engine)
     for i in range(30):
         await store.store(1, "short", f"coffee with the team, day {i}", dedupe=False)
     loud = await store.store(1, "short", "coffee, coffee and more coffee", dedupe=False)
@@ -97,7 +97,7 @@ async def test_common_words_are_kept_without_statistics(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(recall_postgres, "COMMON_TERM_DOCS", 3)
-    store = MemoryStore(make_sessionmaker(engine))
+    store = MemoryStore(make_sessionmaker(engine), engine)
     for i in range(4):
         await store.store(1, "short", f"coffee note {i}", dedupe=False)
     await store.store(1, "short", "coffee in Porto", dedupe=False)

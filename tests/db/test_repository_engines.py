@@ -1,6 +1,5 @@
-"""A repository runs its Core statements on the engine it is given (db/engine.py, engine_for), not on one
-read back out of its sessionmaker; the composition root passes it (bot/process/wiring.py). The memory store
-still falls back to its sessionmaker's until every caller passes one (docs/database.md)."""
+"""A repository runs its Core statements on the engine it is given (db/engine.py, engine_for), not on
+one read back out of its sessionmaker; the composition root passes it (bot/process/wiring.py)."""
 
 from __future__ import annotations
 
@@ -39,16 +38,10 @@ def test_a_sessionmaker_bound_to_another_engine_is_refused(
         repository(make_sessionmaker(other_engine), engine)
 
 
-def test_without_an_engine_the_memory_store_takes_its_sessionmakers(engine: Engine) -> None:
-    MemoryStore(make_sessionmaker(engine))
-    with pytest.raises(TypeError, match="give the repository its engine"):
-        MemoryStore(sessionmaker())
-
-
 async def test_the_memory_store_reads_the_prompts_memories_on_the_engine_given(
     engine: Engine, other_engine: Engine
 ) -> None:
-    store = MemoryStore(sessionmaker(), None, engine=engine)  # bound to nothing: the prompt's read is Core
+    store = MemoryStore(sessionmaker(), engine)  # bound to nothing: the prompt's read is Core
     assert (await store.prompt_section(5, "s1", "hello")).text == ""
     with pytest.raises(ValueError, match="another engine"):
-        MemoryStore(make_sessionmaker(other_engine), None, engine=engine)
+        MemoryStore(make_sessionmaker(other_engine), engine)
