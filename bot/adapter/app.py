@@ -319,6 +319,7 @@ def drop_unserved(app: App) -> None:
 
 async def on_shutdown(app: App) -> None:
     """Close HTTP clients and the database inside the event loop that used them."""
+    await app.bot_data.schedule_runner.aclose()  # first: no wake-up or task turn outlives the services
     if app.bot_data.webapp is not None:  # first: its requests use everything the services hold
         await app.bot_data.webapp.stop()
     await app.bot_data.services.aclose()

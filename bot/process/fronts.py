@@ -38,7 +38,7 @@ def build_telegram(settings: Settings, adjust: Callable[[Services], None] | None
     from bot.adapter.outbox import TelegramOutbox
     from bot.adapter.outfiles import TelegramFiles
     from bot.runtime.backup_jobs import BackupJobs
-    from bot.runtime.schedule_jobs import ScheduleRunner, held_turn
+    from bot.runtime.schedule_jobs import ScheduleRunner
 
     bot = telegram_bot(settings)
     job_queue = new_job_queue()
@@ -80,8 +80,8 @@ def build_telegram(settings: Settings, adjust: Callable[[Services], None] | None
     media = MediaHandlers(services, handlers.runner)
     # Reminders, task answers and the owner's notices outside a turn; a task's turn waits for its chat.
     outbox = TelegramOutbox(bot, services.conversations.topics)
-    task_turn = held_turn(services.agent, handlers.locks.hold)
-    schedule_runner = ScheduleRunner(services, outbox, task_turn, JobQueueTimer(job_queue))
+    # A task's turn goes through the chats' turn runner: it waits for its chat like a message.
+    schedule_runner = ScheduleRunner(services, outbox, handlers.runner.quiet_turn, JobQueueTimer(job_queue))
     data = BotData(
         services=services,
         runner=handlers.runner,

@@ -15,14 +15,13 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from bot.runtime.outbox import Blocked, Buttons, DeliveryFailed, Outbox, Refused, RetryLater
 from bot.runtime.services import Services
-from core_tools.agent import Agent, TurnInput, TurnResult
+from core_tools.agent import TurnInput, TurnResult
 from core_tools.errors import BudgetExceeded, TaskBudgetExceeded
 from core_tools.schedule.delivery import FAILURES_BEFORE_PAUSE
 from core_tools.schedule.service import ScheduleService
@@ -66,26 +65,6 @@ def reminder_buttons(firing_id: int) -> Buttons:
         (("Snooze 10 min", f"sch:s10:{firing_id}"), ("Snooze 1 h", f"sch:s60:{firing_id}")),
         (("Done", f"sch:done:{firing_id}"),),
     )
-
-
-class _QuietSink:
-    """A task's turn does not stream: its answer arrives as one delivered message."""
-
-    async def text(self, partial: str) -> None:
-        return None
-
-    async def status(self, line: str) -> None:
-        return None
-
-
-def held_turn(agent: Agent, hold: Callable[[int], AbstractAsyncContextManager[None]]) -> RunTurn:
-    """A task's turn run by the agent while holding its chat (`hold`): it waits for it like a message."""
-
-    async def run(turn: TurnInput) -> TurnResult:
-        async with hold(turn.chat_id):
-            return await agent.run_turn(turn, _QuietSink())
-
-    return run
 
 
 def firing_notes(service: ScheduleService, f: FiringRow) -> list[str]:

@@ -74,7 +74,9 @@ class TerminalChat:
         )
         self.locks = self.runner.locks  # turns and scheduled tasks take turns in the chat
         self.commands = TerminalCommands(services, user_id, self.models)
-        self.reminders = TerminalReminders(services, self.chat_id, self.console, self.locks.hold, woken)
+        self.reminders = TerminalReminders(
+            services, self.chat_id, self.console, self.runner.quiet_turn, woken
+        )
         # A call that needs approval is asked about here (y/n/always), not refused.
         self.asker: TerminalAsker | None = None
         if services.approvals is not None:

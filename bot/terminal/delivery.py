@@ -13,13 +13,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable, Sequence
-from contextlib import AbstractAsyncContextManager, suppress
+from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
-from bot.runtime.schedule_jobs import LEASE, LOOK_S, firing_text, held_turn, run_task
+from bot.runtime.schedule_jobs import LEASE, LOOK_S, RunTurn, firing_text, run_task
 from bot.runtime.services import Services
 from core_tools.types import OutputFile
 from db.schedules import FiringRow
@@ -108,18 +108,19 @@ class TerminalReminders:
         services: Services,
         chat_id: int,
         out: Notices,
-        hold: Callable[[int], AbstractAsyncContextManager[None]],
+        run_turn: RunTurn,
         woken: asyncio.Event,
     ) -> None:
-        """`woken` is set when something may be due sooner (the schedule tool rings it: bot/process/fronts.py
-        gave the tool its `set`)."""
+        """`run_turn` runs a task's turn (the terminal's turn runner: it waits for the chat like a typed
+        message); `woken` is set when something may be due sooner (the schedule tool rings it:
+        bot/process/fronts.py gave the tool its `set`)."""
         self.services = services
         self.service = services.schedules.service
         self.store = services.replica.store
         self.me = services.replica.id
         self.chat_id = chat_id
         self.out = out
-        self.run_turn = held_turn(services.agent, hold)  # a task's turn waits for the chat
+        self.run_turn = run_turn
         self.delivering: bool | None = None  # None until the first look
         self._stopping = False
         self._woken = woken
