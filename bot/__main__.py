@@ -19,7 +19,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlparse
 
 from pydantic import ValidationError
@@ -121,12 +121,12 @@ def run_bot(settings: Settings) -> int:
     ptb_log = logging.getLogger("telegram.ext")
     ptb_log.addFilter(_HidePTBStartupTraceback())
     try:
-        _serve(settings, app)
+        code = _serve(settings, app)
     except TelegramError as exc:  # bad token, wrong base URL, no network: one line, no traceback
         print(startup_failure(exc, settings), file=sys.stderr)
         return 1
     log.info("stopped")
-    return 0
+    return code
 
 
 SETTLE_AFTER_S = 1.0  # after the start-up hook: the first getUpdates goes out well before (~20 ms)
@@ -169,8 +169,11 @@ def _settle() -> None:
     gc.enable()
 
 
-def _serve(settings: Settings, app: App) -> None:
+def _serve(settings: Settings, app: App) -> int:
+    """Serve until stopped; the exit code (the poll's watchdog gave up: bot/adapter/watchdog.py)."""
     from telegram import Update
+
+    from bot.adapter.watchdog import EXIT_POLL_STALLED, watch_when_polling
 
     log.info(
         "starting: model %s at %s, %d allowed user(s), database %s",
@@ -201,7 +204,12 @@ def _serve(settings: Settings, app: App) -> None:
             allowed_updates=Update.ALL_TYPES,
         )
     else:
-        app.run_polling(allowed_updates=Update.ALL_TYPES)
+        polling: dict[str, Any] = {"allowed_updates": Update.ALL_TYPES}
+        dog = watch_when_polling(app, polling)
+        app.run_polling(**polling)
+        if dog is not None and dog.gave_up:
+            return EXIT_POLL_STALLED
+    return 0
 
 
 def run_doctor(settings: Settings, quick: bool, timeout_s: float) -> int:

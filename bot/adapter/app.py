@@ -37,6 +37,7 @@ from bot.adapter.media import MediaHandlers, register_media_handlers
 from bot.adapter.menu import publish
 from bot.adapter.telegram_http import AiohttpRequest
 from bot.adapter.topics import conversation_of, place_of
+from bot.adapter.watchdog import PollingRequest
 from bot.config.settings import Settings
 from bot.runtime.front import ChatFront
 from bot.runtime.leases import ChatLocks
@@ -325,8 +326,9 @@ async def on_shutdown(app: App) -> None:
     await app.bot_data.services.aclose()
 
 
-def telegram_bot(settings: Settings) -> ExtBot[None]:
-    """The Bot API client of the settings: built before the services, which deliver through it."""
+def telegram_bot(settings: Settings, polling: PollingRequest | None = None) -> ExtBot[None]:
+    """The Bot API client of the settings: built before the services, which deliver through it; its
+    getUpdates go through `polling` (the watchdog's, bot/adapter/watchdog.py) when given."""
     assert settings.telegram_bot_token is not None
     base_url = settings.telegram_api_base_url
     return ExtBot(
@@ -335,7 +337,7 @@ def telegram_bot(settings: Settings) -> ExtBot[None]:
         base_file_url=base_url.replace("/bot", "/file/bot", 1),
         # aiohttp, not PTB's httpx: far less CPU per Bot API call when many chats are answered at once.
         request=AiohttpRequest(),
-        get_updates_request=AiohttpRequest(connection_pool_size=1),
+        get_updates_request=polling or PollingRequest(connection_pool_size=1),
     )
 
 

@@ -12,6 +12,7 @@ from telegram.ext import Application, CallbackContext, ExtBot, JobQueue
 
 if TYPE_CHECKING:
     from bot.adapter.groups import Access
+    from bot.adapter.watchdog import PollingRequest
     from bot.runtime.backup_jobs import BackupJobs
     from bot.runtime.runner import TurnRunner
     from bot.runtime.schedule_jobs import ScheduleRunner
@@ -40,6 +41,8 @@ class BotData:
     backups: BackupJobs
     # The app's web server (WEBAPP_LISTEN), started with the bot; None when it is not set up.
     webapp: Server | None = None
+    # The getUpdates request, which the long poll's watchdog watches (bot/adapter/watchdog.py).
+    polling: PollingRequest | None = None
 
 
 def bound(data: BotData) -> type[BotData]:

@@ -222,6 +222,10 @@ class Settings(BaseSettings):
     stream_edit_interval_s: float = Field(default=1.0, ge=0.0)
     # "typing..." shows only when an answer takes longer than this (a quick one needs no indicator).
     typing_delay_s: float = Field(default=0.5, ge=0.0, le=10.0)
+    # The long poll's watchdog (bot/adapter/watchdog.py): no successful getUpdates for this many seconds
+    # restarts the poller (0: off); after this many restarts without progress the process exits non-zero.
+    watchdog_poll_stall_s: float = Field(default=90.0, ge=0.0)
+    watchdog_poll_restarts: int = Field(default=3, ge=0, le=100)
 
     @field_validator("allowed_user_ids", "allowed_chat_ids", mode="before")
     @classmethod

@@ -37,10 +37,12 @@ def build_telegram(settings: Settings, adjust: Callable[[Services], None] | None
     from bot.adapter.notify import TelegramNotifier
     from bot.adapter.outbox import TelegramOutbox
     from bot.adapter.outfiles import TelegramFiles
+    from bot.adapter.watchdog import PollingRequest
     from bot.runtime.backup_jobs import BackupJobs
     from bot.runtime.schedule_jobs import ScheduleRunner
 
-    bot = telegram_bot(settings)
+    polling = PollingRequest(connection_pool_size=1)
+    bot = telegram_bot(settings, polling)
     job_queue = new_job_queue()
     handlers: Handlers
     media: MediaHandlers
@@ -89,6 +91,7 @@ def build_telegram(settings: Settings, adjust: Callable[[Services], None] | None
         schedule_runner=schedule_runner,
         backups=BackupJobs(services, outbox),
         webapp=build_webapp(services),
+        polling=polling,
     )
     app = build_application(data, handlers, media, bot, job_queue)
     return app
