@@ -13,6 +13,7 @@ from sqlalchemy import select
 
 from bot.adapter.app import on_shutdown, on_startup
 from bot.adapter.context import App
+from bot.adapter.watchdog import PollWatchdog, poll_watchdog
 from bot.config.settings import Settings
 from bot.process.fronts import build_telegram
 from bot.runtime.services import Services
@@ -73,6 +74,7 @@ class Harness:
     llm: FakeLLM
     app: App
     settings: Settings
+    watchdog: PollWatchdog | None = None  # the long poll's (None when WATCHDOG_POLL_STALL_S=0)
 
     @property
     def services(self) -> Services:
@@ -130,11 +132,17 @@ async def running_bot(
     await on_startup(app)
     await app.start()
     assert app.updater is not None
-    await app.updater.start_polling(poll_interval=0, timeout=1)
+    polling: dict[str, Any] = {"poll_interval": 0, "timeout": 1}
+    await app.updater.start_polling(**polling)
+    watchdog = poll_watchdog(app, polling)  # as `python -m bot` watches its polling
+    if watchdog is not None:
+        watchdog.start()
     try:
-        yield Harness(tg, llm, app, settings)
+        yield Harness(tg, llm, app, settings, watchdog)
     finally:
         llm.release_holds()  # a test that failed before releasing a held turn: the stop does not wait for it
+        if watchdog is not None:
+            await watchdog.aclose()
         await app.updater.stop()
         await app.stop()
         await app.shutdown()

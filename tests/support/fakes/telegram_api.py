@@ -427,6 +427,10 @@ class FakeTelegram:
         self.declared_sizes: dict[str, int] = {}
         self.latency = 0.0
         self._faults: list[_Fault] = []
+        # hold_updates: getUpdates hangs ("hang", until release_updates) or fails with 502 ("fail")
+        self._updates_hold: str | None = None
+        self._updates_released = asyncio.Event()
+        self.held_polls = 0  # getUpdates calls that met a hold
         self._chats: dict[int, JsonDict] = {}
         self._topics: dict[int, dict[int, JsonDict]] = {}  # forum chat id -> thread id -> its root message
         self._users: dict[int, JsonDict] = {}
@@ -581,6 +585,32 @@ class FakeTelegram:
     ) -> None:
         """Answer calls of ``method`` whose params satisfy ``predicate`` with ``error`` (None: always)."""
         self._faults.append(self._make_fault(method, times, error, retry_after, hang, predicate))
+
+    def hold_updates(self, mode: str = "hang") -> None:
+        """From now on every getUpdates hangs (``"hang"``: no answer until `release_updates`) or fails with
+        502 Bad Gateway (``"fail"``); every other method answers as usual."""
+        if mode not in ("hang", "fail"):
+            raise ValueError(f"unknown hold {mode!r}: 'hang' or 'fail'")
+        self._updates_hold = mode
+        self._updates_released = asyncio.Event()
+
+    def release_updates(self) -> None:
+        """getUpdates answers again; the calls left hanging go on as usual."""
+        self._updates_hold = None
+        self._updates_released.set()
+
+    async def _held(self) -> None:
+        self.held_polls += 1
+        self._notifier.notify()
+        if self._updates_hold == "fail":
+            raise _ApiError(named_error("bad_gateway"))
+        released = asyncio.ensure_future(self._updates_released.wait())
+        closing = asyncio.ensure_future(self._closing.wait())
+        try:
+            await asyncio.wait({released, closing}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            released.cancel()
+            closing.cancel()
 
     def clear_faults(self) -> None:
         """Remove every scripted fault."""
@@ -945,6 +975,8 @@ class FakeTelegram:
                 raise _ApiError(TelegramError(401, "Unauthorized"))
             if self.latency and method.lower() != "getupdates":
                 await self._sleep(self.latency)
+            if self._updates_hold is not None and method.lower() == "getupdates":
+                await self._held()
             fault = self._take_fault(method, params)
             if fault is not None:
                 if fault.error is not None:
