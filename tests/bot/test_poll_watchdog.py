@@ -5,15 +5,17 @@ polling the fake Bot API."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
 import pytest
 
-from bot.adapter.watchdog import Action, PollHealth, missed_notice
+from bot.adapter.watchdog import EXIT_POLL_STALLED, Action, PollHealth, missed_notice
 from tests.support.fakes.openai_api import FakeLLM, text
 from tests.support.fakes.telegram_api import FakeTelegram
-from tests.support.harness import FRIEND, OWNER, running_bot
+from tests.support.harness import FRIEND, OWNER, TOKEN, running_bot
+from tests.support.processes import bot_process, full_env
 
 NOTICE = "I could not receive messages from"
 
@@ -87,3 +89,22 @@ async def test_polling_that_makes_no_progress_is_restarted_and_the_owner_told(
         stalls = [r for r in caplog.records if "polling makes no progress" in r.getMessage()]
         assert len(stalls) == 1, [r.getMessage() for r in stalls]
         assert "123456:" not in stalls[0].getMessage()  # no token in the line
+
+
+@pytest.mark.slow  # a real `python -m bot` process waits out two stall thresholds (11 s each)
+async def test_a_poll_that_restarts_do_not_heal_ends_the_process_with_exit_code_3(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    tg.hold_updates("fail")  # a proxy in front of the Bot API answers every getUpdates with 502
+    env = full_env(tmp_path, tg, llm, WATCHDOG_POLL_STALL_S="1", WATCHDOG_POLL_RESTARTS="1")
+    async with bot_process(tmp_path, env) as proc:
+        # The threshold is raised to the long poll's 10 s + 1 s: one restart, then the process gives up.
+        code = await asyncio.wait_for(proc.wait(), timeout=180)
+        log = proc.log()
+    assert code == EXIT_POLL_STALLED, proc.tail()
+    assert log.count("polling makes no progress") == 1, proc.tail()
+    assert "HTTP 502" in log and log.count("polling still makes no progress after 1 restart(s)") == 1, (
+        proc.tail()
+    )
+    assert TOKEN not in log
+    assert tg.calls_to("getMe")  # the rest of the Bot API answered

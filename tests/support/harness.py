@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -74,7 +74,8 @@ class Harness:
     llm: FakeLLM
     app: App
     settings: Settings
-    watchdog: PollWatchdog | None = None  # the long poll's (None when WATCHDOG_POLL_STALL_S=0)
+    # The long poll's (None when WATCHDOG_POLL_STALL_S=0); keyword-only, so subclasses may add fields.
+    watchdog: PollWatchdog | None = field(default=None, kw_only=True)
 
     @property
     def services(self) -> Services:
@@ -138,7 +139,7 @@ async def running_bot(
     if watchdog is not None:
         watchdog.start()
     try:
-        yield Harness(tg, llm, app, settings, watchdog)
+        yield Harness(tg, llm, app, settings, watchdog=watchdog)
     finally:
         llm.release_holds()  # a test that failed before releasing a held turn: the stop does not wait for it
         if watchdog is not None:
