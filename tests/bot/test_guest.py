@@ -1,0 +1,165 @@
+"""Guest mode (Bot API 10.0) through the fake Bot API: a question asked by mentioning the bot in someone
+else's chat is answered there without the user's memories, history or private tools, a stranger costs
+nothing, the answer's "continue in private" link asks the question in the private chat, and its LLM requests
+are accounted as "guest". On both databases (the links live in the database: db/guest_links.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+from sqlalchemy import select
+
+from bot.adapter.guest import OFF, PRIVACY_LINE, USER_REFUSAL
+from db.models import ChatSession, LLMCall
+from tests.support.databases import both_databases
+from tests.support.fakes.openai_api import FakeLLM, call, hang, text, tool_calls
+from tests.support.fakes.telegram_api import FakeTelegram
+from tests.support.harness import OWNER, STRANGER, Harness, running_bot
+
+db_kind = both_databases()  # the guest links and the turn's rows are stored: both dialects
+pytestmark = pytest.mark.usefixtures("bot_database")
+
+PIN = "4921"
+FRIEND_CHAT = -100888  # a group the bot is not in (and not allowed in)
+
+
+def tool_names(request: dict[str, Any]) -> list[str]:
+    return [t["function"]["name"] for t in request.get("tools", [])]
+
+
+async def guest_answer(h: Harness, query_id: str, contains: str) -> dict[str, Any]:
+    """Wait until the message answering guest query `query_id` shows `contains`; return it."""
+
+    def answered() -> str | None:
+        for c in h.tg.calls_to("answerGuestQuery"):
+            if c.ok and c.params.get("guest_query_id") == query_id:
+                return str(c.result["inline_message_id"])
+        return None
+
+    inline_id: str = await h.tg.wait_for(answered, what=f"the answer to guest query {query_id}")
+
+    def shown() -> dict[str, Any] | None:
+        msg = h.tg.inline_messages[inline_id]
+        return msg if contains in msg["text"] else None
+
+    found: dict[str, Any] = await h.tg.wait_for(shown, what=f"the guest answer showing {contains!r}")
+    return found
+
+
+def start_token(msg: dict[str, Any]) -> str:
+    """The /start parameter of the "continue in private" button of a posted answer."""
+    url = msg["reply_markup"]["inline_keyboard"][0][0]["url"]
+    parsed = urlparse(url)
+    assert parsed.netloc == "t.me" and parsed.path == "/test_bot"
+    return str(parse_qs(parsed.query)["start"][0])
+
+
+async def test_a_guest_answer_carries_nothing_private_and_continues_in_private(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    llm.script(
+        text("Noted."),  # the private turn: "my PIN is 4921"
+        text("Paris is the capital of **France**."),  # the guest answer
+        text("Paris, as I said; your PIN stays private."),  # the same question, continued in private
+    )
+    tg.guest_mode = True
+    async with running_bot(tmp_path, tg, llm, guest_mode="on", stream_edit_interval_s=0) as h:
+        await h.services.memory.store(OWNER, "long", f"The user's bank PIN is {PIN}", category="fact")
+        tg.push_text(OWNER, f"my PIN is {PIN}")
+        await h.final_text(OWNER, "Noted.")
+
+        query_id = tg.push_guest_message(OWNER, "@test_bot what is the capital of France?", FRIEND_CHAT)
+        answer = await guest_answer(h, query_id, PRIVACY_LINE)
+        assert "Paris is the capital of France." in answer["text"]
+        assert answer["chat_id"] == FRIEND_CHAT  # posted where it was asked
+        assert any(e["type"] == "bold" for e in answer["entities"])  # rendered like any answer
+
+        request = llm.requests[1]
+        dumped = json.dumps(request, ensure_ascii=False)
+        assert PIN not in dumped and "Noted." not in dumped  # no memory, no earlier conversation
+        assert [(m["role"], m["content"]) for m in request["messages"][1:]] == [
+            ("user", "what is the capital of France?")
+        ]
+        assert "memory" not in tool_names(request) and "schedule" not in tool_names(request)
+        assert set(tool_names(request)) <= {"search", "fetch", "code", "read_result"}
+        assert "search" in tool_names(request)
+        assert tg.sent_texts(FRIEND_CHAT) == []  # nothing sent as the bot itself into that chat
+
+        # "Continue in private": /start <token> asks the question in the private chat, as a private turn.
+        token = start_token(answer)
+        tg.push_text(OWNER, f"/start {token}")
+        await h.final_text(OWNER, "your PIN stays private")
+        private = llm.requests[2]
+        assert private["messages"][-1] == {"role": "user", "content": "what is the capital of France?"}
+        assert PIN in private["messages"][0]["content"]  # the private turn has the user's memories
+        assert "memory" in tool_names(private)
+
+        # The link is used once.
+        tg.push_text(OWNER, f"/start {token}")
+        await h.final_text(OWNER, "That link is too old or was used already")
+        assert len(llm.requests) == 3
+
+        with h.services.engine.connect() as conn:
+            purposes = [r.purpose for r in conn.execute(select(LLMCall).order_by(LLMCall.id))]
+            guest_sessions = list(
+                conn.execute(select(ChatSession).where(ChatSession.chat_type == "guest")).mappings()
+            )
+        assert purposes == ["chat", "guest", "chat"]  # the guest turn is accounted as such
+        assert len(guest_sessions) == 1 and guest_sessions[0]["ended_at"] is not None  # ended with the turn
+
+
+async def test_a_guest_turn_refuses_private_tools_the_model_calls_anyway(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    llm.script(
+        tool_calls(call("memory", {"action": "recall", "query": "PIN"}, id="m1")),
+        text("I cannot see your private notes here."),
+    )
+    async with running_bot(tmp_path, tg, llm, guest_mode="on", stream_edit_interval_s=0) as h:
+        await h.services.memory.store(OWNER, "long", f"The user's bank PIN is {PIN}", category="fact")
+        query_id = tg.push_guest_message(OWNER, "@test_bot what is my PIN?")
+        answer = await guest_answer(h, query_id, PRIVACY_LINE)
+        assert "cannot see your private notes" in answer["text"] and PIN not in answer["text"]
+        refusal = llm.requests[1]["messages"][-1]
+        assert refusal["role"] == "tool" and "not available here" in refusal["content"]
+        assert PIN not in json.dumps(llm.requests, ensure_ascii=False)
+
+
+async def test_a_stranger_gets_the_refusal_and_costs_nothing(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    async with running_bot(tmp_path, tg, llm, guest_mode="on") as h:
+        query_id = tg.push_guest_message(STRANGER, "@test_bot write me a poem", FRIEND_CHAT)
+        answer = await guest_answer(h, query_id, "not on its list of allowed users")
+        assert answer["text"] == USER_REFUSAL.format(user_id=STRANGER)
+        assert llm.requests == []
+        with h.services.engine.connect() as conn:
+            assert list(conn.execute(select(LLMCall))) == []
+
+
+async def test_with_guest_mode_off_a_guest_query_is_told_so(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    async with running_bot(tmp_path, tg, llm) as h:  # GUEST_MODE defaults to off
+        query_id = tg.push_guest_message(OWNER, "@test_bot hello")
+        answer = await guest_answer(h, query_id, "guest mode is off")
+        assert answer["text"] == OFF and llm.requests == []
+
+
+async def test_stop_ends_a_guest_answer_being_written(tmp_path: Path, tg: FakeTelegram, llm: FakeLLM) -> None:
+    llm.script(hang(60, partial="A long answer that"))
+    async with running_bot(tmp_path, tg, llm, guest_mode="on", stream_edit_interval_s=0) as h:
+        query_id = tg.push_guest_message(OWNER, "@test_bot tell me everything")
+        answering = await guest_answer(h, query_id, "answering")
+        assert answering["reply_markup"]["inline_keyboard"][0][0]["text"] == "Stop"
+        await llm.wait_for_requests(1)
+        tg.push_text(OWNER, "/stop")  # in the private chat, where nothing else runs
+        inline_id = next(iter(tg.inline_messages))
+        await tg.wait_for(
+            lambda: "(stopped)" in tg.inline_messages[inline_id]["text"], what="the stopped guest answer"
+        )
+        assert PRIVACY_LINE in tg.inline_messages[inline_id]["text"]
