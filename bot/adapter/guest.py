@@ -72,11 +72,19 @@ def support_line(me: User, enabled: bool) -> str | None:
 
 
 def article(
-    result_id: str, title: str, text: str, markup: InlineKeyboardMarkup | None = None
+    result_id: str,
+    title: str,
+    text: str,
+    markup: InlineKeyboardMarkup | None = None,
+    description: str | None = None,
 ) -> InlineQueryResultArticle:
     """One text result (what an inline or guest answer posts)."""
     return InlineQueryResultArticle(
-        result_id, title[:64] or "Answer", InputTextMessageContent(text[:TELEGRAM_LIMIT]), reply_markup=markup
+        result_id,
+        title[:64] or "Answer",
+        InputTextMessageContent(text[:TELEGRAM_LIMIT]),
+        reply_markup=markup,
+        description=description,
     )
 
 

@@ -84,9 +84,9 @@ class InlineHandlers:
             more = continue_markup(bot.bot.username, private)
             if more is not None:
                 keyboard.extend(list(row) for row in more.inline_keyboard)
-            ask = article(token, f"Ask: {question}", asked(question).strip(), InlineKeyboardMarkup(keyboard))
-            ask.description = ASK_DESCRIPTION
-            results = [ask]
+            markup = InlineKeyboardMarkup(keyboard)
+            title = f"Ask: {question}"
+            results = [article(token, title, asked(question).strip(), markup, ASK_DESCRIPTION)]
             button = InlineQueryResultsButton(CONTINUE, start_parameter=private)
         try:
             await bot.answer_inline_query(query.id, results, cache_time=0, is_personal=True, button=button)

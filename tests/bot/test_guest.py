@@ -25,6 +25,7 @@ pytestmark = pytest.mark.usefixtures("bot_database")
 
 PIN = "4921"
 FRIEND_CHAT = -100888  # a group the bot is not in (and not allowed in)
+FRIEND_OF_NOBODY = STRANGER
 
 
 def tool_names(request: dict[str, Any]) -> list[str]:
@@ -48,6 +49,18 @@ async def guest_answer(h: Harness, query_id: str, contains: str) -> dict[str, An
 
     found: dict[str, Any] = await h.tg.wait_for(shown, what=f"the guest answer showing {contains!r}")
     return found
+
+
+def purposes(h: Harness) -> list[str]:
+    """The purposes of the LLM requests stored, in order."""
+    with h.services.engine.connect() as conn:
+        return [r.purpose for r in conn.execute(select(LLMCall).order_by(LLMCall.id))]
+
+
+async def stored_purposes(h: Harness, expected: list[str]) -> None:
+    """Wait until the stored LLM requests' purposes are `expected` (a shown answer may be stored a moment
+    later)."""
+    await h.tg.wait_for(lambda: purposes(h) == expected, what=f"LLM calls {expected}, not {purposes(h)}")
 
 
 def start_token(msg: dict[str, Any]) -> str:
@@ -103,12 +116,11 @@ async def test_a_guest_answer_carries_nothing_private_and_continues_in_private(
         await h.final_text(OWNER, "That link is too old or was used already")
         assert len(llm.requests) == 3
 
+        await stored_purposes(h, ["chat", "guest", "chat"])  # the guest turn is accounted as such
         with h.services.engine.connect() as conn:
-            purposes = [r.purpose for r in conn.execute(select(LLMCall).order_by(LLMCall.id))]
             guest_sessions = list(
                 conn.execute(select(ChatSession).where(ChatSession.chat_type == "guest")).mappings()
             )
-        assert purposes == ["chat", "guest", "chat"]  # the guest turn is accounted as such
         assert len(guest_sessions) == 1 and guest_sessions[0]["ended_at"] is not None  # ended with the turn
 
 
@@ -163,3 +175,91 @@ async def test_stop_ends_a_guest_answer_being_written(tmp_path: Path, tg: FakeTe
             lambda: "(stopped)" in tg.inline_messages[inline_id]["text"], what="the stopped guest answer"
         )
         assert PRIVACY_LINE in tg.inline_messages[inline_id]["text"]
+
+
+# ---------------------------------------------------------------------------------------------- inline mode
+
+
+async def inline_results(h: Harness, query_id: str) -> dict[str, Any]:
+    """Wait for the answer to inline query `query_id`; return its parameters."""
+
+    def answered() -> dict[str, Any] | None:
+        for c in h.tg.calls_to("answerInlineQuery"):
+            if c.ok and c.params.get("inline_query_id") == query_id:
+                return c.params
+        return None
+
+    params: dict[str, Any] = await h.tg.wait_for(answered, what=f"the answer to inline query {query_id}")
+    return params
+
+
+async def test_an_inline_query_offers_an_ask_article_at_no_cost_and_answers_where_posted(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    llm.script(text("Noted."), text("It is **42**."), text("Still 42, in private."))
+    tg.inline_feedback = True  # @BotFather's /setinlinefeedback: choosing a result is reported
+    async with running_bot(tmp_path, tg, llm, guest_mode="on", stream_edit_interval_s=0) as h:
+        await h.services.memory.store(OWNER, "long", f"The user's bank PIN is {PIN}", category="fact")
+        tg.push_text(OWNER, f"my PIN is {PIN}")
+        await h.final_text(OWNER, "Noted.")
+
+        query_id = tg.push_inline_query(OWNER, "what is six times seven?")
+        params = await inline_results(h, query_id)
+        assert len(llm.requests) == 1  # offering the article cost nothing
+        (ask,) = params["results"]
+        assert ask["type"] == "article" and "six times seven" in ask["title"]
+        assert params["is_personal"] is True and params["cache_time"] == 0
+        private_token = params["button"]["start_parameter"]
+
+        inline_id = tg.choose_inline_result(OWNER, query_id, ask["id"], chat_id=FRIEND_CHAT)
+        assert inline_id is not None
+        await tg.wait_for(
+            lambda: PRIVACY_LINE in tg.inline_messages[inline_id]["text"], what="the inline answer"
+        )
+        shown = tg.inline_messages[inline_id]["text"]
+        assert shown.startswith("\u2753 what is six times seven?") and "It is 42." in shown
+        request = llm.requests[1]
+        dumped = json.dumps(request, ensure_ascii=False)
+        assert PIN not in dumped and "Noted." not in dumped
+        assert [m["content"] for m in request["messages"][1:]] == ["what is six times seven?"]
+        assert "memory" not in tool_names(request)
+
+        # The results' button opens the private chat with the question.
+        tg.push_text(OWNER, f"/start {private_token}")
+        await h.final_text(OWNER, "Still 42, in private.")
+        assert llm.requests[2]["messages"][-1]["content"] == "what is six times seven?"
+        await stored_purposes(h, ["chat", "inline", "chat"])
+
+
+async def test_answer_here_answers_a_posted_question_once(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    llm.script(text("Blue, mostly."))
+    async with running_bot(tmp_path, tg, llm, guest_mode="on", stream_edit_interval_s=0) as h:
+        query_id = tg.push_inline_query(OWNER, "what colour is the sky?")
+        (ask,) = (await inline_results(h, query_id))["results"]
+        inline_id = tg.choose_inline_result(OWNER, query_id, ask["id"])  # no inline feedback: nothing yet
+        assert inline_id is not None
+        button = tg.inline_messages[inline_id]["reply_markup"]["inline_keyboard"][0][0]
+        assert button["text"] == "Answer here"
+
+        tg.push_inline_callback(FRIEND_OF_NOBODY, button["callback_data"], inline_id)  # a stranger: refused
+        await tg.wait_for(lambda: len(tg.calls_to("answerCallbackQuery")) == 1, what="the stranger's refusal")
+        assert llm.requests == []
+
+        tg.push_inline_callback(OWNER, button["callback_data"], inline_id)
+        await tg.wait_for(lambda: "Blue, mostly." in tg.inline_messages[inline_id]["text"], what="the answer")
+        tg.push_inline_callback(OWNER, button["callback_data"], inline_id)  # again: answered already
+        await tg.wait_for(lambda: len(tg.calls_to("answerCallbackQuery")) == 3, what="the second press")
+        assert "answered already" in tg.calls_to("answerCallbackQuery")[-1].params["text"]
+        assert len(llm.requests) == 1
+
+
+async def test_a_strangers_inline_query_gets_the_refusal(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    async with running_bot(tmp_path, tg, llm, guest_mode="on") as h:
+        query_id = tg.push_inline_query(STRANGER, "anything")
+        (result,) = (await inline_results(h, query_id))["results"]
+        assert result["input_message_content"]["message_text"] == USER_REFUSAL.format(user_id=STRANGER)
+        assert llm.requests == []
