@@ -12,9 +12,11 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 from sqlalchemy import select
+from telegram import User
 
-from bot.adapter.guest import OFF, PRIVACY_LINE, USER_REFUSAL
-from db.models import ChatSession, LLMCall
+from bot.adapter.guest import OFF, PRIVACY_LINE, USER_REFUSAL, support_line
+from db.models import ChatSession, LLMCall, TurnEvent
+from db.usage import LLMCallRecord
 from tests.support.databases import both_databases
 from tests.support.fakes.openai_api import FakeLLM, call, hang, text, tool_calls
 from tests.support.fakes.telegram_api import FakeTelegram
@@ -153,6 +155,29 @@ async def test_a_stranger_gets_the_refusal_and_costs_nothing(
             assert list(conn.execute(select(LLMCall))) == []
 
 
+async def test_a_guest_query_over_the_users_cap_is_refused_before_any_request(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    prices = '{"fake-model": [1.0, 2.0]}'
+    async with running_bot(tmp_path, tg, llm, guest_mode="on", llm_prices=prices, budget_daily_usd=1.0) as h:
+        spent = LLMCallRecord(
+            user_id=OWNER,
+            session_id=None,
+            purpose="chat",
+            model="fake-model",
+            prompt_tokens=500_000,
+            completion_tokens=500_000,
+        )
+        h.services.usage.record_llm_call(spent)  # $1.50 today: over the $1 daily cap
+        query_id = tg.push_guest_message(OWNER, "@test_bot one more question", FRIEND_CHAT)
+        answer = await guest_answer(h, query_id, "Usage cap reached")
+        assert "daily cost cap" in answer["text"] and PRIVACY_LINE in answer["text"]
+        assert llm.requests == []
+        with h.services.engine.connect() as conn:
+            events = [r.detail for r in conn.execute(select(TurnEvent))]
+        assert events == ["guest: daily cost"]  # refused as a guest turn, like any turn
+
+
 async def test_with_guest_mode_off_a_guest_query_is_told_so(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
 ) -> None:
@@ -263,3 +288,16 @@ async def test_a_strangers_inline_query_gets_the_refusal(
         (result,) = (await inline_results(h, query_id))["results"]
         assert result["input_message_content"]["message_text"] == USER_REFUSAL.format(user_id=STRANGER)
         assert llm.requests == []
+
+
+def test_start_up_says_what_botfather_must_turn_on() -> None:
+    bot = User(
+        1, "Bot", True, username="test_bot", supports_guest_queries=False, supports_inline_queries=False
+    )
+    line = support_line(bot, enabled=True)
+    assert line is not None and "@BotFather" in line and "/setinline" in line
+    ready = User(
+        1, "Bot", True, username="test_bot", supports_guest_queries=True, supports_inline_queries=True
+    )
+    assert support_line(ready, enabled=True) is None
+    assert support_line(bot, enabled=False) is None  # GUEST_MODE=off: nothing to say
