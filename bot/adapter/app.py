@@ -12,9 +12,11 @@ from telegram.ext import (
     ApplicationHandlerStop,
     CallbackContext,
     CallbackQueryHandler,
+    ChosenInlineResultHandler,
     CommandHandler,
     ContextTypes,
     ExtBot,
+    InlineQueryHandler,
     JobQueue,
     MessageHandler,
     TypeHandler,
@@ -426,7 +428,14 @@ def build_application(
         .build()
     )
     app.add_handler(TypeHandler(Update, h.once), group=-3)  # first of all: a duplicate goes no further
-    app.add_handler(TypeHandler(Update, h.guest_or_inline), group=-2)  # no chat: before the gate
+    # Guest and inline updates have no chat: handled before the gate. Only they match these (group -2 also
+    # holds the reminders' gate, and a group runs its first matching handler only).
+    for early in (
+        MessageHandler(filters.UpdateType.GUEST_MESSAGE, h.guest_or_inline),
+        InlineQueryHandler(h.guest_or_inline),
+        ChosenInlineResultHandler(h.guest_or_inline),
+    ):
+        app.add_handler(early, group=-2)
     app.add_handler(TypeHandler(Update, h.gate), group=-1)
     app.add_handler(CommandHandler("start", h.start))
     app.add_handler(CommandHandler("help", h.help))
