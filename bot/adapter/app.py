@@ -323,7 +323,8 @@ class Handlers:
     async def on_error(self, update: object, context: Ctx) -> None:
         """The one global error handler: log the traceback, apologise briefly, keep serving."""
         log.error("error while handling an update", exc_info=context.error)
-        if isinstance(update, Update) and update.effective_chat is not None:
+        # A guest query's chat is someone else's (the bot may not even be in it): no apology goes there.
+        if isinstance(update, Update) and update.effective_chat is not None and update.guest_message is None:
             place = place_of(update)
             try:
                 await context.bot.send_message(
@@ -460,7 +461,7 @@ def build_application(
     register_usage_handlers(app, services.usage_service)
     register_schedule_handlers(app, services, data.schedule_runner)
     register_jobs(app)
-    register_data_commands(app, services, h.runner)  # /export, /forget_me
+    register_data_commands(app, services, h.runner, h.guests)  # /export, /forget_me
     register_backup_jobs(app, data.backups)  # BACKUP_SCHEDULE
     new = filters.UpdateType.MESSAGE
     app.add_handler(

@@ -106,7 +106,7 @@ def question_of(msg: Message, bot: User) -> str:
     text = msg.text or msg.caption or ""
     if bot.username:
         text = re.sub(rf"@{re.escape(bot.username)}\b", " ", text, flags=re.IGNORECASE)
-    text = " ".join(text.split(" ")).strip()
+    text = re.sub(r"[ \t]{2,}", " ", text).strip()
     if not text:
         return ""
     quoted = quoted_context(msg, bot)

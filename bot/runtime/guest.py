@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 
 from bot.runtime.endings import NOT_YOURS, STOP_NOTES, turn_failure_text
 from bot.runtime.stops import FINISHED
@@ -38,6 +39,7 @@ class GuestRun:
     owner_id: int
     control: TurnControl
     task: asyncio.Task[TurnResult]
+    ended: asyncio.Event = field(default_factory=asyncio.Event)  # its session ended too
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,7 @@ class GuestTurns:
         self.ttl_s = ttl_s
         self.model_for = model_for  # the model of the user's private chat
         self._running: dict[int, GuestRun] = {}
+        self._quiet: dict[int, asyncio.Event] = {}  # users whose data is being erased (`quiet`)
 
     async def _db(self, call: Callable[[], object]) -> object:
         return await settled(call, off_loop=self.conversations.over_network)
@@ -101,6 +104,8 @@ class GuestTurns:
         username: str | None = None,
     ) -> GuestOutcome:
         """Answer `question` as a guest turn (purpose "guest" or "inline"), streaming into `sink`."""
+        while user_id in self._quiet:  # their data is being erased: the turn starts afterwards
+            await self._quiet[user_id].wait()
         key = guest_key()
         turn = TurnInput(
             Speaker(user_id, key, GUEST_CHAT_TYPE, first_name, username),
@@ -111,7 +116,7 @@ class GuestTurns:
         )
         control = TurnControl()
         task = asyncio.create_task(self.agent.run_turn(turn, sink, control))
-        self._running[number] = GuestRun(number, user_id, control, task)
+        run = self._running[number] = GuestRun(number, user_id, control, task)
         try:
             await asyncio.wait({task})
         except asyncio.CancelledError:  # shutdown: the turn goes with the handler (stored as interrupted)
@@ -119,8 +124,11 @@ class GuestTurns:
             await asyncio.wait({task})
             raise
         finally:
-            del self._running[number]
-            await self._end(user_id, key)
+            try:
+                await self._end(user_id, key)
+            finally:
+                del self._running[number]
+                run.ended.set()
         return self._outcome(task, control)
 
     async def _end(self, user_id: int, key: int) -> None:
@@ -170,6 +178,24 @@ class GuestTurns:
             run.control.stop_requested = True
             run.task.cancel()
         return None
+
+    @asynccontextmanager
+    async def quiet(self, user_id: int) -> AsyncIterator[None]:
+        """While the user's data is erased: their guest turns running here are stopped and have ended (and
+        stored what they store) when this enters; a new one waits until it exits."""
+        done = self._quiet.setdefault(user_id, asyncio.Event())
+        try:
+            runs = [r for r in self._running.values() if r.owner_id == user_id]
+            for run in runs:
+                run.control.stop_requested = True
+                run.task.cancel()
+            for run in runs:
+                await run.ended.wait()
+            yield
+        finally:
+            if self._quiet.get(user_id) is done:
+                del self._quiet[user_id]
+            done.set()
 
     def running(self, user_id: int) -> bool:
         """Whether a guest turn of the user's runs here."""

@@ -17,10 +17,11 @@ from telegram import User
 from bot.adapter.guest import OFF, PRIVACY_LINE, USER_REFUSAL, support_line
 from db.models import ChatSession, LLMCall, TurnEvent
 from db.usage import LLMCallRecord
+from tests.backup.test_backup_bot import rows_naming
 from tests.support.databases import both_databases
 from tests.support.fakes.openai_api import FakeLLM, call, hang, text, tool_calls
 from tests.support.fakes.telegram_api import FakeTelegram
-from tests.support.harness import OWNER, STRANGER, Harness, running_bot
+from tests.support.harness import FRIEND, OWNER, STRANGER, Harness, running_bot
 
 db_kind = both_databases()  # the guest links and the turn's rows are stored: both dialects
 pytestmark = pytest.mark.usefixtures("bot_database")
@@ -301,3 +302,22 @@ def test_start_up_says_what_botfather_must_turn_on() -> None:
     )
     assert support_line(ready, enabled=True) is None
     assert support_line(bot, enabled=False) is None  # GUEST_MODE=off: nothing to say
+
+
+async def test_forget_me_stops_a_guest_answer_and_leaves_nothing_of_it(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    llm.script(hang(60, partial="Half an answer"))
+    async with running_bot(tmp_path, tg, llm, guest_mode="on", memory_extract=False) as h:
+        url = h.settings.database_url
+        query_id = tg.push_guest_message(FRIEND, "@test_bot a long question", FRIEND_CHAT)
+        await guest_answer(h, query_id, "answering")
+        await llm.wait_for_requests(1)
+        assert rows_naming(url, FRIEND)  # the guest turn's messages, its link
+        tg.push_text(FRIEND, "/forget_me")
+        await h.final_text(FRIEND, "cannot be undone")
+        tg.push_callback(FRIEND, f"forget:yes:{FRIEND}")
+        await h.final_text(FRIEND, "Done. I deleted everything")
+        inline_id = next(iter(tg.inline_messages))
+        await tg.wait_for(lambda: "(stopped)" in tg.inline_messages[inline_id]["text"], what="the stop")
+    assert rows_naming(url, FRIEND) == {}
