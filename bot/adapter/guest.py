@@ -13,7 +13,8 @@ allowed gets the private chat's refusal as the answer, and no LLM request is mad
 guest query is answered with one line saying so.
 
 Guest and inline updates are handled before the gate (bot/adapter/app.py `Handlers.gate` knows only chats);
-inline queries are bot/adapter/inline.py's.
+inline queries are bot/adapter/inline.py's. The API's facts relied on: docs/design-notes.md, "Guest and inline
+mode".
 """
 
 from __future__ import annotations
