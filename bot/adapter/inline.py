@@ -41,6 +41,7 @@ from bot.adapter.guest import (
 from bot.runtime.guest import GuestTurns
 from core_tools.guest import INLINE
 from db.guest_links import INLINE as INLINE_LINK
+from db.guest_links import Question
 
 log = logging.getLogger(__name__)
 
@@ -108,9 +109,11 @@ class InlineHandlers:
             with contextlib.suppress(TelegramError):
                 await query.answer(GONE)
             return
-        started = await self.answer_here(bot, query.from_user, token, query.inline_message_id)
-        with contextlib.suppress(TelegramError):
-            await query.answer(None if started else GONE)
+        found = await self.guests.take(token, INLINE_LINK, query.from_user.id)
+        with contextlib.suppress(TelegramError):  # at once: the client waits for it, the answer takes long
+            await query.answer(None if found is not None else GONE)
+        if found is not None:
+            await self._answer(bot, query.from_user, found, query.inline_message_id)
 
     async def answer_here(self, bot: Bot, user: User, token: str, inline_message_id: str) -> bool:
         """Answer the question behind `token` (the user's own, used once) in the posted message; False when
@@ -118,6 +121,11 @@ class InlineHandlers:
         found = await self.guests.take(token, INLINE_LINK, user.id)
         if found is None:
             return False
+        await self._answer(bot, user, found, inline_message_id)
+        return True
+
+    async def _answer(self, bot: Bot, user: User, found: Question, inline_message_id: str) -> None:
+        """Write the answer to a posted question into its message."""
         number = self.guests.number()
         head = asked(found.question)
         sink = InlineMessageSink(bot, inline_message_id, head, stop_markup(number), self.edit_interval_s)
@@ -128,4 +136,3 @@ class InlineHandlers:
         )
         text, entities = final_text(head, outcome)
         await sink.finish(text, entities, continue_markup(bot.bot.username, private))
-        return True
