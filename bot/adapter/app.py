@@ -12,9 +12,11 @@ from telegram.ext import (
     ApplicationHandlerStop,
     CallbackContext,
     CallbackQueryHandler,
+    ChosenInlineResultHandler,
     CommandHandler,
     ContextTypes,
     ExtBot,
+    InlineQueryHandler,
     JobQueue,
     MessageHandler,
     TypeHandler,
@@ -32,6 +34,8 @@ from bot.adapter.commands.schedules import register_schedule_handlers
 from bot.adapter.commands.usage import register_usage_handlers
 from bot.adapter.context import App, BotData, Ctx, Server, bound
 from bot.adapter.groups import Access, addressed, is_group, turn_text
+from bot.adapter.guest import USER_REFUSAL, GuestHandlers, stop_number, support_line
+from bot.adapter.inline import InlineHandlers
 from bot.adapter.jobs import register_backup_jobs, register_jobs
 from bot.adapter.media import MediaHandlers, register_media_handlers
 from bot.adapter.menu import publish
@@ -39,13 +43,17 @@ from bot.adapter.telegram_http import AiohttpRequest
 from bot.adapter.topics import conversation_of, place_of
 from bot.adapter.watchdog import PollingRequest
 from bot.config.settings import Settings
+from bot.runtime.endings import NOTHING_RUNS
 from bot.runtime.front import ChatFront
+from bot.runtime.guest import GuestTurns
 from bot.runtime.leases import ChatLocks
 from bot.runtime.queue import Incoming
 from bot.runtime.runner import TurnRunner
 from bot.runtime.services import Services
 from bot.texts.catalog import audience_of, help_text, new_session_text
 from bot.texts.models import ModelChoice
+from db.engine import make_sessionmaker
+from db.guest_links import PRIVATE, GuestLinks
 from db.runtime import Entry
 from db.speakers import Speaker
 from db.turn_info import TurnInfos
@@ -59,9 +67,10 @@ GROUP_REFUSAL = (
     "This group is not on my list of chats, so I do not answer here.\n"
     "Its chat id is {chat_id}. If you run this bot, add it to ALLOWED_CHAT_IDS."
 )
-USER_REFUSAL = (
-    "Sorry, this is a private assistant and you are not on its list of allowed users.\n"
-    "Your Telegram user id is {user_id}. If you run this bot, add it to ALLOWED_USER_IDS."
+START_INLINE = "inline"  # /start inline: the inline results' button with nothing typed yet (a plain /start)
+LINK_GONE = (
+    "That link is too old or was used already (a \u201ccontinue in private\u201d link lasts {minutes} "
+    "minutes). Send me the question here."
 )
 
 
@@ -100,6 +109,46 @@ class Handlers:
             info_button=lambda kind: shown_in(settings.answer_info_button, kind),
         )
         self._albums_for_bot: dict[str, None] = {}  # insertion-ordered: the oldest is forgotten first
+        # Guest and inline mode (bot/adapter/guest.py, inline.py): turns without the user's private data.
+        self.guests = GuestTurns(
+            services.agent,
+            services.conversations,
+            GuestLinks(make_sessionmaker(services.engine)),
+            ttl_s=settings.guest_link_ttl_s,
+            model_for=self.models.for_chat,  # the model of the user's private chat
+        )
+        enabled = settings.guest_mode == "on"
+        interval = settings.stream_edit_interval_s
+        self.guest = GuestHandlers(self.guests, self.access, enabled=enabled, edit_interval_s=interval)
+        self.inline = InlineHandlers(self.guests, self.access, enabled=enabled, edit_interval_s=interval)
+
+    async def guest_or_inline(self, update: object, context: Ctx) -> None:
+        """Guest queries, inline queries and chosen inline results, before the gate (they have no chat the
+        gate knows): each refuses or answers on its own (bot/adapter/guest.py, inline.py)."""
+        if not isinstance(update, Update):
+            return
+        if update.guest_message is not None:
+            await self.guest.guest_message(context.bot, update.guest_message)
+        elif update.inline_query is not None:
+            await self.inline.inline_query(context.bot, update.inline_query)
+        elif update.chosen_inline_result is not None:
+            await self.inline.chosen(context.bot, update.chosen_inline_result)
+        else:
+            return
+        raise ApplicationHandlerStop
+
+    async def guest_stop_pressed(self, update: Update, context: Ctx) -> None:
+        """The Stop button under a guest or inline answer being written."""
+        query, user = update.callback_query, update.effective_user
+        assert query and user
+        notice = self.guests.stop(user.id, self.access.is_owner(user.id), stop_number(query.data))
+        with contextlib.suppress(TelegramError):
+            await query.answer(notice or "Stopped.")
+
+    async def inline_pressed(self, update: Update, context: Ctx) -> None:
+        """ "Answer here" under a question posted by an inline query."""
+        assert update.callback_query
+        await self.inline.pressed(context.bot, update.callback_query)
 
     def _for_bot(self, msg: Message | None, bot: User) -> bool:
         """A group message addressed to the bot; an album's items count when its captioned one is (only
@@ -182,10 +231,24 @@ class Handlers:
         return help_text(audience_of(str(chat.type), self.access.is_owner(user.id)))
 
     async def start(self, update: Update, context: Ctx) -> None:
-        """/start."""
-        assert update.effective_message and update.effective_user
+        """/start, or /start <token> from a "continue in private" link: its question asked here."""
+        assert update.effective_message and update.effective_user and update.effective_chat
+        token = (context.args or [""])[0]
+        if token and token != START_INLINE and update.effective_chat.type == "private":
+            await self._continue(update, context, token)
+            return
         name = update.effective_user.first_name or "there"
         await update.effective_message.reply_text(f"Hello, {name}!\n\n{self._help(update)}")
+
+    async def _continue(self, update: Update, context: Ctx, token: str) -> None:
+        """Ask the question of a guest or inline answer's "continue in private" link as a private turn."""
+        msg, user = update.effective_message, update.effective_user
+        assert msg and user
+        found = await self.guests.take(token, PRIVATE, user.id)
+        if found is None:
+            await msg.reply_text(LINK_GONE.format(minutes=round(self.settings.guest_link_ttl_s / 60)))
+            return
+        await self.runner.submit(self._incoming(update, context, found.question))
 
     async def help(self, update: Update, context: Ctx) -> None:
         """/help."""
@@ -227,7 +290,10 @@ class Handlers:
         msg, user, chat = update.effective_message, update.effective_user, update.effective_chat
         assert msg and user and chat
         key = conversation_of(self.topics, update)
-        notice = await self.runner.stop(key, user.id, self.access.is_owner(user.id))
+        owner = self.access.is_owner(user.id)
+        notice = await self.runner.stop(key, user.id, owner)
+        if notice == NOTHING_RUNS and str(chat.type) == "private" and self.guests.running(user.id):
+            notice = self.guests.stop(user.id, owner)  # nothing here: their answer being written as a guest
         if notice:
             await msg.reply_text(notice)
 
@@ -257,7 +323,8 @@ class Handlers:
     async def on_error(self, update: object, context: Ctx) -> None:
         """The one global error handler: log the traceback, apologise briefly, keep serving."""
         log.error("error while handling an update", exc_info=context.error)
-        if isinstance(update, Update) and update.effective_chat is not None:
+        # A guest query's chat is someone else's (the bot may not even be in it): no apology goes there.
+        if isinstance(update, Update) and update.effective_chat is not None and update.guest_message is None:
             place = place_of(update)
             try:
                 await context.bot.send_message(
@@ -281,6 +348,9 @@ async def on_startup(app: App) -> None:
     await publish(app.bot, services.settings.owner_id)  # the command menus and missing descriptions
     await start_webapp(data.webapp, services)
     await set_menu_button(app.bot, services.settings.webapp_url)
+    line = support_line(app.bot.bot, services.settings.guest_mode == "on")
+    if line:
+        log.warning("%s", line)
     drop_unserved(app)
 
     async def begin(context: Ctx) -> None:
@@ -359,6 +429,14 @@ def build_application(
         .build()
     )
     app.add_handler(TypeHandler(Update, h.once), group=-3)  # first of all: a duplicate goes no further
+    # Guest and inline updates have no chat: handled before the gate. Only they match these (group -2 also
+    # holds the reminders' gate, and a group runs its first matching handler only).
+    for early in (
+        MessageHandler(filters.UpdateType.GUEST_MESSAGE, h.guest_or_inline),
+        InlineQueryHandler(h.guest_or_inline),
+        ChosenInlineResultHandler(h.guest_or_inline),
+    ):
+        app.add_handler(early, group=-2)
     app.add_handler(TypeHandler(Update, h.gate), group=-1)
     app.add_handler(CommandHandler("start", h.start))
     app.add_handler(CommandHandler("help", h.help))
@@ -366,6 +444,8 @@ def build_application(
     app.add_handler(CommandHandler("stop", h.stop))
     app.add_handler(CommandHandler("retry", h.retry))
     app.add_handler(CallbackQueryHandler(h.stop_pressed, pattern=r"^stop:"))
+    app.add_handler(CallbackQueryHandler(h.guest_stop_pressed, pattern=r"^gstop:"))
+    app.add_handler(CallbackQueryHandler(h.inline_pressed, pattern=r"^inl:"))
     register_approval_handlers(app, services.approvals, services.conversations.topics)
     register_answer_info(app, TurnInfos(services.engine), services.memory, services.conversations.topics)
     model_commands = ModelCommands(h.models, h.access)
@@ -381,7 +461,7 @@ def build_application(
     register_usage_handlers(app, services.usage_service)
     register_schedule_handlers(app, services, data.schedule_runner)
     register_jobs(app)
-    register_data_commands(app, services, h.runner)  # /export, /forget_me
+    register_data_commands(app, services, h.runner, h.guests)  # /export, /forget_me
     register_backup_jobs(app, data.backups)  # BACKUP_SCHEDULE
     new = filters.UpdateType.MESSAGE
     app.add_handler(

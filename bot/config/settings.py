@@ -62,6 +62,12 @@ class Settings(BaseSettings):
     # called, its model, tokens and cost), shown only to the person who asked. private: in private chats;
     # all: in groups too; off: no button.
     answer_info_button: Literal["private", "all", "off"] = "private"
+    # Guest and inline mode (bot/adapter/guest.py, inline.py): "@bot question" in any chat answers there,
+    # without the user's memories, files, conversation or private tools; on also needs BotFather's guest
+    # mode (and /setinline for inline mode). Off: such queries get a one-line "guest mode is off".
+    guest_mode: Literal["on", "off"] = "off"
+    # How long a "continue in private" link (and an inline "ask" result) stays valid.
+    guest_link_ttl_s: int = Field(default=900, ge=60, le=86_400)
     # LLM
     openai_api_key: SecretStr = Field(min_length=1)
     openai_base_url: AnyHttpUrl = AnyHttpUrl("https://api.openai.com/v1")

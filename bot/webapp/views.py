@@ -12,6 +12,7 @@ from typing import Any
 
 from bot.texts.memory import LAYER_TITLES, ORIGIN_NOTES, UNTRUSTED_NOTE
 from bot.texts.schedules import PAUSE_REASONS
+from core_tools.guest import PURPOSES as GUEST_PURPOSES
 from core_tools.memory.views import iso
 from core_tools.usage.caps import CapStatus
 from core_tools.usage.daily import DailyUsage
@@ -101,7 +102,37 @@ def usage(daily: DailyUsage, caps: list[CapStatus]) -> dict[str, Any]:
             for line in daily.lines
         ],
         "caps": [cap(c) for c in caps],
+        "other_chats": other_chats(daily),
     }
+
+
+# What the page says of a guest or inline answer's requests (core_tools/guest.py): asked in another chat.
+OTHER_CHATS = {
+    "guest": "answers posted as a guest in other chats",
+    "inline": "answers of inline queries in other chats",
+}
+
+
+def other_chats(daily: DailyUsage) -> list[dict[str, Any]]:
+    """The guest and inline turns' requests over the days (purposes "guest", "inline"), marked as such."""
+    out: dict[str, dict[str, Any]] = {}
+    for line in daily.lines:
+        if line.purpose not in GUEST_PURPOSES:
+            continue
+        row = out.setdefault(
+            line.purpose,
+            {
+                "purpose": line.purpose,
+                "label": OTHER_CHATS[line.purpose],
+                "calls": 0,
+                "tokens": 0,
+                "cost": 0.0,
+            },
+        )
+        row["calls"] += line.calls
+        row["tokens"] += line.tokens
+        row["cost"] = None if row["cost"] is None or line.cost is None else row["cost"] + line.cost
+    return [out[p] for p in GUEST_PURPOSES if p in out]
 
 
 def everyone(service: UsageService, month: AllUsage, allowed: list[int]) -> dict[str, Any]:

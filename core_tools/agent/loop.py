@@ -26,6 +26,8 @@ from core_tools.agent.turn import (
 from core_tools.aio import settled
 from core_tools.approval import ApprovalGate
 from core_tools.errors import BudgetExceeded
+from core_tools.guest import GUEST_NOTE
+from core_tools.guest import refusal as guest_refusal
 from core_tools.llm import ChatModel
 from core_tools.media import MediaService
 from core_tools.prompts import FINAL_ANSWER_NOTES, system_prompt
@@ -84,6 +86,8 @@ class Agent:
 
     async def _system(self, turn: TurnInput, session_id: str, tally: TurnTally) -> ChatMessage:
         tz, tz_name = self._timezone(turn.user_id)
+        if turn.guest:  # nothing of the user's: not even a summary or a note (core_tools/guest.py)
+            return ChatMessage("system", system_prompt(self.clock().astimezone(tz), tz_name, [GUEST_NOTE]))
         sections: list[str] = []
         for context in self.context + (self.private_context if turn.private else []):
             try:
@@ -225,6 +229,9 @@ class Agent:
         return build_history(stored, budget, current_id=user_msg_id, images=images)
 
     def _tool_schemas(self, turn: TurnInput) -> list[dict[str, Any]] | None:
+        if turn.guest:  # the guest tools only, without the user's notes (a code lessons note is theirs)
+            allowed = self.config.guest_tools
+            return [s for s in self.registry.schemas() if s["function"]["name"] in allowed] or None
         schemas = self.registry.schemas_for(turn.user_id)
         if not turn.private:
             hidden = self.config.private_tools
@@ -327,6 +334,8 @@ class Agent:
         tool = self.registry.get(call.name)
         if gate is None or not gate.policy.needs(call.name, tool):
             return None
+        if turn.guest:  # no chat of the user's to ask in
+            return f"{call.name} needs the user's approval, which cannot be asked for in someone else's chat"
         control.suspend_limit()
         try:
             return await gate.check(
@@ -363,6 +372,9 @@ class Agent:
         )
 
         async def one(call: ToolCallRequest) -> ToolOutcome:
+            if turn.guest and call.name not in self.config.guest_tools:
+                err = guest_refusal(call.name)
+                return ToolOutcome(call.id, call.name, False, json.dumps({"ok": False, "error": err}), 0, err)
             if call.name in self.config.private_tools and not turn.private:
                 err = (
                     f"the {call.name} tool is not available in group chats: the user's memories are "

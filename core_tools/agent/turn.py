@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from core_tools.guest import GUEST_CHAT_TYPE, GUEST_TOOLS
 from core_tools.turn_info import PromptSection
 from core_tools.types import ToolOutcome, chat_type_of, is_private
 from db.runtime import TurnMark
@@ -66,6 +67,8 @@ class AgentConfig:
     default_timezone: str = "UTC"
     # Tools that read or change the user's private data: not offered, and refused, outside private chats.
     private_tools: frozenset[str] = frozenset({"memory"})
+    # The only tools a guest turn (core_tools/guest.py) is offered and may call.
+    guest_tools: frozenset[str] = GUEST_TOOLS
 
 
 @dataclass
@@ -159,6 +162,9 @@ class TurnInput:
     # Rows of media_files (voice, photos, documents) that came with this message, linked once it is stored.
     media_ids: tuple[int, ...] = ()
     more_media: tuple[tuple[int, ...], ...] = ()  # the same for each message of `more`, in order
+    # A guest turn (core_tools/guest.py): its answer goes into someone else's chat, so its prompt has no
+    # memories, summaries or notes, and only the guest tools are offered.
+    guest: bool = False
 
     @property
     def user_id(self) -> int:
@@ -170,10 +176,12 @@ class TurnInput:
 
     @property
     def kind(self) -> str:
-        """The chat type, resolved (see chat_type_of)."""
+        """The chat type, resolved (see chat_type_of); "guest" for a guest turn."""
+        if self.guest:
+            return GUEST_CHAT_TYPE
         return chat_type_of(self.speaker.user_id, self.speaker.chat_id, self.speaker.chat_type)
 
     @property
     def private(self) -> bool:
         """Whether the turn is in the user's private chat, where their memories may be used."""
-        return is_private(self.kind, self.user_id, self.chat_id)
+        return not self.guest and is_private(self.kind, self.user_id, self.chat_id)

@@ -6,6 +6,7 @@ from db.models.approvals import Approval, ApprovalAlways
 from db.models.base import Base, Embedding, UTCDateTime, new_id, utcnow
 from db.models.code import CodeExecution, CodeJob, StoredResult
 from db.models.conversations import ChatSession, ChatSettings, ForumTopic, Message, User
+from db.models.guest import GuestLink
 from db.models.media import MediaFile
 from db.models.memory import Memory, MemoryChange, MemoryExtraction
 from db.models.memory_check import MemoryCheck
@@ -26,6 +27,7 @@ __all__ = [
     "CodeJob",
     "Embedding",
     "ForumTopic",
+    "GuestLink",
     "InboxMessage",
     "JobLease",
     "LLMCall",

@@ -312,6 +312,31 @@ async def test_a_tasks_spend_this_month_is_shown_as_reminders_shows_it(
         assert "$0.3" in listing
 
 
+async def test_guest_and_inline_turns_are_marked_in_usage(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    async with running_bot(tmp_path, tg, llm, **APP) as h:
+        for purpose, tokens in (("chat", 100), ("guest", 300), ("guest", 200), ("inline", 50)):
+            h.services.usage.record_llm_call(
+                LLMCallRecord(
+                    user_id=OWNER,
+                    session_id=None,
+                    purpose=purpose,
+                    model="fake-model",
+                    prompt_tokens=tokens,
+                    completion_tokens=0,
+                )
+            )
+        async with AppClient(h.app_url, init_data(OWNER)) as client:
+            usage = await client.ok("GET", "/api/usage?days=30")
+        marked = [(o["purpose"], o["calls"], o["tokens"]) for o in usage["other_chats"]]
+        assert marked == [("guest", 2, 500), ("inline", 1, 50)]
+        assert (
+            "guest" in usage["other_chats"][0]["label"] and "other chats" in usage["other_chats"][1]["label"]
+        )
+        assert {line["purpose"] for line in usage["lines"]} == {"chat", "guest", "inline"}
+
+
 async def test_usage_by_day_with_caps_and_the_owners_view_of_everyone(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
 ) -> None:

@@ -96,6 +96,25 @@ async def test_a_snoozed_reminder_is_shown_snoozed_not_done(
         assert page.dialogs == [] and page.errors == []
 
 
+async def test_guest_answers_are_marked_in_the_usage_view(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM, browser: Any
+) -> None:
+    async with running_bot(tmp_path, tg, llm, webapp_listen="127.0.0.1:0") as h:
+        _spend(h, 1000, 0)
+        h.services.usage.record_llm_call(
+            LLMCallRecord(
+                user_id=OWNER, session_id=None, purpose="guest", model="fake-model", prompt_tokens=700
+            )
+        )
+        page = await _open(h, browser, "usage")
+        section = page.page.locator("#other-chats")
+        await section.wait_for()
+        shown = await section.inner_text()
+        assert "In other chats" in shown and "answers posted as a guest in other chats, 1 requests" in shown
+        assert "without your memories" in shown
+        assert page.dialogs == [] and page.errors == []
+
+
 async def test_one_day_of_usage_fills_a_week_not_a_sliver_of_thirty_days(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM, browser: Any
 ) -> None:

@@ -17,6 +17,7 @@ from telegram.error import TelegramError
 from telegram.ext import Application, CallbackQueryHandler, CommandHandler
 
 from bot.adapter.context import Ctx
+from bot.runtime.guest import GuestTurns
 from bot.runtime.runner import TurnRunner
 from bot.runtime.services import Services
 from core_tools.backup.manifest import BackupError
@@ -57,9 +58,12 @@ SCRUB_TRIES = 10
 class DataCommands:
     """The handlers of /export and /forget_me."""
 
-    def __init__(self, services: Services, runner: TurnRunner | None = None) -> None:
+    def __init__(
+        self, services: Services, runner: TurnRunner | None = None, guests: GuestTurns | None = None
+    ) -> None:
         self.services = services
         self.runner = runner
+        self.guests = guests  # guest and inline turns (bot/runtime/guest.py): stopped by an erase too
         self.media_dir = Path(services.settings.media_dir)
         self._exporting: set[int] = set()  # one export per user at a time (each takes disk space)
         self._erasing: set[int] = set()
@@ -147,6 +151,8 @@ class DataCommands:
                 # ended, their memory extraction dropped or ended; new ones wait until the erase is done.
                 if self.runner is not None:
                     await quiet.enter_async_context(self.runner.quiet(user_id))
+                if self.guests is not None:
+                    await quiet.enter_async_context(self.guests.quiet(user_id))
                 await quiet.enter_async_context(self.services.extractor.forget(user_id))
                 erased = await asyncio.to_thread(forget_user, self.services.engine, self.media_dir, user_id)
         except Exception:
@@ -187,10 +193,14 @@ class DataCommands:
 
 
 def register_data_commands(
-    app: Application[Any, Any, Any, Any, Any, Any], services: Services, runner: TurnRunner | None = None
+    app: Application[Any, Any, Any, Any, Any, Any],
+    services: Services,
+    runner: TurnRunner | None = None,
+    guests: GuestTurns | None = None,
 ) -> None:
-    """Add /export, /forget_me and the confirmation button (`runner`: the turns an erase stops first)."""
-    commands = DataCommands(services, runner)
+    """Add /export, /forget_me and the confirmation button (`runner`, `guests`: the turns an erase stops
+    first)."""
+    commands = DataCommands(services, runner, guests)
     app.add_handler(CommandHandler("export", commands.export))
     app.add_handler(CommandHandler("forget_me", commands.forget_me))
     app.add_handler(CallbackQueryHandler(commands.pressed, pattern=r"^forget:"))

@@ -39,6 +39,15 @@ Notes on fidelity:
 * ``setChatMenuButton`` keeps a menu button per chat, or the default of every private chat without
   ``chat_id``; a ``web_app`` button needs a text and an https:// URL, as in the Bot API.
   ``getChatMenuButton`` (and ``menu_button_for``) answers a chat's own button, else the default.
+* Guest mode (Bot API 10.0): ``push_guest_message`` queues a ``guest_message`` update (a Message with a
+  ``guest_query_id``, from a chat the bot need not be in); ``answerGuestQuery`` answers it once with one
+  InlineQueryResult and returns a SentGuestMessage (``inline_message_id``). ``supports_guest_queries`` in
+  getMe is False until a test sets ``guest_mode = True`` (the @BotFather switch). Inline mode:
+  ``push_inline_query`` queues an ``inline_query``; ``answerInlineQuery`` answers it once (at most 50
+  results, unique ids of at most 64 bytes); ``choose_inline_result`` plays the user picking a result: it is
+  posted (an inline message when it has a keyboard) and, with ``inline_feedback``, a
+  ``chosen_inline_result`` update follows. ``inline_messages`` holds what such messages show, with
+  ``editMessageText`` by ``inline_message_id`` applied; ``push_inline_callback`` presses a button on one.
 """
 
 from __future__ import annotations
@@ -94,6 +103,8 @@ _STRING_PARAMS = frozenset(
         "message_effect_id",
         "language_code",
         "inline_message_id",
+        "guest_query_id",
+        "start_parameter",
         "document",
         "photo",
         "audio",
@@ -410,6 +421,16 @@ class FakeTelegram:
             "can_read_all_group_messages": False,
             "supports_inline_queries": False,
         }
+        # Guest and inline mode: @BotFather's guest mode and /setinlinefeedback switches, the queries not
+        # answered yet (id -> the chat it came from, None for an inline query), and the messages posted as
+        # their answers (inline_message_id -> {"chat_id", "text", "entities", "reply_markup"}).
+        self.guest_mode = False
+        self.inline_feedback = False
+        self.open_guest_queries: dict[str, int] = {}
+        self.open_inline_queries: dict[str, int] = {}
+        self.inline_answers: dict[str, list[JsonDict]] = {}  # inline query id -> the results answered
+        self.inline_messages: dict[str, JsonDict] = {}
+        self._query_ids = itertools.count(1)
         self.calls: list[Call] = []
         self.messages: dict[int, list[JsonDict]] = {}
         self.incoming: dict[int, list[JsonDict]] = {}  # users' messages pushed by push_text, per chat
@@ -928,6 +949,154 @@ class FakeTelegram:
             query["message"] = message
         return self.push_update({"callback_query": query})
 
+    # ------------------------------------------------------------------ guest and inline mode
+
+    def push_guest_message(
+        self,
+        user_id: int,
+        text: str,
+        chat_id: int | None = None,
+        first_name: str = "Ann",
+        reply_to: JsonDict | None = None,
+    ) -> str:
+        """Queue a guest query: ``user_id`` mentions the bot in ``chat_id`` (another private chat or a group,
+        which the bot need not be in); returns its ``guest_query_id``."""
+        cid = chat_id if chat_id is not None else user_id + 1  # a private chat with someone else
+        msg = self._incoming(user_id, cid, first_name, None, None, reply_to)
+        msg["text"] = text
+        entities = _text_entities(text)
+        if entities:
+            msg["entities"] = entities
+        query_id = f"gq{next(self._query_ids)}"
+        msg["guest_query_id"] = query_id
+        self.open_guest_queries[query_id] = cid
+        self.push_update({"guest_message": msg})
+        return query_id
+
+    def push_inline_query(self, user_id: int, query: str, first_name: str = "Ann") -> str:
+        """Queue an inline query (``@bot query`` typed in any chat); returns its id."""
+        query_id = f"iq{next(self._query_ids)}"
+        sender = self._users.get(user_id) or self._user(user_id, first_name, None)
+        self.open_inline_queries[query_id] = user_id
+        self.push_update(
+            {
+                "inline_query": {
+                    "id": query_id,
+                    "from": sender,
+                    "query": query,
+                    "offset": "",
+                    "chat_type": "group",
+                }
+            }
+        )
+        return query_id
+
+    def choose_inline_result(
+        self, user_id: int, query_id: str, result_id: str, chat_id: int = -100777
+    ) -> str | None:
+        """The user picks result ``result_id`` of inline query ``query_id``: it is posted into ``chat_id``.
+        Returns its inline_message_id (None when the result has no keyboard: Telegram gives none then)."""
+        results = self.inline_answers.get(query_id)
+        if results is None:
+            raise ValueError(f"inline query {query_id} was not answered")
+        result = next((r for r in results if r.get("id") == result_id), None)
+        if result is None:
+            raise ValueError(f"inline query {query_id} has no result {result_id!r}")
+        markup = result.get("reply_markup")
+        inline_id = None
+        if isinstance(markup, dict) and "inline_keyboard" in markup:
+            inline_id = f"im{next(self._query_ids)}"
+            content = result.get("input_message_content") or {}
+            self.inline_messages[inline_id] = {
+                "chat_id": chat_id,
+                "text": content.get("message_text", ""),
+                "entities": content.get("entities") or [],
+                "reply_markup": markup,
+            }
+        if self.inline_feedback:
+            chosen: JsonDict = {"result_id": result_id, "from": self._users[user_id], "query": ""}
+            if inline_id is not None:
+                chosen["inline_message_id"] = inline_id
+            self.push_update({"chosen_inline_result": chosen})
+        return inline_id
+
+    def push_inline_callback(self, user_id: int, data: str, inline_message_id: str) -> int:
+        """Queue a button press on an inline message (it has no chat: only ``inline_message_id``)."""
+        query: JsonDict = {
+            "id": str(next(self._callback_ids)),
+            "from": self._users.get(user_id) or self._user(user_id, "Ann", None),
+            "chat_instance": "ci-inline",
+            "data": data,
+            "inline_message_id": inline_message_id,
+        }
+        return self.push_update({"callback_query": query})
+
+    @staticmethod
+    def _check_result(result: Any) -> JsonDict:
+        """An InlineQueryResult as the Bot API checks it (articles fully; other types by id and type)."""
+        if not isinstance(result, dict) or not result.get("type") or not result.get("id"):
+            raise _bad_request(
+                "RESULT_ID_EMPTY" if isinstance(result, dict) else "can't parse inline query result"
+            )
+        if len(str(result["id"]).encode()) > 64:
+            raise _bad_request("RESULT_ID_INVALID")
+        if result["type"] == "article":
+            content = result.get("input_message_content")
+            if not result.get("title"):
+                raise _bad_request("RESULT_TITLE_EMPTY")
+            if not isinstance(content, dict) or not str(content.get("message_text", "")).strip():
+                raise _bad_request("MESSAGE_EMPTY")
+            if utf16_len(str(content["message_text"])) > MAX_MESSAGE_LENGTH:
+                raise _bad_request("MESSAGE_TOO_LONG")
+        return result
+
+    def _answer_guest_query(self, p: JsonDict) -> JsonDict:
+        query_id = p.get("guest_query_id")
+        if query_id not in self.open_guest_queries:
+            raise _bad_request("query is too old and response timeout expired or query ID is invalid")
+        result = self._check_result(p.get("result"))
+        chat_id = self.open_guest_queries.pop(str(query_id))
+        content = result.get("input_message_content") or {}
+        inline_id = f"im{next(self._query_ids)}"
+        self.inline_messages[inline_id] = {
+            "chat_id": chat_id,
+            "text": content.get("message_text", ""),
+            "entities": content.get("entities") or [],
+            "reply_markup": result.get("reply_markup"),
+        }
+        return {"inline_message_id": inline_id}
+
+    def _answer_inline_query(self, p: JsonDict) -> bool:
+        query_id = p.get("inline_query_id")
+        if query_id not in self.open_inline_queries:
+            raise _bad_request("query is too old and response timeout expired or query ID is invalid")
+        results = p.get("results")
+        if not isinstance(results, list) or len(results) > 50:
+            raise _bad_request("RESULTS_TOO_MUCH" if isinstance(results, list) else "can't parse results")
+        checked = [self._check_result(r) for r in results]
+        if len({r["id"] for r in checked}) != len(checked):
+            raise _bad_request("RESULT_ID_DUPLICATE")
+        button = p.get("button")
+        if button is not None:
+            start = str(button.get("start_parameter", "")) if isinstance(button, dict) else ""
+            if not button.get("text") or (start and not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", start)):
+                raise _bad_request("BUTTON_INVALID")
+        del self.open_inline_queries[str(query_id)]
+        self.inline_answers[str(query_id)] = checked
+        return True
+
+    def _edit_inline(self, p: JsonDict) -> bool:
+        msg = self.inline_messages.get(str(p.get("inline_message_id")))
+        if msg is None:
+            raise _bad_request("MESSAGE_ID_INVALID")
+        text, entities = p.get("text"), p.get("entities") or []
+        markup = p.get("reply_markup")
+        new_markup = markup if isinstance(markup, dict) and "inline_keyboard" in markup else None
+        if msg["text"] == text and msg["entities"] == entities and msg["reply_markup"] == new_markup:
+            raise _ApiError(named_error("message_not_modified"))
+        msg.update(text=text, entities=entities, reply_markup=new_markup)
+        return True
+
     def add_file(self, data: bytes, file_path: str = "documents/file.bin", size: int | None = None) -> str:
         """Register downloadable bytes; returns a file_id usable with getFile.
 
@@ -1014,7 +1183,9 @@ class FakeTelegram:
         if low in _MEDIA_METHODS:
             return self._send_media(_MEDIA_METHODS[low], p)
         simple: dict[str, Any] = {
-            "getme": lambda: dict(self.bot_user),
+            "getme": lambda: dict(self.bot_user, supports_guest_queries=self.guest_mode),
+            "answerguestquery": lambda: self._answer_guest_query(p),
+            "answerinlinequery": lambda: self._answer_inline_query(p),
             "sendmessage": lambda: self._send_message(p),
             "editmessagetext": lambda: self._edit_message_text(p),
             "deletemessage": lambda: self._delete_messages(p, [p.get("message_id")]),
@@ -1149,7 +1320,7 @@ class FakeTelegram:
         text, entities = p.get("text"), p.get("entities")
         self._validate_text(text, entities, p.get("parse_mode"), limit=self.message_limit, caption=False)
         if "inline_message_id" in p:
-            return True
+            return self._edit_inline(p)
         chat_id = self._require_chat(p)
         msg = self._find_message(chat_id, p.get("message_id"), "message to edit not found")
         if "text" not in msg:

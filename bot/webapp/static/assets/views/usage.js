@@ -93,10 +93,17 @@ export async function usageView(ctx, root) {
     );
   }
 
+  // Guest and inline answers (asked in other chats, made without your private data), marked as such.
+  const elsewhere = (data.other_chats || []).map((o) =>
+    el("li", {}, `${o.purpose}: ${o.label}, ${o.calls} requests, ${tokens(o.tokens)} tokens`, o.cost === null ? "" : `, ${usd(o.cost)}`),
+  );
+  const otherChats = elsewhere.length
+    ? el("section", { id: "other-chats" }, el("h2", {}, "In other chats"), el("p", { class: "hint small" }, "Made without your memories, files or earlier conversation."), el("ul", { class: "plain" }, elsewhere))
+    : null;
   const caps = data.caps.length
     ? el("ul", { class: "plain" }, data.caps.map(capLine))
     : el("p", { class: "hint" }, "No usage caps apply to you.");
-  const parts = [summary, toggle, charts, el("h2", {}, "Caps"), caps];
+  const parts = [summary, toggle, charts, ...(otherChats ? [otherChats] : []), el("h2", {}, "Caps"), caps];
   if (data.everyone) parts.push(everyone(data.everyone));
   replace(root, parts);
   draw();
