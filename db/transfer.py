@@ -180,8 +180,12 @@ def copy_tables(
 
 def _columns(conn: Connection) -> dict[str, set[str]]:
     """Each table's columns as the database has them (an older schema revision may lack some)."""
-    found = inspect(conn)
-    return {name: {c["name"] for c in found.get_columns(name)} for name in found.get_table_names()}
+    present = set(inspect(conn).get_table_names())
+    out: dict[str, set[str]] = {}
+    for table in Base.metadata.sorted_tables:  # by a query's columns: reflection warns of pgvector's type
+        if table.name in present:
+            out[table.name] = set(conn.execute(select(text("*")).select_from(table).limit(0)).keys())
+    return out
 
 
 def _target_dim(conn: Connection) -> int | None:
