@@ -9,7 +9,10 @@ REPEATABLE READ, READ ONLY snapshot (the copy machinery of `python -m bot migrat
 db/transfer.py), then dropped. The live database is only read. The other way, one transaction of Alembic
 and the self-test rolled back, would hold the migration's locks on the live tables (ACCESS EXCLUSIVE for
 most DDL) for the whole self-test, stopping a bot that still runs on it; the scratch copy costs a copy of
-the rows instead (measured: about 1 s for a few thousand rows on the test server) and stops nobody.
+the rows instead and stops nobody. Measured on the test server (embedded PostgreSQL 18, a loaded 2-core
+box): 10,000 messages of 20 users with their memories, schedules and files copied in 9.2 s (the schema
+made by the 27 migrations included), the copy migrated in 0.1 s and dropped in 1.0 s; the backup's
+snapshot of the same database, taken before, 7.8 s.
 """
 
 from __future__ import annotations
