@@ -117,7 +117,9 @@ def _rollback(settings: Settings, identity: str | None, out: Say) -> int:
         say=out,
         migrate=False,
     )
-    belongs = last.from_version or "the version that ran before it (not recorded)"
+    belongs = last.from_version or (
+        f"the version that ran before it (not recorded), whose newest migration is {last.from_revision}"
+    )
     out(
         f"rolled back: the database is at schema revision {manifest.contents.schema_revision} again, as "
         f"backup {manifest.name} of {manifest.contents.created_at} holds it. It belongs to the code before "

@@ -26,6 +26,11 @@ def ensure_schema(settings: Settings) -> None:
     if settings.upgrade_check == "off":
         upgrade(url)
         return
+    from bot.process.upgrade.plan import plan_of
+
+    if plan_of(url).fresh:  # an empty database: nothing to protect (db.migrate serialises its migration)
+        upgrade(url)
+        return
     from bot.process.upgrade.notify import tell_owner
     from bot.process.upgrade.run import checked_upgrade
 
