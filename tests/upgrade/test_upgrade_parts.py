@@ -7,6 +7,7 @@ import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,8 +26,8 @@ SHA = "1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b"
 OLD = "0f9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e"
 
 
-def settings(tmp_path: Path, **values: object) -> Settings:
-    base: dict[str, object] = {
+def settings(tmp_path: Path, **values: Any) -> Settings:
+    base: dict[str, Any] = {
         "database_url": f"sqlite:///{tmp_path / 'data' / 'assistant.db'}",
         "backup_dir": str(tmp_path / "data" / "backups"),
         "media_dir": str(tmp_path / "data" / "media"),
