@@ -51,7 +51,23 @@ def run_upgrade(settings: Settings) -> int:
             f"the database is at schema revision {outcome.to_revision}, this code's ({code_version()}): "
             "nothing to upgrade"
         )
+    elif _running(settings):
+        say("a bot (of the older code) is running on the database: restart it so that it runs this code")
     return 0
+
+
+def _running(settings: Settings) -> int:
+    from db.engine import make_engine
+    from db.snapshot import live_processes
+
+    engine = make_engine(settings.database_url)
+    try:
+        with engine.connect() as conn:
+            return live_processes(conn, settings.replica_lease_s)
+    except Exception:  # only a hint
+        return 0
+    finally:
+        engine.dispose()
 
 
 def run_rollback(settings: Settings, identity: str | None) -> int:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 
 from core_tools.backup.store import scratch
 from db.engine import make_engine
@@ -67,8 +68,17 @@ def _postgres_trial(database_url: str, revision: str | None, say: Say) -> Iterat
     try:
         with live.connect().execution_options(isolation_level="AUTOCOMMIT") as admin:
             # A trial a killed upgrade left (the upgrade lock is held: no other upgrade uses it now).
-            admin.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-            admin.execute(text(f'CREATE DATABASE "{name}"'))
+            try:
+                admin.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+                admin.execute(text(f'CREATE DATABASE "{name}"'))
+            except DBAPIError as exc:
+                if "permission denied" not in str(exc.orig):
+                    raise
+                raise ValueError(
+                    f"the role may not create the scratch database {name} the upgrade is tried on: give it "
+                    f"CREATEDB (ALTER ROLE {url.username} CREATEDB), or set UPGRADE_CHECK=off to migrate "
+                    "without the check"
+                ) from None
         try:
             upgrade(trial_url, revision or "head")
             trial = make_engine(trial_url)

@@ -7,6 +7,7 @@ import logging
 
 from bot.config.settings import Settings
 from bot.process.logs import Redactor
+from bot.process.upgrade.sync import run_sync
 
 log = logging.getLogger(__name__)
 SEND_TIMEOUT_S = 20.0
@@ -27,7 +28,7 @@ def tell_owner(settings: Settings, line: str) -> bool:
             await bot.send_message(owner, text)
 
     try:
-        asyncio.run(asyncio.wait_for(send(), SEND_TIMEOUT_S))
+        run_sync(lambda: asyncio.wait_for(send(), SEND_TIMEOUT_S))
     except Exception as exc:  # no network, a bad token: the operator has the line on the terminal
         log.warning("could not tell the owner about the upgrade (%s)", type(exc).__name__)
         return False

@@ -3,7 +3,6 @@ record it. Any failure before the last step leaves the live database untouched (
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,6 +13,7 @@ from bot.process.upgrade.copy import trial_database
 from bot.process.upgrade.errors import UpgradeFailed
 from bot.process.upgrade.lock import upgrade_lock
 from bot.process.upgrade.plan import plan_of
+from bot.process.upgrade.sync import run_sync
 from bot.runtime.version import code_version, previous_commit
 from core_tools.text import clip
 from db.engine import make_engine
@@ -102,7 +102,7 @@ def checked_upgrade(settings: Settings, say: Say, clock: Callable[[], float] = t
                 upgrade(trial_url)
                 say(f"migrated the copy to {plan.head}")
                 stage = "self-testing the copy"
-                checks = asyncio.run(_self_test(settings, trial_url, say))
+                checks = run_sync(lambda: _self_test(settings, trial_url, say))
         except UpgradeFailed:
             raise
         except Exception as exc:
