@@ -113,7 +113,11 @@ def upgrade_env(home: Path, db: OldDatabase, tg: FakeTelegram | None = None, **v
     return env
 
 
-FAILING = '''"""A migration that fails, for the upgrade's tests only (never in the checkout)."""
+RAISES = 'raise RuntimeError("this test migration fails on purpose")'
+LOSES_MEMORIES = 'op.execute("DELETE FROM memories")  # succeeds, and loses every memory'
+FAILING = '''"""A migration that breaks the upgrade, for the upgrade's tests only (never in the checkout)."""
+
+from alembic import op
 
 revision = "0999"
 down_revision = "{head}"
@@ -122,7 +126,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    raise RuntimeError("this test migration fails on purpose")
+    {body}
 
 
 def downgrade() -> None:
@@ -130,8 +134,9 @@ def downgrade() -> None:
 '''
 
 
-def checkout_with_failing_migration(where: Path, head: str) -> Path:
-    """A copy of the checkout's shipped code with one more migration, after `head`, that fails."""
+def checkout_with_failing_migration(where: Path, head: str, body: str = RAISES) -> Path:
+    """A copy of the checkout's shipped code with one more migration, after `head`, whose upgrade runs
+    `body` (by default: it raises)."""
     where.mkdir(parents=True)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for name in SHIPPED:
@@ -140,7 +145,9 @@ def checkout_with_failing_migration(where: Path, head: str) -> Path:
             shutil.copytree(source, where / name, ignore=ignore)
         else:
             shutil.copy2(source, where / name)
-    (where / "migrations" / "versions" / "0999_fails_on_purpose.py").write_text(FAILING.format(head=head))
+    (where / "migrations" / "versions" / "0999_fails_on_purpose.py").write_text(
+        FAILING.format(head=head, body=body)
+    )
     return where
 
 

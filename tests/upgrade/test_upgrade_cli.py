@@ -13,6 +13,7 @@ from tests.support.fakes.telegram_api import FakeTelegram
 from tests.support.harness import OWNER
 from tests.support.processes import run_bot
 from tests.upgrade.helpers import (
+    LOSES_MEMORIES,
     PREVIOUS,
     backups_in,
     checkout_with_failing_migration,
@@ -42,7 +43,7 @@ async def test_upgrade_keeps_every_row_and_rollback_brings_the_old_revision_back
     assert f"upgrading the database from schema revision {PREVIOUS} to {head}" in out
     for probe in ("turn", "recall", "schedules", "toolkit"):
         assert f"ok   {probe}: " in out, out
-    assert "recalled by its own words" in out and "of 2 of 2 live schedule(s)" in out
+    assert "recalled by its own words" in out and "the next firings of 2 live schedule(s)" in out
     [manifest] = backups_in(db.backups)  # the backup first, of the old schema
     assert json.loads(manifest.read_text())["schema_revision"] == PREVIOUS
     assert f"restores backup {manifest.parent.name}" in out
@@ -105,3 +106,27 @@ async def test_a_failing_migration_leaves_the_live_database_untouched_and_tells_
     assert db.revision() == PREVIOUS and db.counts() == before
     await tg.wait_for(lambda: len([t for t in tg.sent_texts(OWNER) if "Upgrade failed" in t]) == 2, 60)
     assert tg.sent_texts(OWNER)[-1] == f"The bot did not start: {line}"
+
+
+async def test_a_migration_that_loses_data_fails_the_self_test_and_changes_nothing(
+    db_kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    db = await make_old_database(db_kind, tmp_path, request)
+    before = db.counts()
+    digest = db.digest() if db_kind == "sqlite" else None
+    head = head_revision()
+    assert head is not None
+    code_dir = checkout_with_failing_migration(tmp_path / "release", head, LOSES_MEMORIES)
+    env = upgrade_env(tmp_path, db, PYTHONPATH=str(code_dir))
+
+    code, out, err = await run_bot(code_dir, "upgrade", env=env, timeout=240)
+    assert code == 1, out + err
+    assert "FAIL recall: the memory " in out and "ok   schedules: " in out
+    [line] = err.strip().splitlines()
+    assert line.startswith("Upgrade failed while self-testing the copy: recall: the memory ")
+    assert line.endswith(
+        f"was not recalled by its own words; the live database is unchanged (schema revision {PREVIOUS})."
+    )
+    if digest is not None:
+        assert db.digest() == digest
+    assert db.revision() == PREVIOUS and db.counts() == before

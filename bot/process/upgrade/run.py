@@ -13,6 +13,7 @@ from bot.process.upgrade.copy import trial_database
 from bot.process.upgrade.errors import UpgradeFailed
 from bot.process.upgrade.lock import upgrade_lock
 from bot.process.upgrade.plan import plan_of
+from bot.process.upgrade.selftest import Before, read_before
 from bot.process.upgrade.sync import run_sync
 from bot.runtime.version import code_version, previous_commit
 from core_tools.text import clip
@@ -98,11 +99,12 @@ def checked_upgrade(settings: Settings, say: Say, clock: Callable[[], float] = t
             backup = take_upgrade_backup(settings, say)
             stage = "copying the database"
             with trial_database(url, plan.current, say) as trial_url:
+                before = read_before(trial_url)
                 stage = "migrating the copy"
                 upgrade(trial_url)
                 say(f"migrated the copy to {plan.head}")
                 stage = "self-testing the copy"
-                checks = run_sync(lambda: _self_test(settings, trial_url, say))
+                checks = run_sync(lambda: _self_test(settings, trial_url, before, say))
         except UpgradeFailed:
             raise
         except Exception as exc:
@@ -140,8 +142,8 @@ def checked_upgrade(settings: Settings, say: Say, clock: Callable[[], float] = t
         return Outcome(plan.current, plan.head, backup, seconds, done=True)
 
 
-async def _self_test(settings: Settings, trial_url: str, say: Say) -> list[Check]:
+async def _self_test(settings: Settings, trial_url: str, before: Before, say: Say) -> list[Check]:
     from bot.process.upgrade.selftest import self_test
 
     # MEDIA_DIR stays the live one: the self-test reads no file and stores none.
-    return await self_test(settings.model_copy(update={"database_url": trial_url}), say)
+    return await self_test(settings.model_copy(update={"database_url": trial_url}), before, say)

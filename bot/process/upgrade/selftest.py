@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sqlalchemy import select
@@ -25,6 +26,7 @@ from bot.process.checks import Check
 from core_tools.agent import TurnInput
 from core_tools.llm.testing import FunctionModel, ModelCall
 from core_tools.text import clip
+from db.engine import make_engine
 from db.memories import active_filter
 from db.models import Memory, Schedule, utcnow
 from db.schedules import LIVE
@@ -63,8 +65,9 @@ def _failed(name: str, exc: BaseException) -> Check:
     return Check(name, False, clip(f"{type(exc).__name__}: {exc}", 300))
 
 
-async def self_test(settings: Settings, say: Say) -> list[Check]:
-    """Every check on the database `settings.database_url` names (the migrated copy)."""
+async def self_test(settings: Settings, before: Before, say: Say) -> list[Check]:
+    """Every check on the database `settings.database_url` names (the migrated copy); `before`: what it
+    held before it was migrated."""
     from bot.process.ops import check_database, check_postgresql
     from bot.process.wiring import build_services
 
@@ -89,8 +92,8 @@ async def self_test(settings: Settings, say: Say) -> list[Check]:
         checks.append(Check("services", True, "built on the copy with the built-in model"))
         probes: list[tuple[str, Awaitable[Check]]] = [
             ("turn", _turn(settings, services)),
-            ("recall", _recall(services)),
-            ("schedules", _schedules(services)),
+            ("recall", _recall(services, before)),
+            ("schedules", _schedules(services, before)),
             ("toolkit", _toolkit(services)),
         ]
         for name, probe in probes:
@@ -118,12 +121,24 @@ async def _turn(settings: Settings, services: Services) -> Check:
     return Check("turn", True, "one scripted turn through the loop, streamed and stored")
 
 
-async def _recall(services: Services) -> Check:
+@dataclass(frozen=True)
+class Before:
+    """What the copy held before it was migrated, for the self-test to find again afterwards: the newest
+    current memory of the first user who has one, and the live schedules."""
 
-    def newest() -> tuple[int, str, str] | None:
-        with services.engine.connect() as conn:
+    memory: tuple[int, str, str] | None  # user id, public id, content
+    schedules: tuple[int, ...]
+
+
+def read_before(database_url: str) -> Before:
+    """Read `Before` from the copy at its old revision (a few long-standing columns of memories and
+    schedules, which the revisions this release upgrades from all have)."""
+    engine = make_engine(database_url)
+    try:
+        with engine.connect() as conn:
+            memory = None
             users = conn.execute(select(Memory.user_id).distinct().order_by(Memory.user_id)).scalars().all()
-            for user in users:  # the newest memory of the first user who has a current one
+            for user in users:
                 row = conn.execute(
                     select(Memory.public_id, Memory.content)
                     .where(active_filter(int(user), utcnow()))
@@ -131,38 +146,44 @@ async def _recall(services: Services) -> Check:
                     .limit(1)
                 ).first()
                 if row is not None:
-                    return int(user), str(row[0]), str(row[1])
-        return None
+                    memory = (int(user), str(row[0]), str(row[1]))
+                    break
+            live = select(Schedule.id).where(Schedule.status.in_(list(LIVE))).order_by(Schedule.id)
+            schedules = tuple(int(i) for i in conn.execute(live).scalars())
+    finally:
+        engine.dispose()
+    return Before(memory, schedules)
 
-    found = await asyncio.to_thread(newest)
-    if found is None:
+
+async def _recall(services: Services, before: Before) -> Check:
+    if before.memory is None:
         return Check("recall", True, "no memories stored yet: nothing to recall")
-    user, memory_id, content = found
+    user, memory_id, content = before.memory
     hits = await services.memory.recall(user, content, limit=10)
     if not any(h.get("id") == memory_id for h in hits):
         return Check("recall", False, f"the memory {memory_id} was not recalled by its own words")
     return Check("recall", True, f"memory {memory_id} recalled by its own words ({len(hits)} hit(s))")
 
 
-async def _schedules(services: Services) -> Check:
+async def _schedules(services: Services, before: Before) -> Check:
     service = services.schedules.service
 
-    def work() -> tuple[int, int]:
-        with services.engine.connect() as conn:
-            ids = [
-                int(i)
-                for i in conn.execute(select(Schedule.id).where(Schedule.status.in_(list(LIVE)))).scalars()
-            ]
-        worked = 0
-        for schedule_id in ids:
+    def work() -> list[int]:
+        missing = []
+        for schedule_id in before.schedules:
             row = service.store.get(schedule_id)
-            if row is not None:
-                service.next_times(row)
-                worked += 1
-        return len(ids), worked
+            if row is None or (row.next_fire_at is not None and not service.next_times(row)):
+                missing.append(schedule_id)
+        return missing
 
-    total, worked = await asyncio.to_thread(work)
-    return Check("schedules", True, f"the next firings of {worked} of {total} live schedule(s) worked out")
+    missing = await asyncio.to_thread(work)
+    total = len(before.schedules)
+    if missing:
+        shown = ", ".join(str(i) for i in missing[:5])
+        return Check(
+            "schedules", False, f"{len(missing)} of {total} live schedule(s) lost their times ({shown})"
+        )
+    return Check("schedules", True, f"the next firings of {total} live schedule(s) worked out")
 
 
 async def _toolkit(services: Services) -> Check:
