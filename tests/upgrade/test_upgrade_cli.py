@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from core_tools.backup.crypto import new_identity
 from db.migrate import head_revision
+from tests.support.databases import sqlite_only
 from tests.support.fakes.telegram_api import FakeTelegram
 from tests.support.harness import OWNER
 from tests.support.processes import run_bot
@@ -129,4 +131,30 @@ async def test_a_migration_that_loses_data_fails_the_self_test_and_changes_nothi
     )
     if digest is not None:
         assert db.digest() == digest
+    assert db.revision() == PREVIOUS and db.counts() == before
+
+
+@sqlite_only
+async def test_the_upgrades_backup_is_encrypted_when_backups_are(
+    db_kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    db = await make_old_database(db_kind, tmp_path, request)
+    before = db.counts()
+    secret, public = new_identity()
+    keyfile = tmp_path / "key.txt"  # kept off the bot's machine in real life
+    keyfile.write_text(f"# public key: {public}\n{secret}\n")
+    env = upgrade_env(tmp_path, db, BACKUP_AGE_RECIPIENTS=public)
+
+    code, out, err = await run_bot(tmp_path, "upgrade", env=env, timeout=240)
+    assert code == 0, out + err
+    [manifest] = backups_in(db.backups)
+    body = json.loads(manifest.read_text())
+    assert body["encrypted"] is True and body["recipients"] == [public]
+    assert all(".tar.age" in p["name"] for p in body["parts"])
+
+    code, out, err = await run_bot(tmp_path, "rollback", env=env)
+    assert code == 1 and "this backup is encrypted: give the age key file with --identity KEYFILE" in err
+    assert db.revision() == head_revision()
+    code, out, err = await run_bot(tmp_path, "rollback", "--identity", str(keyfile), env=env, timeout=240)
+    assert code == 0, out + err
     assert db.revision() == PREVIOUS and db.counts() == before
