@@ -85,9 +85,15 @@ def run_rollback(settings: Settings, identity: str | None) -> int:
     except Exception as exc:  # one line, never a traceback
         from core_tools.backup.manifest import BackupError
 
-        kind = "refused" if isinstance(exc, BackupError) else "failed"
-        detail = str(exc) if isinstance(exc, BackupError) else f"{type(exc).__name__}: {str(exc)[:300]}"
-        print(redact(f"Rollback {kind}: {detail}. Nothing was changed."), file=sys.stderr)
+        if isinstance(exc, BackupError):  # found out before anything was touched
+            line = f"Rollback refused: {exc}. Nothing was changed."
+        else:  # a fault the checks did not name, possibly while the backup was put in place
+            line = (
+                f"Rollback failed: {type(exc).__name__}: {str(exc)[:300]}. The backup in "
+                f"{settings.backup_dir} is intact: `python -m bot restore` with it (and --force) puts it in "
+                "place."
+            )
+        print(redact(line), file=sys.stderr)
         return 1
 
 
