@@ -75,8 +75,13 @@ def _probe_sandbox_ahead(settings: Settings) -> None:
 
 def _build(build: Callable[[], T]) -> T | None:
     """What `build` builds (a composition root of bot/process/wiring.py), or None after one line."""
+    from bot.process.upgrade.errors import UpgradeFailed
+
     try:
         return build()
+    except UpgradeFailed as exc:  # a database behind this code whose checked upgrade failed: one line
+        print(exc.line(), file=sys.stderr)
+        return None
     except ValueError as exc:  # an unusable combination of settings, e.g. a provider without its key
         print(f"Configuration error: {exc}.", file=sys.stderr)
         return None
@@ -361,6 +366,10 @@ def main(argv: list[str] | None = None) -> int:
     from bot.process.backup_cli import add_commands
 
     add_commands(sub)
+    from bot.process.upgrade.cli import COMMANDS as UPGRADE_COMMANDS
+    from bot.process.upgrade.cli import add_commands as upgrade_commands
+
+    upgrade_commands(sub)
     from bot.process.mcp_serve import add_arguments as mcp_arguments
 
     mcp_arguments(
@@ -391,7 +400,8 @@ def main(argv: list[str] | None = None) -> int:
     if settings is None:
         return 2
     setup_logging(settings.log_level, settings.secrets())
-    quiet = ("chat", "doctor", "backup", "migrate-db", "webapp-link", "memory-check", *DATA_COMMANDS)
+    quiet: tuple[str, ...] = ("chat", "doctor", "backup", "migrate-db", "webapp-link", "memory-check")
+    quiet += (*DATA_COMMANDS, *UPGRADE_COMMANDS)
     if args.command in quiet:
         logging.getLogger().setLevel(logging.WARNING)  # keep the terminal for the output
     if args.command in ("chat", "mcp"):  # stdout is the conversation (the protocol): logs go to stderr
@@ -418,6 +428,10 @@ def main(argv: list[str] | None = None) -> int:
         return dispatch(settings, args)
     if args.command == "migrate-db":
         return run_migrate_db(settings, args.to)
+    if args.command in UPGRADE_COMMANDS:
+        from bot.process.upgrade.cli import dispatch as upgrade_dispatch
+
+        return upgrade_dispatch(settings, args)
     if args.command == "memory-check":
         from bot.process.memory_check_cli import run as run_memory_check
 

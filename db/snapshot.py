@@ -94,12 +94,14 @@ def snapshot(database_url: str, target: Path, say: Say = lambda _: None) -> None
 
 
 def _postgres_snapshot(source: Engine, target: Path, say: Say) -> None:
-    revision, head = current_revision(source), head_revision()
-    if revision != head:
+    revision = current_revision(source)
+    if revision is not None and revision not in known_revisions():
         raise SnapshotError(
-            f"the database is at schema revision {revision}, this code at {head}: start the bot once (it "
-            "migrates at start), then back up"
+            f"the database is at schema revision {revision}, which this code does not know (newest "
+            f"{head_revision()}): back it up with the version of the bot that made it"
         )
+    # A database behind head (before an upgrade: bot/process/upgrade/) is copied at its own revision: the
+    # snapshot's schema is made by the same migrations, and only the columns both have are copied.
     url = sqlite_url(target)
     upgrade(url, revision or "head")
     dest = make_engine(url)
@@ -115,6 +117,15 @@ def _postgres_snapshot(source: Engine, target: Path, say: Say) -> None:
             src.rollback()
     finally:
         dest.dispose()
+
+
+def known_revisions() -> set[str]:
+    """Every revision of this code's migrations."""
+    from alembic.script import ScriptDirectory
+
+    from db.migrate import alembic_config
+
+    return {rev.revision for rev in ScriptDirectory.from_config(alembic_config("")).walk_revisions()}
 
 
 def _clear_runtime(path: Path) -> None:
@@ -149,11 +160,17 @@ def live_processes(conn: Connection, lease_s: float) -> int:
 
 
 def load_snapshot(
-    snapshot_path: Path, target: Engine, *, replace: bool, say: Say = lambda _: None
+    snapshot_path: Path,
+    target: Engine,
+    *,
+    replace: bool,
+    say: Say = lambda _: None,
+    revision: str | None = None,
 ) -> CopyReport:
-    """Copy a snapshot (at head) into the database `target`, migrated to head first, in one transaction;
-    `replace` deletes what the target holds first (in the same transaction)."""
-    upgrade(target.url.render_as_string(hide_password=False))
+    """Copy a snapshot (at head, or at `revision`) into the database `target`, migrated to head (or to
+    `revision`) first, in one transaction; `replace` deletes what the target holds first (in the same
+    transaction)."""
+    upgrade(target.url.render_as_string(hide_password=False), revision or "head")
     source = make_engine(sqlite_url(snapshot_path))
     report = CopyReport()
     try:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Table, func, select, text
+from sqlalchemy import Connection, Engine, Table, func, inspect, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -62,7 +62,8 @@ def _upsert(table: Table, dialect: str, rows: Sequence[dict[str, Any]]) -> Any:
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     stmt = insert(table).values(list(rows))
     keys = [c.name for c in table.primary_key.columns]
-    others = {c.name: stmt.excluded[c.name] for c in table.columns if c.name not in keys}
+    given = set(rows[0]) if rows else set()
+    others = {c.name: stmt.excluded[c.name] for c in table.columns if c.name not in keys and c.name in given}
     if not others:
         return stmt.on_conflict_do_nothing(index_elements=keys)
     return stmt.on_conflict_do_update(index_elements=keys, set_=others)
@@ -141,12 +142,15 @@ def copy_tables(
     upserts by primary key, memories re-indexed on the way; each table's counts go into `report`. `commit`
     commits each batch (a re-runnable move); without it the caller commits once (all or nothing)."""
     dialect = dst.dialect.name
+    src_columns, dst_columns = _columns(src), _columns(dst)
     for table in Base.metadata.sorted_tables:
-        if table.name in skip:
-            continue
+        if table.name in skip or table.name not in src_columns or table.name not in dst_columns:
+            continue  # a table of another schema revision than both databases' (an upgrade's copy)
+        common = src_columns[table.name] & dst_columns[table.name]
+        columns = [c for c in table.columns if c.name in common]
         done = TableCopy(table.name, _count(src, table))
         result = src.execution_options(yield_per=batch).execute(
-            select(table).order_by(*table.primary_key.columns)
+            select(*columns).order_by(*table.primary_key.columns)
         )
         target_dim = _target_dim(dst)
         for part in result.mappings().partitions(batch):
@@ -172,6 +176,16 @@ def copy_tables(
             f"{table.name}: {done.source_rows} row(s) copied, the target has {done.target_rows}"
             + ("" if done.ok else " (MISMATCH)")
         )
+
+
+def _columns(conn: Connection) -> dict[str, set[str]]:
+    """Each table's columns as the database has them (an older schema revision may lack some)."""
+    present = set(inspect(conn).get_table_names())
+    out: dict[str, set[str]] = {}
+    for table in Base.metadata.sorted_tables:  # by a query's columns: reflection warns of pgvector's type
+        if table.name in present:
+            out[table.name] = set(conn.execute(select(text("*")).select_from(table).limit(0)).keys())
+    return out
 
 
 def _target_dim(conn: Connection) -> int | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 
@@ -50,13 +51,15 @@ from bot.runtime.leases import ChatLocks
 from bot.runtime.queue import Incoming
 from bot.runtime.runner import TurnRunner
 from bot.runtime.services import Services
-from bot.texts.catalog import audience_of, help_text, new_session_text
+from bot.runtime.version import version_line
+from bot.texts.catalog import Audience, audience_of, help_text, new_session_text
 from bot.texts.models import ModelChoice
 from db.engine import make_sessionmaker
 from db.guest_links import PRIVATE, GuestLinks
 from db.runtime import Entry
 from db.speakers import Speaker
 from db.turn_info import TurnInfos
+from db.upgrades import last_upgrade
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +124,7 @@ class Handlers:
         interval = settings.stream_edit_interval_s
         self.guest = GuestHandlers(self.guests, self.access, enabled=enabled, edit_interval_s=interval)
         self.inline = InlineHandlers(self.guests, self.access, enabled=enabled, edit_interval_s=interval)
+        self._version: str | None = None  # the owner's /help's first line, read once
 
     async def guest_or_inline(self, update: object, context: Ctx) -> None:
         """Guest queries, inline queries and chosen inline results, before the gate (they have no chat the
@@ -224,11 +228,21 @@ class Handlers:
         )
         return Incoming(Entry(speaker, text, tg_message_id=msg.message_id, update_id=update.update_id))
 
-    def _help(self, update: Update) -> str:
-        """The commands of this chat's audience (a group, the owner, another user)."""
+    async def _help(self, update: Update) -> str:
+        """The commands of this chat's audience (a group, the owner, another user); the owner's begin with
+        the running version and when the database was last upgraded."""
         chat, user = update.effective_chat, update.effective_user
         assert chat and user
-        return help_text(audience_of(str(chat.type), self.access.is_owner(user.id)))
+        audience = audience_of(str(chat.type), self.access.is_owner(user.id))
+        text = help_text(audience)
+        if audience is not Audience.OWNER:
+            return text
+        if self._version is None:
+            last = await asyncio.to_thread(last_upgrade, self.services.engine)
+            self._version = version_line(
+                last.upgraded_at if last else None, last.from_version if last else None
+            )
+        return f"{self._version}\n\n{text}"
 
     async def start(self, update: Update, context: Ctx) -> None:
         """/start, or /start <token> from a "continue in private" link: its question asked here."""
@@ -238,7 +252,7 @@ class Handlers:
             await self._continue(update, context, token)
             return
         name = update.effective_user.first_name or "there"
-        await update.effective_message.reply_text(f"Hello, {name}!\n\n{self._help(update)}")
+        await update.effective_message.reply_text(f"Hello, {name}!\n\n{await self._help(update)}")
 
     async def _continue(self, update: Update, context: Ctx, token: str) -> None:
         """Ask the question of a guest or inline answer's "continue in private" link as a private turn."""
@@ -253,7 +267,7 @@ class Handlers:
     async def help(self, update: Update, context: Ctx) -> None:
         """/help."""
         assert update.effective_message
-        await update.effective_message.reply_text(self._help(update))
+        await update.effective_message.reply_text(await self._help(update))
 
     async def newsession(self, update: Update, context: Ctx) -> None:
         """/newsession [name]."""

@@ -221,6 +221,9 @@ class Settings(BaseSettings):
     backup_to_telegram: bool = False
     backup_drill: bool | None = None  # empty: on when backups are on
     backup_part_mb: float = Field(default=45.0, gt=0, le=47)
+    # A database behind this code's migrations is upgraded at start as `python -m bot upgrade` does: a
+    # backup, the migrations and a self-test on a copy, then the live database ("off": migrated at once).
+    upgrade_check: Literal["on", "off"] = "on"
     # Storage and logs
     database_url: str = "sqlite:///data/assistant.db"
     log_level: str = "INFO"

@@ -15,7 +15,7 @@ from bot.runtime.replica import Replica
 from core_tools.code.lessons import LessonsBook
 from core_tools.code.slots import CodeLimits
 from core_tools.code.tool import CodeTool
-from core_tools.llm import LLMClient
+from core_tools.llm import ChatModel
 from core_tools.media import MediaService
 from core_tools.registry import ToolRegistry
 from core_tools.sandbox import Executor, LocalExecutor, SandboxLimits, describe
@@ -121,7 +121,7 @@ def code_tool(
     settings: Settings,
     sm: sessionmaker[Session],
     registry: ToolRegistry,
-    llm: LLMClient,
+    llm: ChatModel,
     media: MediaService,
     notifier: Notifier | None,
     file_sink: FileSink | None,

@@ -17,7 +17,7 @@ from bot.config.settings import Settings
 from bot.process.parts import embedder_of, helper_tools, secret
 from core_tools.agent import Agent, AgentConfig
 from core_tools.approval import ApprovalGate, ApprovalPolicy
-from core_tools.llm import AudioClient, LLMClient
+from core_tools.llm import AudioClient, ChatModel, LLMClient
 from core_tools.media import MediaConfig, MediaService
 from core_tools.media.reader import ReadLimits
 from core_tools.memory.extract import MemoryExtractor
@@ -144,7 +144,7 @@ def memory_and_sessions(
     sm: sessionmaker[Session],
     engine: Engine,
     conversations: Conversations,
-    llm: LLMClient,
+    llm: ChatModel,
     usage: UsageLog,
     budget: UsageService,
     registry: ToolRegistry,
@@ -184,7 +184,7 @@ def schedule_tool(
     settings: Settings,
     sm: sessionmaker[Session],
     conversations: Conversations,
-    llm: LLMClient,
+    llm: ChatModel,
     budget: UsageService,
     registry: ToolRegistry,
     wake: Callable[[], None],
@@ -234,7 +234,7 @@ def approval_gate(settings: Settings, sm: sessionmaker[Session], engine: Engine)
 
 def agent_of(
     settings: Settings,
-    llm: LLMClient,
+    llm: ChatModel,
     registry: ToolRegistry,
     conversations: Conversations,
     budget: UsageService,

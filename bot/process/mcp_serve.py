@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from bot.config.settings import Settings
+from bot.process.upgrade.errors import UpgradeFailed
 from core_tools.mcp.config import SERVED_TOOLS  # no SDK import: every `python -m bot` builds this parser
 
 DENIED = "denied by the user"  # core_tools.approval.DENIED, without importing it at every start
@@ -211,6 +212,9 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
         asyncio.run(_serve(settings, args.user_id, http, token, tools))
     except UnknownTools as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except UpgradeFailed as exc:  # a database behind this code whose checked upgrade failed
+        print(exc.line(), file=sys.stderr)
         return 2
     except ValueError as exc:
         print(f"Configuration error: {exc}.", file=sys.stderr)

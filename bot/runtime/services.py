@@ -15,7 +15,7 @@ from bot.runtime.replica import Replica
 from core_tools.agent import Agent
 from core_tools.approval import ApprovalGate
 from core_tools.code.tool import CodeTool
-from core_tools.llm import AudioClient, LLMClient
+from core_tools.llm import AudioClient, ChatClient
 from core_tools.media import MediaService
 from core_tools.memory.extract import MemoryExtractor
 from core_tools.memory.store import MemoryStore
@@ -43,7 +43,7 @@ class Services:
     engine: Engine
     conversations: Conversations
     usage: UsageLog
-    llm: LLMClient
+    llm: ChatClient
     registry: ToolRegistry
     agent: Agent
     sessions: SessionManager

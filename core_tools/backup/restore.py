@@ -44,7 +44,7 @@ from core_tools.backup.parts import PartReader, disk_full, verify_parts
 from core_tools.backup.schema import check_schema, open_read_only
 from core_tools.backup.store import list_backups, outside, scratch
 from db.engine import make_engine, sqlite_module
-from db.migrate import alembic_config, head_revision, upgrade
+from db.migrate import alembic_config, downgrade, head_revision, upgrade
 from db.snapshot import (
     SnapshotError,
     is_empty,
@@ -303,8 +303,12 @@ def _install_media(unpacked: Unpacked, target: Target, stamp: str, say: Say) -> 
         media.mkdir()
 
 
-def install(unpacked: Unpacked, target: Target, replace: bool, say: Say) -> dict[str, int]:
-    """Put the unpacked (and migrated) backup in place of the target; the target's counts afterwards."""
+def install(
+    unpacked: Unpacked, target: Target, replace: bool, say: Say, revision: str | None = None
+) -> dict[str, int]:
+    """Put the unpacked (and migrated) backup in place of the target; the target's counts afterwards.
+    `revision`: the backup is kept at that schema revision (a rollback), not this code's head: a
+    PostgreSQL target is first brought down to it."""
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     sqlite_file = target.sqlite_file()
     if sqlite_file is not None:
@@ -317,7 +321,11 @@ def install(unpacked: Unpacked, target: Target, replace: bool, say: Say) -> dict
         shutil.move(str(unpacked.database), str(sqlite_file))
     else:
         try:
-            load_snapshot(unpacked.database, make_engine(target.database_url), replace=replace)
+            if revision is not None:
+                downgrade(target.database_url, revision)
+            load_snapshot(
+                unpacked.database, make_engine(target.database_url), replace=replace, revision=revision
+            )
         except SnapshotError as exc:
             raise BackupError(str(exc)) from None
     _install_media(unpacked, target, stamp, say)
@@ -338,9 +346,11 @@ def restore(
     dry_run: bool = False,
     lease_s: float = 15.0,
     say: Say = print,
+    migrate: bool = True,
 ) -> Manifest:
     """`python -m bot restore`: check, unpack, migrate and (unless `dry_run`) put a backup in place of the
-    target, printing each table's rows against the manifest; BackupError (nothing changed) on a problem."""
+    target, printing each table's rows against the manifest; BackupError (nothing changed) on a problem.
+    `migrate=False` (`python -m bot rollback`) keeps the backup at its own schema revision."""
     manifest_path = find_manifest(source)
     manifest = read_manifest(manifest_path)
     check_revision(manifest.contents.schema_revision)
@@ -356,14 +366,16 @@ def restore(
     try:
         unpacked = unpack(manifest_path, identities, work)
         say(f"every part's SHA-256 matches; {unpacked.manifest.contents.media_files} media file(s) checked")
-        migrate_copy(unpacked, say)
+        if migrate:
+            migrate_copy(unpacked, say)
         if dry_run:
             for line in unpacked.lines:
                 say(line)
             say("dry run: the backup is sound and restores; nothing was changed")
             return manifest
         check_target(target, lease_s, force)  # again: a bot may have started meanwhile
-        counts = install(unpacked, target, replace=force, say=say)
+        kept = None if migrate else manifest.contents.schema_revision
+        counts = install(unpacked, target, replace=force, say=say, revision=kept)
     except OSError as exc:
         if disk_full(exc):
             raise BackupError(

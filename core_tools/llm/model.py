@@ -38,3 +38,17 @@ class ChatModel(Protocol):
         `reply.unrecorded`, which the caller must settle. `max_completion_tokens`: this request's ceiling.
         """
         ...
+
+
+class ChatClient(ChatModel, Protocol):
+    """A chat model the services own: it can be probed without spending tokens (doctor) and is closed with
+    them. The OpenAI-compatible client is one; so is core_tools.llm.testing's FunctionModel (what the
+    upgrade's self-test runs a turn against: no provider call, no cost)."""
+
+    async def check(self) -> str:
+        """Whether the model answers, in a few words; raises LLMUnavailable with a reason."""
+        ...
+
+    async def close(self) -> None:
+        """Release what the client holds (its HTTP connections)."""
+        ...

@@ -12,6 +12,7 @@ from db.models.memory import Memory, MemoryChange, MemoryExtraction
 from db.models.memory_check import MemoryCheck
 from db.models.runtime import ChatLease, InboxMessage, JobLease, Replica, UpdateSeen
 from db.models.schedules import Schedule, ScheduleFiring
+from db.models.upgrades import Upgrade
 from db.models.usage import Budget, BudgetNotice, LLMCall, ToolCallLog, TurnEvent, TurnInfo
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "TurnInfo",
     "UTCDateTime",
     "UpdateSeen",
+    "Upgrade",
     "User",
     "new_id",
     "utcnow",
