@@ -21,7 +21,7 @@ from core_tools.schedule.rules import (
     occurrences_after,
 )
 from core_tools.schedule.validate import Limits, build_spec
-from db.schedules import ACTIVE, LIVE, PAUSED, FiringRow, ScheduleRow, Schedules
+from db.schedules import ACTIVE, CHECKIN, LIVE, PAUSED, FiringRow, ScheduleRow, Schedules
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +190,12 @@ class ScheduleService(ScheduleDelivery):
     def _owned(self, user_id: int, schedule_id: int, chat_scope: int | None) -> ScheduleRow:
         row = self.store.get(schedule_id)
         # Another user's schedule, or one of another chat seen from a group, is "unknown": no hint it exists.
-        if row is None or row.user_id != user_id or (chat_scope is not None and row.chat_id != chat_scope):
+        if (
+            row is None
+            or row.user_id != user_id
+            or row.kind == CHECKIN  # a check-in is changed with /checkin only
+            or (chat_scope is not None and row.chat_id != chat_scope)
+        ):
             raise ScheduleInputError(f"there is no schedule with id {schedule_id} (action list shows them)")
         return row
 
