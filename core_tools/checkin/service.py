@@ -200,17 +200,16 @@ class CheckinService:
             if f.chat_type != "private" or f.chat_id != f.user_id:
                 plans.append(Plan(f, row, [], skip_reason="not a private chat"))
                 continue
-            note = None
-            level, ignored = row.level, row.ignored
-            if row.awaiting:  # the last one sent got no press before this one
-                level, ignored, backed = rules.after_ignore(level, ignored)
-                if backed:
-                    note = rules.backoff_words(row.cadence, level)
-                row = self.store.put(f.user_id, level=level, ignored=ignored, awaiting=False)
             if not rules.due_by_backoff(row.cadence, row.level, row.last_sent_at, now):
                 self.store.put(f.user_id, last_run_at=now)
                 plans.append(Plan(f, row, [], skip_reason="backed off"))
                 continue
+            note = None
+            if row.awaiting:  # the last one sent got no press before this one
+                level, ignored, backed = rules.after_ignore(row.level, row.ignored)
+                if backed:  # this one still goes out (when something is due), saying so
+                    note = rules.backoff_words(row.cadence, level)
+                row = self.store.put(f.user_id, level=level, ignored=ignored, awaiting=False)
             wanted.append((f, row, note))
         if wanted:
             inputs = self.store.inputs(
