@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import Table, and_, bindparam, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from db.models import Checkin, Memory, MemoryCheck, Schedule, utcnow
@@ -45,6 +45,7 @@ class CheckinRow:
 
 
 _FIELDS = tuple(CheckinRow.__dataclass_fields__)
+_TABLE: Table = Checkin.__table__  # type: ignore[assignment]
 
 
 def _row(c: Checkin) -> CheckinRow:
@@ -196,6 +197,25 @@ class Checkins:
             row.updated_at = now
             s.flush()
             return _row(row)
+
+    def put_many(self, changes: dict[int, dict[str, Any]]) -> None:
+        """Change several users' rows in one transaction (an executemany per set of columns)."""
+        if not changes:
+            return
+        now = utcnow()
+        groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        for user_id, values in changes.items():
+            groups.setdefault(tuple(sorted(values)), []).append(
+                {"b_user": user_id, "b_updated_at": now, **{f"b_{k}": v for k, v in values.items()}}
+            )
+        with self.sessions.begin() as s:
+            for columns, params in groups.items():
+                stmt = (
+                    update(_TABLE)
+                    .where(_TABLE.c.user_id == bindparam("b_user"))
+                    .values({c: bindparam(f"b_{c}") for c in (*columns, "updated_at")})
+                )
+                s.connection().execute(stmt, params)
 
     def inputs(
         self, user_ids: Sequence[int], now: datetime, *, near: timedelta, quiet: timedelta

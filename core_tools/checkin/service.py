@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -187,11 +187,13 @@ class CheckinService:
 
     def plan(self, firings: Sequence[FiringRow]) -> list[Plan]:
         """For due check-in firings: count ignored ones, apply the back-off, run the preflight (a few
-        batched queries for all of them, no LLM). Synchronous: run it in a worker thread."""
+        batched queries for all of them, no LLM; one write for all). Synchronous: run it in a worker
+        thread."""
         now = self.clock()
         rows = self.store.many([f.user_id for f in firings])
         plans: list[Plan] = []
         wanted: list[tuple[FiringRow, CheckinRow, str | None]] = []
+        writes: dict[int, dict[str, Any]] = {}
         for f in firings:
             row = rows.get(f.user_id)
             if row is None or not row.enabled or row.schedule_id != f.schedule_id:
@@ -200,8 +202,8 @@ class CheckinService:
             if f.chat_type != "private" or f.chat_id != f.user_id:
                 plans.append(Plan(f, row, [], skip_reason="not a private chat"))
                 continue
+            writes[f.user_id] = {"last_run_at": now}
             if not rules.due_by_backoff(row.cadence, row.level, row.last_sent_at, now):
-                self.store.put(f.user_id, last_run_at=now)
                 plans.append(Plan(f, row, [], skip_reason="backed off"))
                 continue
             note = None
@@ -209,7 +211,8 @@ class CheckinService:
                 level, ignored, backed = rules.after_ignore(row.level, row.ignored)
                 if backed:  # this one still goes out (when something is due), saying so
                     note = rules.backoff_words(row.cadence, level)
-                row = self.store.put(f.user_id, level=level, ignored=ignored, awaiting=False)
+                row = replace(row, level=level, ignored=ignored, awaiting=False)
+                writes[f.user_id].update(level=level, ignored=ignored, awaiting=False)
             wanted.append((f, row, note))
         if wanted:
             inputs = self.store.inputs(
@@ -219,8 +222,8 @@ class CheckinService:
                 _, zone = self._zone(f.user_id)
                 caps = self.caps(f.user_id) if self.caps is not None else []
                 items = rules.preflight(inputs[f.user_id], caps, now, zone, self.limits)
-                self.store.put(f.user_id, last_run_at=now)
                 plans.append(Plan(f, row, items, note if items else None, None if items else "nothing due"))
+        self.store.put_many(writes)
         return plans
 
     def sent(
