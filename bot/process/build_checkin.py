@@ -4,6 +4,7 @@ digest's price) and the LLM client's model."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -16,6 +17,7 @@ from core_tools.llm import LLMClient
 from core_tools.memory.store import MemoryStore
 from core_tools.schedule.tool import ScheduleTool
 from core_tools.usage import UsageService
+from core_tools.usage.caps import KINDS, PERIODS
 from db.checkins import Checkins
 
 
@@ -30,10 +32,16 @@ def checkin_service(
     """Check-ins on the schedules' store and clock (a test that moves the schedules' clock moves both)."""
     service = schedules.service
 
-    def caps(user_id: int) -> list[CapFigure]:
-        return [
-            CapFigure(c.period, c.kind, c.limit, c.spent + c.reserved) for c in budget.cap_status(user_id)
-        ]
+    def caps(user_ids: Sequence[int]) -> dict[int, list[CapFigure]]:
+        # Without default caps only users with an owner-set one can be near a cap: one query finds them,
+        # instead of one per user due (a thousand check-ins at 09:00).
+        defaults = any(budget.defaults.get(p, k) is not None for p in PERIODS for k in KINDS)
+        capped = set(user_ids) if defaults else {r.user_id for r in budget.budget_overrides() if r.limit}
+        return {
+            u: [CapFigure(c.period, c.kind, c.limit, c.spent + c.reserved) for c in budget.cap_status(u)]
+            for u in user_ids
+            if u in capped
+        }
 
     return CheckinService(
         Checkins(sm),

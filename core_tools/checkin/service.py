@@ -69,7 +69,7 @@ class CheckinService:
         zone_of_user: Callable[[int], str],
         memory: MemoryActions,
         *,
-        caps: Callable[[int], list[CapFigure]] | None = None,
+        caps: Callable[[Sequence[int]], dict[int, list[CapFigure]]] | None = None,
         limits: Limits | None = None,
         mid_ttl: timedelta = timedelta(days=90),
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
@@ -218,10 +218,11 @@ class CheckinService:
             inputs = self.store.inputs(
                 [f.user_id for f, _, _ in wanted], now, near=self.limits.near, quiet=self.limits.quiet
             )
+            caps = self.caps([f.user_id for f, _, _ in wanted]) if self.caps is not None else {}
             for f, row, note in wanted:
                 _, zone = self._zone(f.user_id)
-                caps = self.caps(f.user_id) if self.caps is not None else []
-                items = rules.preflight(inputs[f.user_id], caps, now, zone, self.limits)
+                mine = caps.get(f.user_id, [])
+                items = rules.preflight(inputs[f.user_id], mine, now, zone, self.limits)
                 plans.append(Plan(f, row, items, note if items else None, None if items else "nothing due"))
         self.store.put_many(writes)
         return plans

@@ -227,3 +227,56 @@ async def test_a_digest_is_one_capped_llm_request_shown_with_its_price(
 
         calls = rows(h, LLMCall)
         assert [c["purpose"] for c in calls] == ["checkin"]
+
+
+async def test_a_cap_near_its_limit_a_reminder_today_and_a_paused_task_are_listed(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    from db.usage import LLMCallRecord
+
+    prices = '{"fake-model": [1.0, 1.0]}'  # 1M tokens cost $1
+    async with running_bot(tmp_path, tg, llm, llm_prices=prices, budget_daily_usd=1.0) as h:
+        h.services.usage.record_llm_call(
+            LLMCallRecord(
+                user_id=OWNER,
+                session_id=None,
+                purpose="chat",
+                model="fake-model",
+                prompt_tokens=450_000,
+                completion_tokens=450_000,
+            )
+        )
+        await h.command(OWNER, "/checkin daily 00:05", "Check-in set")
+        at = checkin_schedule(h)["next_fire_at"]
+        service = h.services.schedules.service
+        real = service.clock
+        service.clock = lambda: at - timedelta(minutes=1)  # "now", for making the reminder and the task
+        service.create(
+            user_id=OWNER,
+            chat_id=OWNER,
+            chat_type="private",
+            text="Pick up the parcel",
+            at=f"{at:%Y-%m-%d}T18:00",
+        )
+        task = service.create(
+            user_id=OWNER,
+            chat_id=OWNER,
+            chat_type="private",
+            text="Summarise the news",
+            kind="task",
+            at=f"{at:%Y-%m-%d}T20:00",
+            repeat="FREQ=DAILY",
+        )
+        service.pause(OWNER, task["id"])
+        service.clock = real
+        # The spend is today's (UTC) for the cap: look while it is still today.
+        h.services.usage_service.clock = lambda: datetime.now(UTC)
+        firing = await fire_next(h)
+        assert firing["status"] == "sent"
+        (msg,) = checkin_messages(tg, OWNER)
+        assert "Reminder: Pick up the parcel (today at 18:00)" in msg["text"]
+        assert "Task: Summarise the news (paused" in msg["text"]
+        assert "Cap: your daily cost cap (90 % used)" in msg["text"]
+        assert f"sch:resume:{task['id']}" in data_of(msg)
+        assert any(d.startswith("ci:snz:") for d in data_of(msg))
+        assert len(llm.requests) == 0
