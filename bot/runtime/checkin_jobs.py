@@ -27,6 +27,8 @@ from db.schedules import FiringRow
 
 log = logging.getLogger(__name__)
 
+SEND_CONCURRENCY = 16  # check-ins in flight at once (as the reminders' sends)
+
 
 @dataclass(frozen=True)
 class Message:
@@ -57,13 +59,26 @@ class CheckinDelivery:
         schedules.mark_sending([f.id for f in firings])
         plans = await asyncio.to_thread(self.service.plan, firings)
         results: list[tuple[int, dict[str, Any]]] = []
+        sending = []
         for plan in plans:
             if not plan.items or plan.row is None:
                 log.info("check-in of user %s: %s, nothing sent", plan.firing.user_id, plan.skip_reason)
                 results.append((plan.firing.id, {"status": "skipped", "error": plan.skip_reason}))
-                continue
-            results.append(await self._send(plan))
+            else:
+                sending.append(plan)
         schedules.record(results)
+        slots = asyncio.Semaphore(SEND_CONCURRENCY)
+
+        async def send(plan: Plan) -> tuple[int, dict[str, Any]]:
+            async with slots:
+                try:
+                    return await self._send(plan)
+                except Exception:  # one user's failure must not fail the others' check-ins
+                    f = plan.firing
+                    log.exception("check-in of user %s failed", f.user_id)
+                    return f.id, schedules.outcome_failed(f.attempts + 1, "internal error")
+
+        schedules.record(list(await asyncio.gather(*(send(p) for p in sending))))
 
     async def _send(self, plan: Plan) -> tuple[int, dict[str, Any]]:
         f, row = plan.firing, plan.row
