@@ -64,12 +64,15 @@ def data_of(msg: dict[str, Any]) -> list[str]:
 
 
 async def goal(
-    h: Harness, content: str, *, expires_in: timedelta | None = None, quiet: timedelta | None = None
+    h: Harness,
+    content: str,
+    *,
+    expires_in: timedelta | None = None,
+    quiet: timedelta | None = None,
+    user: int = OWNER,
 ) -> str:
-    """A mid-term goal of the owner, near its expiry or not mentioned for a while."""
-    stored = await h.services.memory.store(
-        OWNER, "mid", content, category="goal", certainty=0.7, dedupe=False
-    )
+    """A mid-term goal of the user, near its expiry or not mentioned for a while."""
+    stored = await h.services.memory.store(user, "mid", content, category="goal", certainty=0.7, dedupe=False)
     mid = str(stored["memory"]["id"])
     values: dict[str, Any] = {}
     now = datetime.now(UTC)
@@ -117,14 +120,20 @@ async def test_a_goal_near_expiry_gets_one_message_whose_buttons_change_memory(
 ) -> None:
     async with running_bot(tmp_path, tg, llm) as h:
         mid = await goal(h, "Run a half marathon in April", expires_in=timedelta(days=3))
+        await goal(h, "Friend's private goal", expires_in=timedelta(days=1), user=FRIEND)
         await h.command(OWNER, "/checkin daily 09:00", "Check-in set")
+        await h.command(FRIEND, "/checkin daily 09:00", "Check-in set")  # due together: one batch
         firing = await fire_next(h)
         assert firing["status"] == "sent"
         (msg,) = checkin_messages(tg, OWNER)
+        await tg.wait_for(lambda: checkin_messages(tg, FRIEND), what="the friend's check-in")
+        (theirs,) = checkin_messages(tg, FRIEND)
+        assert "Friend's private goal" in theirs["text"] and "half marathon" not in theirs["text"]
         assert msg["message_id"] == firing["message_id"]
         assert "Run a half marathon in April" in msg["text"] and "expires in" in msg["text"]
         assert labels(msg) == ["Still on", "Done", "Drop"]
         assert data_of(msg) == [f"ci:still:{mid}", f"ci:done:{mid}", f"ci:drop:{mid}"]
+        assert "Friend" not in msg["text"]  # each check-in speaks of its user's own rows only
         assert len(llm.requests) == 0  # the template: no LLM request
         now = h.services.schedules.service.clock()
 
