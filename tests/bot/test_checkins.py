@@ -289,3 +289,32 @@ async def test_a_cap_near_its_limit_a_reminder_today_and_a_paused_task_are_liste
         assert f"sch:resume:{task['id']}" in data_of(msg)
         assert any(d.startswith("ci:snz:") for d in data_of(msg))
         assert len(llm.requests) == 0
+
+
+async def test_a_digest_over_the_cap_makes_no_request_and_the_template_goes_out(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    from db.usage import LLMCallRecord
+
+    prices = '{"fake-model": [1.0, 1.0]}'
+    async with running_bot(tmp_path, tg, llm, llm_prices=prices, budget_daily_usd=0.5) as h:
+        h.services.usage.record_llm_call(
+            LLMCallRecord(
+                user_id=OWNER,
+                session_id=None,
+                purpose="chat",
+                model="fake-model",
+                prompt_tokens=300_000,
+                completion_tokens=300_000,
+            )
+        )
+        await goal(h, "Book the flights", expires_in=timedelta(days=1))
+        await h.command(OWNER, "/checkin daily 08:00 digest", "Check-in set")
+        assert (await fire_next(h))["status"] == "sent"
+        assert llm.requests == []  # refused before anything was sent
+        (msg,) = checkin_messages(tg, OWNER)
+        assert (
+            "Goal: Book the flights" in msg["text"]
+            and "No digest this time: Usage cap reached" in msg["text"]
+        )
+        assert labels(msg) == ["Still on", "Done", "Drop"]
