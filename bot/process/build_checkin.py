@@ -58,4 +58,5 @@ def checkin_service(
         mid_ttl=timedelta(days=settings.memory_mid_ttl_days),
         clock=lambda: service.clock(),
         digest_price=lambda: budget.prices.cost(llm.model, PROMPT_TOKENS, MAX_TOKENS),
+        snooze=service.snooze_next,
     )

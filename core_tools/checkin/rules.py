@@ -205,7 +205,7 @@ def preflight(
                     "ref": str(r.id),
                     "text": _short(r.text),
                     "why": f"today at {at:%H:%M}",
-                    "snooze": not r.repeating,
+                    "snooze": True,
                 }
             )
     for t in inputs.tasks:

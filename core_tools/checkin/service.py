@@ -21,12 +21,15 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from core_tools.checkin import rules
 from core_tools.checkin.rules import CapFigure, CheckinInputError, Limits, Request
+from core_tools.errors import ToolError
 from db import memories as mq
 from db import memory_history as mh
 from db.checkins import KIND, CheckinRow, Checkins
-from db.schedules import FiringRow, ScheduleRow, Schedules
+from db.schedules import FiringRow, Schedules
 
 log = logging.getLogger(__name__)
+
+SNOOZE_MINUTES = 60  # a reminder's Snooze under a check-in
 
 
 class MemoryActions(Protocol):
@@ -74,6 +77,7 @@ class CheckinService:
         mid_ttl: timedelta = timedelta(days=90),
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         digest_price: Callable[[], float | None] | None = None,
+        snooze: Callable[[int, int, int], datetime] | None = None,
     ) -> None:
         self.store = store
         self.schedules = schedules
@@ -84,6 +88,8 @@ class CheckinService:
         self.mid_ttl = mid_ttl
         self.clock = clock
         self.digest_price = digest_price  # USD one digest is forecast to cost (None: unknown)
+        # (user, schedule id, minutes) -> when a reminder's next occurrence now comes (the schedules').
+        self.snooze = snooze
 
     # ------------------------------------------------------------------ opt-in
 
@@ -331,15 +337,10 @@ class CheckinService:
         return "Marked done. (/memory history shows the change; /memory undo reverts it.)"
 
     def _snooze(self, user_id: int, schedule_id: int) -> str:
-        row: ScheduleRow | None = self.schedules.get(schedule_id) if schedule_id > 0 else None
-        if row is None or row.user_id != user_id or row.kind != "message" or row.status != "active":
+        if self.snooze is None or schedule_id <= 0:
             raise CheckinInputError("That reminder is not waiting any more.")
-        if row.repeat is not None or row.next_fire_at is None:
-            raise CheckinInputError("A repeating reminder is snoozed from its own message when it comes.")
-        _, zone = self._zone(user_id)
-        later = row.next_fire_at + timedelta(hours=1)
-        start = later.astimezone(ZoneInfo(row.timezone) if row.timezone else zone).replace(tzinfo=None)
-        self.schedules.change(
-            schedule_id, next_fire_at=later, start_local=start.isoformat(timespec="seconds")
-        )
-        return f"Snoozed: it comes at {later.astimezone(zone):%H:%M}."
+        try:
+            later = self.snooze(user_id, schedule_id, SNOOZE_MINUTES)
+        except ToolError as exc:
+            raise CheckinInputError(f"{str(exc)[:1].upper()}{str(exc)[1:]}.") from None
+        return f"Snoozed: it comes at {later.astimezone(self._zone(user_id)[1]):%H:%M}."

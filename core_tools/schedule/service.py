@@ -342,6 +342,31 @@ class ScheduleService(ScheduleDelivery):
         self.store.set_firings([f.id], ack="snoozed")
         return when
 
+    def snooze_next(self, user_id: int, schedule_id: int, minutes: int) -> datetime:
+        """Make the next occurrence of an active reminder come `minutes` later (a check-in's Snooze, before
+        it fired): a one-time reminder moves; a repeating one gets a snoozed firing then, and goes on from
+        the occurrence after. Returns when it comes (UTC)."""
+        row = self._owned(user_id, schedule_id, None)
+        if row.kind != "message" or row.status != ACTIVE or row.next_fire_at is None:
+            raise ScheduleInputError("that reminder is not waiting any more")
+        later = row.next_fire_at + timedelta(minutes=minutes)
+        zone = ZoneInfo(self.zone_of(row))
+        if row.repeat is None:
+            start = later.astimezone(zone).replace(tzinfo=None).isoformat(timespec="seconds")
+            self.store.change(row.id, next_fire_at=later, start_local=start)
+            return later
+        following = occurrences_after(self.spec_of(row), zone, row.next_fire_at, 1)
+        if row.count is not None and row.fired_count + 1 >= row.count:
+            following = []
+        self.store.add_firing(row, later, snoozed=True, now=self.clock())
+        self.store.change(
+            row.id,
+            next_fire_at=following[0] if following else None,
+            fired_count=row.fired_count + 1,
+            status=ACTIVE if following else "done",
+        )
+        return later
+
     def done(self, user_id: int, firing_id: int) -> FiringRow:
         """Mark a fired reminder as done (a repeating one keeps its future occurrences)."""
         f = self._owned_firing(user_id, firing_id)

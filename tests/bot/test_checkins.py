@@ -260,12 +260,20 @@ async def test_a_cap_near_its_limit_a_reminder_today_and_a_paused_task_are_liste
         service = h.services.schedules.service
         real = service.clock
         service.clock = lambda: at - timedelta(minutes=1)  # "now", for making the reminder and the task
-        service.create(
+        parcel = service.create(
             user_id=OWNER,
             chat_id=OWNER,
             chat_type="private",
             text="Pick up the parcel",
             at=f"{at:%Y-%m-%d}T18:00",
+        )
+        pills = service.create(
+            user_id=OWNER,
+            chat_id=OWNER,
+            chat_type="private",
+            text="Take the pills",
+            at=f"{at:%Y-%m-%d}T19:00",
+            repeat="FREQ=DAILY",
         )
         task = service.create(
             user_id=OWNER,
@@ -287,8 +295,19 @@ async def test_a_cap_near_its_limit_a_reminder_today_and_a_paused_task_are_liste
         assert "Task: Summarise the news (paused" in msg["text"]
         assert "Cap: your daily cost cap (90 % used)" in msg["text"]
         assert f"sch:resume:{task['id']}" in data_of(msg)
-        assert any(d.startswith("ci:snz:") for d in data_of(msg))
+        assert f"ci:snz:{parcel['id']}" in data_of(msg) and f"ci:snz:{pills['id']}" in data_of(msg)
         assert len(llm.requests) == 0
+        # Snooze: the one-time reminder moves an hour; the repeating one's 19:00 comes at 20:00 as a
+        # snoozed firing, and it goes on from tomorrow's 19:00.
+        assert "Snoozed: it comes at 19:00" in await press(h, f"ci:snz:{parcel['id']}", msg["message_id"])
+        assert "Snoozed: it comes at 20:00" in await press(h, f"ci:snz:{pills['id']}", msg["message_id"])
+        by_id = {r["id"]: r for r in rows(h, Schedule)}
+        day = at.replace(hour=0, minute=0, second=0, microsecond=0)
+        assert by_id[parcel["id"]]["next_fire_at"] == day + timedelta(hours=19)
+        assert by_id[pills["id"]]["next_fire_at"] == day + timedelta(days=1, hours=19)
+        (snoozed,) = [f for f in firings(h, pills["id"]) if f["snoozed"]]
+        assert snoozed["not_before"] == day + timedelta(hours=20) and snoozed["status"] == "due"
+        await tg.wait_for(lambda: "💤 snoozed" in checkin_messages(tg, OWNER)[0]["text"], what="the mark")
 
 
 async def test_a_digest_over_the_cap_makes_no_request_and_the_template_goes_out(
