@@ -15,6 +15,9 @@ from db.models import Schedule, ScheduleFiring, User, utcnow
 ACTIVE = "active"
 PAUSED = "paused"
 LIVE = (ACTIVE, PAUSED)
+# A check-in's schedule (core_tools/checkin/): fired by the same machinery, but not a reminder the user
+# lists, counts against the limit or changes with the `schedule` tool.
+CHECKIN = "checkin"
 
 
 @dataclass(frozen=True)
@@ -147,7 +150,9 @@ class Schedules:
     def count_active(self, user_id: int) -> int:
         """Active and paused schedules of a user (what the per-user limit counts)."""
         with self._sessions() as s:
-            q = select(func.count()).where(Schedule.user_id == user_id, Schedule.status.in_(LIVE))
+            q = select(func.count()).where(
+                Schedule.user_id == user_id, Schedule.status.in_(LIVE), Schedule.kind != CHECKIN
+            )
             return int(s.scalar(q) or 0)
 
     def of_user(self, user_id: int, chat_id: int | None = None) -> list[ScheduleRow]:
@@ -156,6 +161,7 @@ class Schedules:
         with self._sessions() as s:
             q = select(Schedule).where(
                 Schedule.user_id == user_id,
+                Schedule.kind != CHECKIN,
                 or_(Schedule.status.in_(LIVE), Schedule.id.in_(pending)),
             )
             if chat_id is not None:

@@ -27,6 +27,7 @@ from telegram.ext import (
 from bot.adapter.answer_info import register_answer_info, shown_in
 from bot.adapter.app_button import AppCommand, set_menu_button
 from bot.adapter.approvals import register_approval_handlers
+from bot.adapter.commands.checkin import register_checkin_handlers
 from bot.adapter.commands.code import CodeCommands
 from bot.adapter.commands.data import register_data_commands
 from bot.adapter.commands.memory import MemoryCommands
@@ -474,6 +475,7 @@ def build_application(
     app.add_handler(CommandHandler("app", AppCommand(settings.webapp_url).app))
     register_usage_handlers(app, services.usage_service)
     register_schedule_handlers(app, services, data.schedule_runner)
+    register_checkin_handlers(app, services)  # /checkin and its buttons
     register_jobs(app)
     register_data_commands(app, services, h.runner, h.guests)  # /export, /forget_me
     register_backup_jobs(app, data.backups)  # BACKUP_SCHEDULE

@@ -181,6 +181,11 @@ class Settings(BaseSettings):
     schedule_min_message_interval_min: int = Field(default=1, ge=1)
     # A task run that costs more than this many times its task's median run pauses the task (0: never).
     schedule_cost_anomaly_x: float = Field(default=5.0, ge=0, le=1000)
+    # Check-ins (/checkin): what the preflight counts as worth a message (no LLM decides that).
+    checkin_near_expiry_days: int = Field(default=7, ge=0, le=365)
+    checkin_quiet_days: int = Field(default=21, ge=1, le=3650)
+    checkin_cap_near_percent: int = Field(default=80, ge=1, le=100)
+    checkin_max_items: int = Field(default=5, ge=1, le=10)
     # Voice, photos and files (issue 12)
     # Transcription through an OpenAI-compatible POST /audio/transcriptions; empty model: voice notes off.
     transcription_model: str = "whisper-1"

@@ -39,7 +39,9 @@ def build_telegram(settings: Settings, adjust: Callable[[Services], None] | None
     from bot.adapter.outfiles import TelegramFiles
     from bot.adapter.watchdog import PollingRequest
     from bot.runtime.backup_jobs import BackupJobs
+    from bot.runtime.checkin_jobs import CheckinDelivery
     from bot.runtime.schedule_jobs import ScheduleRunner
+    from bot.texts.checkin import compose as compose_checkin
 
     polling = PollingRequest(connection_pool_size=1)
     bot = telegram_bot(settings, polling)
@@ -83,7 +85,14 @@ def build_telegram(settings: Settings, adjust: Callable[[Services], None] | None
     # Reminders, task answers and the owner's notices outside a turn; a task's turn waits for its chat.
     outbox = TelegramOutbox(bot, services.conversations.topics)
     # A task's turn goes through the chats' turn runner: it waits for its chat like a message.
-    schedule_runner = ScheduleRunner(services, outbox, handlers.runner.quiet_turn, JobQueueTimer(job_queue))
+    checkins = (
+        CheckinDelivery(services, services.checkins, outbox, compose_checkin)
+        if services.checkins is not None
+        else None
+    )
+    schedule_runner = ScheduleRunner(
+        services, outbox, handlers.runner.quiet_turn, JobQueueTimer(job_queue), checkins
+    )
     data = BotData(
         services=services,
         runner=handlers.runner,

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Engine
 
 from bot.config.settings import Settings
+from bot.process.build_checkin import checkin_service
 from bot.process.build_code import code_tool
 from bot.process.builders import (
     agent_of,
@@ -114,6 +115,7 @@ def build_services(
     code = code_tool(settings, sm, registry, llm, media, outlets.notifier, outlets.file_sink, replica)
     memory = memory_and_sessions(settings, sm, engine, conversations, llm, usage, budget, registry)
     schedules = schedule_tool(settings, sm, conversations, llm, budget, registry, outlets.wake)
+    checkins = checkin_service(settings, sm, schedules, memory.store, budget, llm)
     results_tool(settings, sm, registry)
     mcp = mcp_servers(settings, registry)
     approvals = approval_gate(settings, sm, engine)
@@ -141,6 +143,7 @@ def build_services(
         toolkit=code.toolkit,
         approvals=approvals,
         replica=replica,
+        checkins=checkins,
     )
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from bot.runtime.checkin_jobs import CheckinDelivery
 from bot.runtime.outbox import Blocked, Buttons, DeliveryFailed, Outbox, Refused, RetryLater
 from bot.runtime.services import Services
 from core_tools.agent import TurnInput, TurnResult
@@ -28,7 +29,7 @@ from core_tools.schedule.service import ScheduleService
 from core_tools.schedule.validate import human_delta
 from core_tools.usage.tasks import CostAnomaly
 from db.attribution import TaskRun, running_task
-from db.schedules import FiringRow
+from db.schedules import CHECKIN, FiringRow
 from db.speakers import Speaker
 
 log = logging.getLogger(__name__)
@@ -189,10 +190,19 @@ def _pause_if_costly(services: Services, f: FiringRow) -> str | None:
 class ScheduleRunner:
     """Fires due schedules and delivers their firings through the front end's outbox."""
 
-    def __init__(self, services: Services, outbox: Outbox, run_turn: RunTurn, timer: Timer) -> None:
+    def __init__(
+        self,
+        services: Services,
+        outbox: Outbox,
+        run_turn: RunTurn,
+        timer: Timer,
+        checkins: CheckinDelivery | None = None,
+    ) -> None:
         """`run_turn` runs a task's turn in its chat; `timer` arms the wake-ups (the application's job queue,
-        which runs them once the application does)."""
+        which runs them once the application does); `checkins` delivers check-in firings (none: they are
+        recorded as skipped)."""
         self.services = services
+        self.checkins = checkins
         self.outbox = outbox
         self.run_turn = run_turn
         self.timer = timer
@@ -311,12 +321,19 @@ class ScheduleRunner:
                     firings = self.service.due_firings(BATCH, exclude=list(self.in_flight))
                     if not firings:
                         break
-                    messages = [f for f in firings if f.kind == "message" or f.result_text is not None]
-                    sendable = {f.id for f in messages}
+                    checkins = [f for f in firings if f.kind == CHECKIN]
+                    messages = [
+                        f
+                        for f in firings
+                        if f.kind != CHECKIN and (f.kind == "message" or f.result_text is not None)
+                    ]
+                    sendable = {f.id for f in messages} | {f.id for f in checkins}
                     for f in firings:
                         self.in_flight.add(f.id)
                         if f.id not in sendable:
                             self._spawn(self._task_firing(f))
+                    if checkins:
+                        self._spawn(self._checkin_firings(checkins))
                     started = time.monotonic()
                     await self._send_batch(messages)
                     if messages:
@@ -412,6 +429,26 @@ class ScheduleRunner:
             self.service.record([(f.id, self.service.outcome_failed(f.attempts + 1, "internal error"))])
         finally:
             self.in_flight.discard(f.id)
+        self.arm(self.service.next_wake())
+
+    async def _checkin_firings(self, firings: list[FiringRow]) -> None:
+        """Due check-ins: planned without an LLM, sent only when something is due (a digest asks the
+        model, which is why this runs beside the reminders' sends, not in their batch)."""
+        try:
+            if self.checkins is None:
+                self.service.record(
+                    [(f.id, {"status": "skipped", "error": "check-ins off"}) for f in firings]
+                )
+            else:
+                await self.checkins.deliver(firings)
+        except Exception:
+            log.exception("check-in firings %s failed", [f.id for f in firings])
+            self.service.record(
+                [(f.id, self.service.outcome_failed(f.attempts + 1, "internal error")) for f in firings]
+            )
+        finally:
+            for f in firings:
+                self.in_flight.discard(f.id)
         self.arm(self.service.next_wake())
 
     async def _tell(self, chat_id: int, text: str, buttons: Buttons = ()) -> None:

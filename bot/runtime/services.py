@@ -14,6 +14,7 @@ from bot.config.settings import Settings
 from bot.runtime.replica import Replica
 from core_tools.agent import Agent
 from core_tools.approval import ApprovalGate
+from core_tools.checkin.service import CheckinService
 from core_tools.code.tool import CodeTool
 from core_tools.llm import AudioClient, ChatClient
 from core_tools.media import MediaService
@@ -64,6 +65,8 @@ class Services:
     toolkit: Toolkit | None = None
     # Asks the user before the calls APPROVE_TOOLS or MCP `confirm` names (bot/adapter/approvals.py).
     approvals: ApprovalGate | None = None
+    # Check-ins (/checkin): planned without an LLM when their schedule fires (bot/runtime/checkin_jobs.py).
+    checkins: CheckinService | None = None
 
     async def start(self) -> None:
         """Report code jobs a restart interrupted; connect the MCP servers (a failing one is retried)."""

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from bot.runtime.schedule_jobs import LEASE, LOOK_S, RunTurn, firing_text, run_task
 from bot.runtime.services import Services
 from core_tools.types import OutputFile
-from db.schedules import FiringRow
+from db.schedules import CHECKIN, FiringRow
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +179,9 @@ class TerminalReminders:
             return
         self.service.fire_due(chat_id=self.chat_id)
         for f in self.service.due_firings(BATCH, exclude=list(self._in_flight), chat_id=self.chat_id):
-            if f.kind == "message" or f.result_text is not None:
+            if f.kind == CHECKIN:  # a check-in's buttons are Telegram's: its next time comes there
+                self.service.record([(f.id, {"status": "skipped", "error": "not delivered in the terminal"})])
+            elif f.kind == "message" or f.result_text is not None:
                 self._show(f)
             else:
                 self._in_flight.add(f.id)

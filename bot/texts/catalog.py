@@ -58,6 +58,12 @@ COMMANDS: list[Command] = [
         "your reminders and scheduled tasks; cancel or resume one, snooze or finish a fired one",
         _TERMINAL,
     ),
+    Command(
+        "checkin",
+        "[daily HH:MM | weekly DAY HH:MM] [digest] | off",
+        "a check-in at a time you choose, sent only when something is due",
+        _PRIVATE_TELEGRAM,
+    ),
     Command("usage", "[today|week|month]", "your tokens, estimated cost and tool use", _PRIVATE),
     Command("usage", "all [today|week|month]", "owner: everyone's usage", _OWNER),
     Command("budget", "USER_ID daily|monthly AMOUNT", "owner: set a user's usage cap", _OWNER),

@@ -20,6 +20,8 @@ from bot.runtime.services import Services
 from bot.texts.memory import LAYER_TITLES
 from bot.webapp import views
 from bot.webapp.auth import InitData
+from core_tools.checkin.rules import CheckinInputError
+from core_tools.checkin.rules import parse as parse_checkin
 from core_tools.errors import ToolError
 from core_tools.memory.selfcheck import findable_line
 from core_tools.schedule.rules import ScheduleInputError
@@ -151,6 +153,8 @@ class Api:
             web.post(f"{api}/memories/{{id}}/undo", self.undo_memory),
             web.get(f"{api}/schedules", self.schedules),
             web.post(f"{api}/schedules/{{id}}/{{action}}", self.schedule_action),
+            web.get(f"{api}/checkin", self.checkin),
+            web.post(f"{api}/checkin", self.set_checkin),
             web.get(f"{api}/usage", self.usage),
             web.get(f"{api}/code_runs", self.code_runs),
             web.get(f"{api}/code_runs/{{id}}", self.code_run),
@@ -284,6 +288,49 @@ class Api:
             raise problem(404, "no schedule with this id")
         self.services.schedules.wake()  # a resumed one may be due before the time the runner waits for
         return ok({"schedule": views.schedule(changed)})
+
+    # ------------------------------------------------------------------ check-ins
+
+    async def checkin(self, request: web.Request) -> web.Response:
+        """GET /api/checkin: the user's check-in (when, the next look, its back-off) and what the last one
+        sent contained."""
+        service = self.services.checkins
+        if service is None:
+            raise problem(404, "check-ins are not available")
+        state = await self._thread(service.state, self.user(request).user_id)
+        return ok({"checkin": state})
+
+    async def set_checkin(self, request: web.Request) -> web.Response:
+        """POST /api/checkin {"cadence": "daily"|"weekly"|"off", "weekday": "mon", "at": "09:00",
+        "digest": false}: what /checkin sets, checked the same way."""
+        service = self.services.checkins
+        if service is None:
+            raise problem(404, "check-ins are not available")
+        user = self.user(request).user_id
+        body = await _body(request)
+
+        def text(key: str) -> str:
+            value = body.get(key)
+            return value.replace(" ", "") if isinstance(value, str) else ""
+
+        cadence = text("cadence")
+        words = [cadence if cadence in ("daily", "weekly", "off") else "?"]
+        if cadence == "weekly":
+            words.append(text("weekday") or "?")
+        if cadence in ("daily", "weekly"):
+            words.append(text("at") or "?")
+            if body.get("digest") is True:
+                words.append("digest")
+        try:
+            req = parse_checkin(words)
+        except CheckinInputError as exc:
+            raise problem(400, str(exc)) from None
+        if req.action == "off":
+            await self._thread(service.off, user)
+        else:
+            await self._thread(service.set, user, req)
+            self.services.schedules.wake()
+        return ok({"checkin": await self._thread(service.state, user)})
 
     # ------------------------------------------------------------------ usage
 

@@ -269,7 +269,7 @@ class MemoryStore(MemoryRecall):
         return await self._db(search)
 
     async def edit(
-        self, user_id: int, memory_id: str, content: str, actor: str = "user"
+        self, user_id: int, memory_id: str, content: str, actor: str = "user", reason: str | None = None
     ) -> dict[str, Any] | None:
         """Rewrite one of the user's current memories in their words (None: no such current memory).
 
@@ -315,7 +315,7 @@ class MemoryStore(MemoryRecall):
                 now=now,
                 old_text=old_text,
                 new_text=content,
-                reason="edited by the user",
+                reason=reason or "edited by the user",
             )
             return memory_view(mem)
 

@@ -199,7 +199,8 @@ class ScheduleDelivery:
         Returns (to resend, failed)."""
         resend, failed = [], []
         for f in self.store.firings_in("sending"):
-            if f.kind == "message" or f.result_text is not None:
+            # A check-in costs nothing to plan again (a digest already written is kept as its result).
+            if f.kind in ("message", "checkin") or f.result_text is not None:
                 resend.append(f)
             else:
                 failed.append(f)

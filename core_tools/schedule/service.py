@@ -21,7 +21,7 @@ from core_tools.schedule.rules import (
     occurrences_after,
 )
 from core_tools.schedule.validate import Limits, build_spec
-from db.schedules import ACTIVE, LIVE, PAUSED, FiringRow, ScheduleRow, Schedules
+from db.schedules import ACTIVE, CHECKIN, LIVE, PAUSED, FiringRow, ScheduleRow, Schedules
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +190,12 @@ class ScheduleService(ScheduleDelivery):
     def _owned(self, user_id: int, schedule_id: int, chat_scope: int | None) -> ScheduleRow:
         row = self.store.get(schedule_id)
         # Another user's schedule, or one of another chat seen from a group, is "unknown": no hint it exists.
-        if row is None or row.user_id != user_id or (chat_scope is not None and row.chat_id != chat_scope):
+        if (
+            row is None
+            or row.user_id != user_id
+            or row.kind == CHECKIN  # a check-in is changed with /checkin only
+            or (chat_scope is not None and row.chat_id != chat_scope)
+        ):
             raise ScheduleInputError(f"there is no schedule with id {schedule_id} (action list shows them)")
         return row
 
@@ -336,6 +341,31 @@ class ScheduleService(ScheduleDelivery):
         self.store.add_firing(row, when, snoozed=True, now=self.clock())
         self.store.set_firings([f.id], ack="snoozed")
         return when
+
+    def snooze_next(self, user_id: int, schedule_id: int, minutes: int) -> datetime:
+        """Make the next occurrence of an active reminder come `minutes` later (a check-in's Snooze, before
+        it fired): a one-time reminder moves; a repeating one gets a snoozed firing then, and goes on from
+        the occurrence after. Returns when it comes (UTC)."""
+        row = self._owned(user_id, schedule_id, None)
+        if row.kind != "message" or row.status != ACTIVE or row.next_fire_at is None:
+            raise ScheduleInputError("that reminder is not waiting any more")
+        later = row.next_fire_at + timedelta(minutes=minutes)
+        zone = ZoneInfo(self.zone_of(row))
+        if row.repeat is None:
+            start = later.astimezone(zone).replace(tzinfo=None).isoformat(timespec="seconds")
+            self.store.change(row.id, next_fire_at=later, start_local=start)
+            return later
+        following = occurrences_after(self.spec_of(row), zone, row.next_fire_at, 1)
+        if row.count is not None and row.fired_count + 1 >= row.count:
+            following = []
+        self.store.add_firing(row, later, snoozed=True, now=self.clock())
+        self.store.change(
+            row.id,
+            next_fire_at=following[0] if following else None,
+            fired_count=row.fired_count + 1,
+            status=ACTIVE if following else "done",
+        )
+        return later
 
     def done(self, user_id: int, firing_id: int) -> FiringRow:
         """Mark a fired reminder as done (a repeating one keeps its future occurrences)."""

@@ -4,6 +4,7 @@ package registers them all on `Base.metadata`."""
 
 from db.models.approvals import Approval, ApprovalAlways
 from db.models.base import Base, Embedding, UTCDateTime, new_id, utcnow
+from db.models.checkins import Checkin
 from db.models.code import CodeExecution, CodeJob, StoredResult
 from db.models.conversations import ChatSession, ChatSettings, ForumTopic, Message, User
 from db.models.guest import GuestLink
@@ -24,6 +25,7 @@ __all__ = [
     "ChatLease",
     "ChatSession",
     "ChatSettings",
+    "Checkin",
     "CodeExecution",
     "CodeJob",
     "Embedding",

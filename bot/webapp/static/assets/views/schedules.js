@@ -1,13 +1,16 @@
 // Reminders and tasks: next times in the user's zone, pause, resume, cancel, and a task's spend this month.
 
 import { button, el, replace, usd } from "../dom.js";
+import { checkinCard } from "./checkin.js";
 
 const LABELS = { pause: "Pause", resume: "Resume", cancel: "Cancel" };
 
 export async function schedulesView(ctx, root) {
   const list = el("ul", { class: "cards", id: "schedules" });
   const head = el("p", { class: "hint" });
-  replace(root, head, list);
+  const checkin = el("ul", { class: "cards" });
+  replace(root, checkin, head, list);
+  checkinCard(ctx).then((card) => replace(checkin, card));
 
   async function reload() {
     let data;
