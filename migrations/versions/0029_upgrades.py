@@ -19,7 +19,6 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0029"
-# Another helper may add a migration at the same time; the lead re-chains this one after it at merge.
 down_revision: str | None = "0028"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None

@@ -1,7 +1,7 @@
 """checkins: opt-in check-ins that cost nothing until something is due
 
-Revision ID: 0028
-Revises: 0027
+Revision ID: 0030
+Revises: 0029
 Create Date: 2026-12-03 13:30:00.000000
 
 - checkins(user_id, schedule_id, enabled, cadence, weekday, at_local, digest, level, ignored, awaiting,
@@ -17,9 +17,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0028"
-# Another helper may add a migration at the same time; the lead re-chains this one after it at merge.
-down_revision: str | None = "0027"
+revision: str = "0030"
+down_revision: str | None = "0029"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
