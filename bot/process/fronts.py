@@ -40,6 +40,7 @@ def build_telegram(settings: Settings, adjust: Callable[[Services], None] | None
     from bot.adapter.watchdog import PollingRequest
     from bot.runtime.backup_jobs import BackupJobs
     from bot.runtime.schedule_jobs import ScheduleRunner
+    from bot.runtime.vigil import Deliveries
 
     polling = PollingRequest(connection_pool_size=1)
     bot = telegram_bot(settings, polling)
@@ -77,6 +78,8 @@ def build_telegram(settings: Settings, adjust: Callable[[Services], None] | None
         edit_interval_s=settings.stream_edit_interval_s,
         typing_delay_s=settings.typing_delay_s,
         speak=lambda item, text: media.speak(bot, item, text),
+        deliveries=(deliveries := Deliveries()),
+        answer_retry_s=settings.answer_retry_s,
     )
     handlers = Handlers(services, front)
     media = MediaHandlers(services, handlers.runner)
@@ -92,6 +95,7 @@ def build_telegram(settings: Settings, adjust: Callable[[Services], None] | None
         backups=BackupJobs(services, outbox),
         webapp=build_webapp(services),
         polling=polling,
+        deliveries=deliveries,
     )
     app = build_application(data, handlers, media, bot, job_queue)
     return app

@@ -12,6 +12,7 @@ from db.models.memory_check import MemoryCheck
 from db.models.runtime import ChatLease, InboxMessage, JobLease, Replica, UpdateSeen
 from db.models.schedules import Schedule, ScheduleFiring
 from db.models.usage import Budget, BudgetNotice, LLMCall, ToolCallLog, TurnEvent, TurnInfo
+from db.models.watchdog import WatchdogEvent
 
 __all__ = [
     "Approval",
@@ -45,6 +46,7 @@ __all__ = [
     "UTCDateTime",
     "UpdateSeen",
     "User",
+    "WatchdogEvent",
     "new_id",
     "utcnow",
 ]
