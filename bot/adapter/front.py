@@ -40,6 +40,7 @@ class TelegramReply(StreamingReply):
         guard: Callable[[], Awaitable[bool]],
         deliveries: Deliveries | None = None,
         retry_s: float = 0.0,
+        keep_trying: Callable[[], bool] = lambda: True,
     ) -> None:
         super().__init__(
             bot,
@@ -51,6 +52,7 @@ class TelegramReply(StreamingReply):
             guard=guard,
             deliveries=deliveries,
             retry_s=retry_s,
+            keep_trying=keep_trying,
         )
         self.speak = speak
         self._touched = False
@@ -87,12 +89,14 @@ class TelegramFront:
         speak: Speak | None = None,
         deliveries: Deliveries | None = None,
         answer_retry_s: float = 0.0,
+        keep_trying: Callable[[], bool] = lambda: True,
     ) -> None:
         self.bot = bot
         # Answers whose sends keep failing are retried for `answer_retry_s` and reported to `deliveries`
         # meanwhile (the watchdog, bot/runtime/vigil/).
         self.deliveries = deliveries
         self.answer_retry_s = answer_retry_s
+        self.keep_trying = keep_trying  # False once the application stops
         self.topics = topics
         self.edit_interval_s = edit_interval_s
         self.typing_delay_s = typing_delay_s
@@ -111,6 +115,7 @@ class TelegramFront:
             guard=guard,
             deliveries=self.deliveries,
             retry_s=self.answer_retry_s,
+            keep_trying=self.keep_trying,
         )
 
     def typing(self, chat_id: int, last_sent: float | None = None) -> AbstractAsyncContextManager[object]:

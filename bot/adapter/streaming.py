@@ -53,12 +53,15 @@ class StreamingReply:
         guard: Callable[[], Awaitable[bool]] | None = None,
         deliveries: Deliveries | None = None,
         retry_s: float = 0.0,
+        keep_trying: Callable[[], bool] = lambda: True,
     ) -> None:
         self.bot = bot
         # A final part whose send keeps failing (network trouble, 5xx) is retried with a growing pause for
-        # `retry_s` after FINAL_ATTEMPTS quick tries, reported to `deliveries` meanwhile (the watchdog).
+        # `retry_s` after FINAL_ATTEMPTS quick tries, reported to `deliveries` meanwhile (the watchdog), as
+        # long as `keep_trying()` (False: the application stops; the answer stays stored).
         self.deliveries = deliveries
         self.retry_s = retry_s
+        self.keep_trying = keep_trying
         self._token: int | None = None  # this answer's entry in `deliveries` while its send fails
         self.thread_id = thread_id  # the forum topic its messages go to (edits stay where they are)
         # Asked before every send and edit: False shows nothing more (bot/runtime/runner.py: the chat went to
@@ -250,13 +253,17 @@ class StreamingReply:
         self, part: Rendered, edit_id: int | None, markup: InlineKeyboardMarkup | None
     ) -> list[int]:
         entities: tuple[MessageEntity, ...] | None = part.entities or None
-        started = self.clock()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         attempt = 0
         failing = False  # the last attempt failed on the network or the server (worth retrying long)
-        while attempt < FINAL_ATTEMPTS or (failing and self.clock() - started < self.retry_s):
+        while attempt < FINAL_ATTEMPTS or (failing and loop.time() - started < self.retry_s):
             attempt += 1
-            if attempt > FINAL_ATTEMPTS and self.guard is not None and not await self.guard():
-                break  # the chat went to another process meanwhile: it answers from here on
+            if attempt > FINAL_ATTEMPTS:
+                if not self.keep_trying():
+                    break  # the application stops: the answer stays in the history
+                if self.guard is not None and not await self.guard():
+                    break  # the chat went to another process meanwhile: it answers from here on
             failing = False
             try:
                 if edit_id is not None:
@@ -314,8 +321,15 @@ class StreamingReply:
                 if attempt <= FINAL_ATTEMPTS or attempt % 10 == 0:
                     log.warning("chat %s: delivery failed (%s); retrying", self.chat_id, exc)
                 pause = 1.0 if attempt < FINAL_ATTEMPTS else min(RETRY_PAUSE_MAX_S, 2.0 ** (attempt - 5))
-                await asyncio.sleep(pause)
+                await self._pause(pause if failing else 1.0)
         raise TelegramError(f"could not deliver a message to chat {self.chat_id}")
+
+    async def _pause(self, seconds: float) -> None:
+        """Wait before the next try, in slices: a stopping application does not wait out a long pause."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while self.keep_trying() and (left := deadline - loop.time()) > 0:  # noqa: ASYNC110  # a plain flag
+            await asyncio.sleep(min(left, 1.0))
 
     async def _deliver_in_pieces(
         self, part: Rendered, exc: BadRequest, markup: InlineKeyboardMarkup | None = None
@@ -340,7 +354,7 @@ class StreamingReply:
 
 def _failure(exc: TelegramError) -> str:
     """A failed send as the watchdog shows it (short; the watchdog masks any secret)."""
-    text = " ".join(str(exc).split())[:120]
+    text = " ".join(str(exc).split(". Parsing the server response")[0].split())[:120]
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 

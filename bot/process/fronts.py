@@ -80,6 +80,7 @@ def build_telegram(settings: Settings, adjust: Callable[[Services], None] | None
         speak=lambda item, text: media.speak(bot, item, text),
         deliveries=(deliveries := Deliveries()),
         answer_retry_s=settings.answer_retry_s,
+        keep_trying=lambda: app.running,  # (a stopping application does not wait an hour for a send)
     )
     handlers = Handlers(services, front)
     media = MediaHandlers(services, handlers.runner)
