@@ -5,14 +5,16 @@ told; a firing a killed process left in `sending` is noticed and sent again; doc
 from __future__ import annotations
 
 import logging
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from bot.adapter.vigil import webhook_condition
 from bot.process.vigil_checks import check_watchdog
-from bot.runtime.vigil.probes import SENDING, UNDELIVERED
+from bot.runtime.vigil.probes import POLLING, SENDING, UNDELIVERED, WEBHOOK
 from db.watchdog_events import WatchdogEvents
 from tests.support.databases import both_databases
 from tests.support.fakes.openai_api import FakeLLM, text
@@ -119,3 +121,57 @@ async def test_an_idle_bot_raises_no_alarm(tmp_path: Path, tg: FakeTelegram, llm
         assert health.read_text().splitlines()[0] == "ok"
         assert WatchdogEvents(h.services.engine).count() == 0
         assert h.vigil.told == 0
+
+
+async def test_a_poll_stall_is_recorded_and_in_the_health_file(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    health = tmp_path / "bot-health"
+    async with running_bot(
+        tmp_path,
+        tg,
+        llm,
+        watchdog_poll_stall_s=1.0,
+        watchdog_poll_restarts=50,
+        health_file=str(health),
+        **FAST,
+    ) as h:
+        assert h.vigil is not None and h.watchdog is not None
+        await h.command(OWNER, "/start", "Hello")
+        tg.hold_updates("fail")
+        await tg.wait_for(lambda: h.vigil is not None and h.vigil.tracker(POLLING).active, what="the stall")
+        await tg.wait_for(
+            lambda: health.read_text().startswith("unhealthy: polling stalled since "), what="unhealthy"
+        )
+        assert "HTTP 502" in health.read_text()
+        tg.release_updates()
+        await h.final_text(OWNER, "I could not receive messages from")  # the poll's watchdog tells
+        await tg.wait_for(lambda: health.read_text().startswith("ok"), what="the health file ok again")
+        (event,) = events(h, POLLING)
+        assert event.ended is not None and "HTTP 502" in event.cause  # type: ignore[attr-defined]
+        assert h.vigil.told == 0  # the owner was told once, by the poll's watchdog
+        assert len([t for t in tg.sent_texts(OWNER) if "I could not receive messages" in t]) == 1
+
+
+async def test_updates_waiting_at_telegram_while_none_arrives_are_noticed_with_telegrams_error(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    llm.default = text("reply 7")
+    async with running_bot(tmp_path, tg, llm, **FAST) as h:
+        assert h.vigil is not None
+        # getWebhookInfo as a webhook-mode process asks it (here the updates wait because getUpdates hangs).
+        h.vigil.add(webhook_condition(h.app, every_s=0.0, after_s=1.0))
+        await h.command(OWNER, "/start", "Hello")
+        tg.hold_updates("hang")
+        tg.webhook_error = (int(time.time()), "Connection refused")
+        tg.push_text(OWNER, "are you there?")
+        tracker = h.vigil.tracker(WEBHOOK)
+        await tg.wait_for(lambda: tracker.active, what="the webhook condition")
+        assert "1 update(s) wait at Telegram" in tracker.cause and "Connection refused" in tracker.cause
+        tg.webhook_error = None
+        tg.release_updates()
+        await h.final_text(OWNER, "reply 7")
+        notice = await h.final_text(OWNER, "Watchdog: webhook not delivering from")
+        assert notice.endswith("it is over now.")
+        (event,) = events(h, WEBHOOK)
+        assert event.ended is not None  # type: ignore[attr-defined]
