@@ -5,6 +5,8 @@ told; a firing a killed process left in `sending` is noticed and sent again; doc
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -16,10 +18,11 @@ from bot.adapter.vigil import webhook_condition
 from bot.process.vigil_checks import check_watchdog
 from bot.runtime.vigil.probes import POLLING, SENDING, UNDELIVERED, WEBHOOK
 from db.watchdog_events import WatchdogEvents
-from tests.support.databases import both_databases
+from tests.support.databases import both_databases, sqlite_only
 from tests.support.fakes.openai_api import FakeLLM, text
 from tests.support.fakes.telegram_api import FakeTelegram
 from tests.support.harness import OWNER, TOKEN, Harness, running_bot
+from tests.support.processes import bot_process, full_env, run_bot
 from tests.support.schedules import local_at, wait_sent
 
 db_kind = both_databases()  # the events are recorded in the bot's database, which doctor reads
@@ -175,3 +178,26 @@ async def test_updates_waiting_at_telegram_while_none_arrives_are_noticed_with_t
         assert notice.endswith("it is over now.")
         (event,) = events(h, WEBHOOK)
         assert event.ended is not None  # type: ignore[attr-defined]
+
+
+@sqlite_only  # the process's own database; the health file is the same on both
+async def test_the_quick_doctor_reads_a_running_processs_health_file_and_fails_once_it_is_stuck_or_gone(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    health = tmp_path / "bot-health"
+    env = full_env(tmp_path, tg, llm, HEALTH_FILE=str(health), WATCHDOG_TICK_S="0.5")
+    async with bot_process(tmp_path, env) as proc:
+        await tg.wait_for(lambda: health.exists(), timeout=120, what="the health file")
+        code, out, _err = await run_bot(tmp_path, "doctor", "--quick", env=env)
+        assert code == 0 and "ok   process: healthy (written " in out, out + proc.tail()
+        os.kill(proc.pid, signal.SIGSTOP)  # a stuck event loop: the file is not rewritten any more
+        try:
+            old = time.time() - 60  # as the file of a loop stuck for a minute (no waiting it out)
+            os.utime(health, (old, old))
+            code, out, _err = await run_bot(tmp_path, "doctor", "--quick", env=env)
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        assert code == 1 and "FAIL process: the health file was last written" in out, out
+        assert await proc.stop() == 0, proc.tail()
+    code, out, _err = await run_bot(tmp_path, "doctor", "--quick", env=env)
+    assert code == 1 and "FAIL process: unhealthy: the bot stopped" in out, out
