@@ -5,6 +5,7 @@ process's own state, one small query, or a ping at its own interval."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -17,6 +18,8 @@ if TYPE_CHECKING:
     from bot.config.settings import Settings
     from bot.runtime.replica import Replica
     from bot.runtime.schedule_jobs import ScheduleRunner
+
+log = logging.getLogger(__name__)
 
 UNDELIVERED = "answers undelivered"
 SENDING = "firings stuck in sending"
@@ -62,8 +65,19 @@ def sending_condition(runner: ScheduleRunner, threshold_s: float) -> Condition:
         reading, stuck = watch.observe(now, ids or ())
         return reading
 
+    healing: set[asyncio.Task[None]] = set()
+
+    async def resend(ids: list[int]) -> None:
+        try:
+            await runner.recover_left(ids)
+        except Exception:  # the next look finds them still there
+            log.exception("watchdog: could not recover the firings left in sending")
+
     async def heal() -> None:
-        await runner.recover_left(stuck)
+        # In a task of its own: sending them again must not hold up the watchdog's other looks.
+        task = asyncio.get_running_loop().create_task(resend(list(stuck)), name="resend-stuck")
+        healing.add(task)
+        task.add_done_callback(healing.discard)
 
     def notice(e: Episode) -> str:
         return (
