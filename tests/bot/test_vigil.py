@@ -10,6 +10,7 @@ import os
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -32,7 +33,14 @@ from bot.runtime.vigil.conditions import (
     undelivered,
 )
 from bot.runtime.vigil.health import judge, stale_after_s
-from bot.runtime.vigil.probes import SANDBOX, ping, sandbox_addresses, sandbox_condition
+from bot.runtime.vigil.probes import (
+    LEASE,
+    SANDBOX,
+    lease_condition,
+    ping,
+    sandbox_addresses,
+    sandbox_condition,
+)
 from db.migrate import upgrade
 from db.runtime import RuntimeStore
 from db.watchdog_events import WatchdogEvents
@@ -352,3 +360,18 @@ def test_only_a_sandbox_service_is_pinged(tmp_path: Path) -> None:
         tmp_path, "sqlite://", code_sandbox_urls="tcp://a:7000,tcp://b:7000", code_sandbox_token="t0ken-xyz"
     )
     assert sandbox_addresses(pooled) == ["tcp://a:7000", "tcp://b:7000"]
+
+
+async def test_the_lease_condition_reads_the_heartbeats_last_success() -> None:
+    # The replica's own fields, as its heartbeat thread leaves them (bot/runtime/replica.py).
+    replica = SimpleNamespace(joined=True, lease_s=15.0, renewed_at=time.monotonic(), beat_error="")
+    vigil = Vigil(tick_s=5, process="p")
+    vigil.add(lease_condition(replica))  # type: ignore[arg-type]
+    assert (await vigil.tick())[LEASE] is Change.NONE
+    replica.renewed_at = time.monotonic() - 20  # the database did not answer for 20 s
+    replica.beat_error = "OperationalError"
+    assert (await vigil.tick())[LEASE] is Change.BEGAN
+    assert "OperationalError" in vigil.tracker(LEASE).cause
+    assert vigil.status().startswith("unhealthy: job lease not renewed since ")
+    replica.renewed_at, replica.beat_error = time.monotonic(), ""
+    assert (await vigil.tick())[LEASE] is Change.ENDED
