@@ -316,7 +316,7 @@ class StreamingReply:
                 raise
             except TelegramError as exc:  # network trouble or 5xx: try again shortly, then less often
                 failing = isinstance(exc, NetworkError)  # (a 403 or 409 is not healed by waiting)
-                if self.deliveries is not None:
+                if failing and self.deliveries is not None:
                     self._token = self.deliveries.failing(self.chat_id, _failure(exc), self._token)
                 if attempt <= FINAL_ATTEMPTS or attempt % 10 == 0:
                     log.warning("chat %s: delivery failed (%s); retrying", self.chat_id, exc)
