@@ -178,6 +178,7 @@ def _serve(settings: Settings, app: App) -> int:
     """Serve until stopped; the exit code (the poll's watchdog gave up: bot/adapter/watchdog.py)."""
     from telegram import Update
 
+    from bot.adapter.vigil import watch_process
     from bot.adapter.watchdog import EXIT_POLL_STALLED, watch_when_polling
 
     log.info(
@@ -200,6 +201,7 @@ def _serve(settings: Settings, app: App) -> int:
             settings.telegram_webhook_port,
             path,
         )
+        watch_process(app, webhook=True)  # the rest of the watchdog (bot/runtime/vigil/)
         app.run_webhook(
             listen=settings.telegram_webhook_listen,
             port=settings.telegram_webhook_port,
@@ -211,6 +213,7 @@ def _serve(settings: Settings, app: App) -> int:
     else:
         polling: dict[str, Any] = {"allowed_updates": Update.ALL_TYPES}
         dog = watch_when_polling(app, polling)
+        watch_process(app, dog)
         app.run_polling(**polling)
         if dog is not None and dog.gave_up:
             return EXIT_POLL_STALLED

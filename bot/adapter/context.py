@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from bot.runtime.runner import TurnRunner
     from bot.runtime.schedule_jobs import ScheduleRunner
     from bot.runtime.services import Services
+    from bot.runtime.vigil import Deliveries
 
 
 class Server(Protocol):
@@ -43,6 +44,8 @@ class BotData:
     webapp: Server | None = None
     # The getUpdates request, which the long poll's watchdog watches (bot/adapter/watchdog.py).
     polling: PollingRequest | None = None
+    # The answers whose sends keep failing, which the watchdog reads (bot/runtime/vigil/).
+    deliveries: Deliveries | None = None
 
 
 def bound(data: BotData) -> type[BotData]:

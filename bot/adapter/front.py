@@ -15,6 +15,7 @@ from telegram.error import TelegramError
 from bot.adapter.answers import deliver
 from bot.adapter.streaming import StreamingReply, typing_indicator
 from bot.runtime.queue import Incoming
+from bot.runtime.vigil.deliveries import Deliveries
 from core_tools.agent import TurnResult
 from db.topics import Topics
 
@@ -37,6 +38,9 @@ class TelegramReply(StreamingReply):
         reply_to: int | None,
         thread_id: int | None,
         guard: Callable[[], Awaitable[bool]],
+        deliveries: Deliveries | None = None,
+        retry_s: float = 0.0,
+        keep_trying: Callable[[], bool] = lambda: True,
     ) -> None:
         super().__init__(
             bot,
@@ -46,6 +50,9 @@ class TelegramReply(StreamingReply):
             reply_to=reply_to,
             thread_id=thread_id,
             guard=guard,
+            deliveries=deliveries,
+            retry_s=retry_s,
+            keep_trying=keep_trying,
         )
         self.speak = speak
         self._touched = False
@@ -80,8 +87,16 @@ class TelegramFront:
         edit_interval_s: float = 1.0,
         typing_delay_s: float = 0.0,
         speak: Speak | None = None,
+        deliveries: Deliveries | None = None,
+        answer_retry_s: float = 0.0,
+        keep_trying: Callable[[], bool] = lambda: True,
     ) -> None:
         self.bot = bot
+        # Answers whose sends keep failing are retried for `answer_retry_s` and reported to `deliveries`
+        # meanwhile (the watchdog, bot/runtime/vigil/).
+        self.deliveries = deliveries
+        self.answer_retry_s = answer_retry_s
+        self.keep_trying = keep_trying  # False once the application stops
         self.topics = topics
         self.edit_interval_s = edit_interval_s
         self.typing_delay_s = typing_delay_s
@@ -98,6 +113,9 @@ class TelegramFront:
             reply_to=head.reply_to,
             thread_id=place.thread_id,
             guard=guard,
+            deliveries=self.deliveries,
+            retry_s=self.answer_retry_s,
+            keep_trying=self.keep_trying,
         )
 
     def typing(self, chat_id: int, last_sent: float | None = None) -> AbstractAsyncContextManager[object]:

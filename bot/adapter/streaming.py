@@ -11,9 +11,10 @@ from dataclasses import dataclass
 
 from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, MessageEntity, ReplyParameters
 from telegram.constants import ChatAction
-from telegram.error import BadRequest, RetryAfter, TelegramError
+from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
 
 from bot.adapter.render import TELEGRAM_LIMIT, Rendered, plain_chunks, render, split_rendered, utf16_len
+from bot.runtime.vigil.deliveries import Deliveries
 from core_tools.aio import wait_event
 from core_tools.code.output import elapsed_text
 
@@ -23,6 +24,7 @@ PREVIEW_LIMIT = TELEGRAM_LIMIT - 96
 FINAL_ATTEMPTS = 6
 FIRST_PREVIEW_DELAY_S = 0.5
 MIN_PIECE = 64  # a message refused as too long is halved until its pieces are this short
+RETRY_PAUSE_MAX_S = 30.0  # the longest pause between two tries of a final part that keeps failing
 
 
 def _retry_seconds(exc: RetryAfter) -> float:
@@ -49,8 +51,18 @@ class StreamingReply:
         reply_to: int | None = None,
         thread_id: int | None = None,
         guard: Callable[[], Awaitable[bool]] | None = None,
+        deliveries: Deliveries | None = None,
+        retry_s: float = 0.0,
+        keep_trying: Callable[[], bool] = lambda: True,
     ) -> None:
         self.bot = bot
+        # A final part whose send keeps failing (network trouble, 5xx) is retried with a growing pause for
+        # `retry_s` after FINAL_ATTEMPTS quick tries, reported to `deliveries` meanwhile (the watchdog), as
+        # long as `keep_trying()` (False: the application stops; the answer stays stored).
+        self.deliveries = deliveries
+        self.retry_s = retry_s
+        self.keep_trying = keep_trying
+        self._token: int | None = None  # this answer's entry in `deliveries` while its send fails
         self.thread_id = thread_id  # the forum topic its messages go to (edits stay where they are)
         # Asked before every send and edit: False shows nothing more (bot/runtime/runner.py: the chat went to
         # another process).
@@ -227,8 +239,32 @@ class StreamingReply:
     async def _deliver(
         self, part: Rendered, edit_id: int | None, markup: InlineKeyboardMarkup | None = None
     ) -> list[int]:
+        delivered = False
+        try:
+            ids = await self._deliver_retrying(part, edit_id, markup)
+            delivered = True
+            return ids
+        finally:
+            if self.deliveries is not None and self._token is not None:
+                self.deliveries.done(self._token, delivered)  # went, or given up (it stays stored)
+                self._token = None
+
+    async def _deliver_retrying(
+        self, part: Rendered, edit_id: int | None, markup: InlineKeyboardMarkup | None
+    ) -> list[int]:
         entities: tuple[MessageEntity, ...] | None = part.entities or None
-        for _attempt in range(FINAL_ATTEMPTS):
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        attempt = 0
+        failing = False  # the last attempt failed on the network or the server (worth retrying long)
+        while attempt < FINAL_ATTEMPTS or (failing and loop.time() - started < self.retry_s):
+            attempt += 1
+            if attempt > FINAL_ATTEMPTS:
+                if not self.keep_trying():
+                    break  # the application stops: the answer stays in the history
+                if self.guard is not None and not await self.guard():
+                    break  # the chat went to another process meanwhile: it answers from here on
+            failing = False
             try:
                 if edit_id is not None:
                     await self.bot.edit_message_text(
@@ -278,10 +314,22 @@ class StreamingReply:
                     entities = None
                     continue
                 raise
-            except TelegramError as exc:  # network trouble or 5xx: try again shortly
-                log.warning("chat %s: delivery failed (%s); retrying", self.chat_id, exc)
-                await asyncio.sleep(1.0)
+            except TelegramError as exc:  # network trouble or 5xx: try again shortly, then less often
+                failing = isinstance(exc, NetworkError)  # (a 403 or 409 is not healed by waiting)
+                if failing and self.deliveries is not None:
+                    self._token = self.deliveries.failing(self.chat_id, _failure(exc), self._token)
+                if attempt <= FINAL_ATTEMPTS or attempt % 10 == 0:
+                    log.warning("chat %s: delivery failed (%s); retrying", self.chat_id, exc)
+                pause = 1.0 if attempt < FINAL_ATTEMPTS else min(RETRY_PAUSE_MAX_S, 2.0 ** (attempt - 5))
+                await self._pause(pause if failing else 1.0)
         raise TelegramError(f"could not deliver a message to chat {self.chat_id}")
+
+    async def _pause(self, seconds: float) -> None:
+        """Wait before the next try, in slices: a stopping application does not wait out a long pause."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while self.keep_trying() and (left := deadline - loop.time()) > 0:  # noqa: ASYNC110  # a plain flag
+            await asyncio.sleep(min(left, 1.0))
 
     async def _deliver_in_pieces(
         self, part: Rendered, exc: BadRequest, markup: InlineKeyboardMarkup | None = None
@@ -302,6 +350,12 @@ class StreamingReply:
         for k, piece in enumerate(pieces):
             ids.extend(await self._deliver(piece, None, markup if k == len(pieces) - 1 else None))
         return ids
+
+
+def _failure(exc: TelegramError) -> str:
+    """A failed send as the watchdog shows it (short; the watchdog masks any secret)."""
+    text = " ".join(str(exc).split(". Parsing the server response")[0].split())[:120]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _too_long(error_text: str) -> bool:

@@ -240,6 +240,22 @@ class Settings(BaseSettings):
     # restarts the poller (0: off); after this many restarts without progress the process exits non-zero.
     watchdog_poll_stall_s: float = Field(default=90.0, ge=0.0)
     watchdog_poll_restarts: int = Field(default=3, ge=0, le=100)
+    # The rest of the watchdog (bot/runtime/vigil/): how often it looks (0: off; the health file is rewritten
+    # at every look), and after how long each condition counts (0: that one is not watched).
+    watchdog_tick_s: float = Field(default=10.0, ge=0.0, le=300.0)
+    watchdog_undelivered_s: float = Field(default=120.0, ge=0.0)
+    watchdog_sending_s: float = Field(default=300.0, ge=0.0)
+    watchdog_sandbox_ping_s: float = Field(default=60.0, ge=0.0)
+    watchdog_webhook_s: float = Field(default=60.0, ge=0.0)
+    # How long a turn's answer whose send keeps failing (network trouble, 5xx) is retried before it is given
+    # up (it stays in the history either way).
+    answer_retry_s: float = Field(default=3600.0, ge=0.0)
+    # The health file the running process rewrites at every watchdog look (empty: none); `doctor --quick`
+    # checks it. The Docker image sets /tmp/bot-health.
+    health_file: str = ""
+    # A second channel for the watchdog's alerts (a Slack/Mattermost-compatible incoming webhook, ntfy...):
+    # a condition's onset is POSTed as JSON {"text": ...}. Off when unset.
+    alert_webhook_url: SecretStr | None = None
 
     @field_validator("allowed_user_ids", "allowed_chat_ids", mode="before")
     @classmethod
@@ -287,6 +303,7 @@ class Settings(BaseSettings):
         "tts_base_url",
         "tts_api_key",
         "backup_drill",
+        "alert_webhook_url",
         mode="before",
     )
     @classmethod
@@ -299,6 +316,13 @@ class Settings(BaseSettings):
     def _check_webhook_url(cls, value: str | None) -> str | None:
         if value is not None and not value.startswith("https://"):
             raise ValueError("Telegram only posts to https:// URLs")
+        return value
+
+    @field_validator("alert_webhook_url")
+    @classmethod
+    def _check_alert_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().startswith(("https://", "http://")):
+            raise ValueError("give the http(s):// URL of an incoming webhook")
         return value
 
     @field_validator("webapp_listen")

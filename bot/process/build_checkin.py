@@ -13,7 +13,7 @@ from bot.config.settings import Settings
 from core_tools.checkin.digest import MAX_TOKENS, PROMPT_TOKENS
 from core_tools.checkin.rules import CapFigure, Limits
 from core_tools.checkin.service import CheckinService
-from core_tools.llm import LLMClient
+from core_tools.llm import ChatClient
 from core_tools.memory.store import MemoryStore
 from core_tools.schedule.tool import ScheduleTool
 from core_tools.usage import UsageService
@@ -27,7 +27,7 @@ def checkin_service(
     schedules: ScheduleTool,
     memory: MemoryStore,
     budget: UsageService,
-    llm: LLMClient,
+    llm: ChatClient,
 ) -> CheckinService:
     """Check-ins on the schedules' store and clock (a test that moves the schedules' clock moves both)."""
     service = schedules.service

@@ -41,6 +41,7 @@ def build_telegram(settings: Settings, adjust: Callable[[Services], None] | None
     from bot.runtime.backup_jobs import BackupJobs
     from bot.runtime.checkin_jobs import CheckinDelivery
     from bot.runtime.schedule_jobs import ScheduleRunner
+    from bot.runtime.vigil import Deliveries
     from bot.texts.checkin import compose as compose_checkin
 
     polling = PollingRequest(connection_pool_size=1)
@@ -79,6 +80,9 @@ def build_telegram(settings: Settings, adjust: Callable[[Services], None] | None
         edit_interval_s=settings.stream_edit_interval_s,
         typing_delay_s=settings.typing_delay_s,
         speak=lambda item, text: media.speak(bot, item, text),
+        deliveries=(deliveries := Deliveries()),
+        answer_retry_s=settings.answer_retry_s,
+        keep_trying=lambda: app.running,  # (a stopping application does not wait an hour for a send)
     )
     handlers = Handlers(services, front)
     media = MediaHandlers(services, handlers.runner)
@@ -101,6 +105,7 @@ def build_telegram(settings: Settings, adjust: Callable[[Services], None] | None
         backups=BackupJobs(services, outbox),
         webapp=build_webapp(services),
         polling=polling,
+        deliveries=deliveries,
     )
     app = build_application(data, handlers, media, bot, job_queue)
     return app

@@ -18,6 +18,7 @@ from telegram.error import InvalidToken, TelegramError
 from bot.config.settings import Settings
 from bot.process.app_probe import bounded_check_app
 from bot.process.checks import Check
+from bot.process.vigil_checks import check_process, check_watchdog
 from core_tools.errors import LLMUnavailable
 from core_tools.text import clip
 
@@ -317,10 +318,16 @@ async def run_doctor(
         checks.append(
             await _bounded("postgresql", asyncio.to_thread(_postgresql, settings), 3 * timeout_s, db_fix)
         )
+    process = check_process(settings)  # the running bot's health file (HEALTH_FILE): a file read
+    if process is not None:
+        checks.append(process)
     if telegram is None:
         return checks
     if not checks[1].ok:  # the services migrate the same database: nothing more to learn from them
         return [*checks, await telegram]
+    checks.append(
+        await _bounded("watchdog", asyncio.to_thread(check_watchdog, settings), 3 * timeout_s, db_fix)
+    )
     from bot.process.wiring import build_services
 
     try:

@@ -139,6 +139,10 @@ class Replica:
         self._fresh_until = 0.0  # monotonic: until then no other process can take this one for dead
         self._lapses = 0  # silences past the lease (counted before the heartbeat that ends them)
         self._checked = 0  # lapses after which this process's chats were checked against the database
+        # For the watchdog (bot/runtime/vigil/): when the heartbeat last succeeded (monotonic), why the last
+        # attempt failed ("" after a success).
+        self.renewed_at = time.monotonic()
+        self.beat_error = ""
 
     def join(self) -> None:
         """Register and start the heartbeat; a process of this pid namespace that provably ended (a previous
@@ -152,6 +156,7 @@ class Replica:
         began = time.monotonic()
         self._register()
         self._fresh_until = began + self.lease_s * FRESH_SHARE
+        self.renewed_at = began
         self.joined = True
         self._beats = self.store.with_own_connection()
         self._stopping.clear()
@@ -227,10 +232,12 @@ class Replica:
                 self._register(beats)
                 if began < self._fresh_until:
                     self._lapses += 1  # forgotten while it thought itself alive: check all the same
-        except Exception:  # the database is briefly unreachable: try again soon
+        except Exception as exc:  # the database is briefly unreachable: try again soon
             log.exception("heartbeat")
+            self.beat_error = type(exc).__name__
             return False
         self._fresh_until = began + self.lease_s * FRESH_SHARE
+        self.renewed_at, self.beat_error = began, ""
         return True
 
     def fresh(self) -> bool:
@@ -275,6 +282,10 @@ class Replica:
         else:
             self._jobs.discard(name)
         return held, fresh
+
+    def holding(self, name: str) -> bool:
+        """Whether this process held job `name` at its last claim (no database call)."""
+        return name in self._jobs
 
     def exclusive(
         self, name: str, job: Callable[..., Awaitable[T]]

@@ -294,6 +294,11 @@ class ScheduleRunner:
             repaired,
             moved,
         )
+        await self._report_cut(failed)
+        await self.tick()
+        return {"resend": len(resend), "failed": len(failed), "repaired": repaired, "moved": moved}
+
+    async def _report_cut(self, failed: list[FiringRow]) -> None:
         for f in failed:
             await self._tell(
                 f.chat_id,
@@ -301,8 +306,22 @@ class ScheduleRunner:
                 f"(\u201c{f.text[:80]}\u201d); it did not finish, and I did not run it again so that it does "
                 "not cost twice.",
             )
+
+    def left_sending(self) -> list[int] | None:
+        """The firings in `sending` that this process is not sending (a killed process left them there);
+        None when another process fires the schedules (it knows what it sends)."""
+        if self._closed or not self.services.replica.holding(LEASE):
+            return None
+        return [f.id for f in self.service.store.firings_in("sending") if f.id not in self.in_flight]
+
+    async def recover_left(self, ids: list[int]) -> int:
+        """Recover firings left in `sending` (the watchdog found them) as a start does: a message is sent
+        again marked as a possible copy, a cut task is failed and its user told; how many."""
+        ids = [i for i in ids if i not in self.in_flight]
+        resend, failed = await asyncio.to_thread(self.service.recover, ids)
+        await self._report_cut(failed)
         await self.tick()
-        return {"resend": len(resend), "failed": len(failed), "repaired": repaired, "moved": moved}
+        return len(resend) + len(failed)
 
     async def tick(self) -> None:
         """Fire what is due, send the due firings, re-arm for the next time (nothing once closed)."""

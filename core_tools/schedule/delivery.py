@@ -9,7 +9,7 @@ The clock is injected, so tests drive time without sleeping; the bot's job queue
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -192,13 +192,16 @@ class ScheduleDelivery:
         self.store.change(schedule_id, failures=failures)
         return False
 
-    def recover(self) -> tuple[list[FiringRow], list[FiringRow]]:
+    def recover(self, only: Collection[int] | None = None) -> tuple[list[FiringRow], list[FiringRow]]:
         """At start: firings cut by a restart while being sent. Messages (and task answers already
         produced) are sent again marked as a possible repeat; a task whose turn was cut is not re-run
         (that would cost money again): it is failed, and the bot's restart notice tells the user.
+        `only`: just these firings (the watchdog found them left in `sending` by a killed process).
         Returns (to resend, failed)."""
         resend, failed = [], []
         for f in self.store.firings_in("sending"):
+            if only is not None and f.id not in only:
+                continue
             # A check-in costs nothing to plan again (a digest already written is kept as its result).
             if f.kind in ("message", "checkin") or f.result_text is not None:
                 resend.append(f)

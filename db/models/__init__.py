@@ -15,6 +15,7 @@ from db.models.runtime import ChatLease, InboxMessage, JobLease, Replica, Update
 from db.models.schedules import Schedule, ScheduleFiring
 from db.models.upgrades import Upgrade
 from db.models.usage import Budget, BudgetNotice, LLMCall, ToolCallLog, TurnEvent, TurnInfo
+from db.models.watchdog import WatchdogEvent
 
 __all__ = [
     "Approval",
@@ -51,6 +52,7 @@ __all__ = [
     "UpdateSeen",
     "Upgrade",
     "User",
+    "WatchdogEvent",
     "new_id",
     "utcnow",
 ]

@@ -98,6 +98,7 @@ def test_every_secret_setting_is_masked_without_a_hand_made_list(tmp_path: Path)
     values["telegram_bot_token"] = TOKEN
     values["telegram_webhook_secret"] = "whsec-0123456789"
     values["searxng_url"] = "https://me:searx-password@search.example.com/"
+    values["alert_webhook_url"] = "https://hooks.example.com/services/T0123/B0123/hook-secret"
     assert {"telegram_bot_token", "telegram_webhook_secret", "openai_api_key", "embeddings_api_key"} <= set(
         values
     )

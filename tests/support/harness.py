@@ -13,10 +13,12 @@ from sqlalchemy import select
 
 from bot.adapter.app import on_shutdown, on_startup
 from bot.adapter.context import App
+from bot.adapter.vigil import process_vigil
 from bot.adapter.watchdog import PollWatchdog, poll_watchdog
 from bot.config.settings import Settings
 from bot.process.fronts import build_telegram
 from bot.runtime.services import Services
+from bot.runtime.vigil import Vigil
 from core_tools.types import ToolContext
 from tests.support.fakes.openai_api import FakeLLM
 from tests.support.fakes.telegram_api import FakeTelegram
@@ -76,6 +78,8 @@ class Harness:
     settings: Settings
     # The long poll's (None when WATCHDOG_POLL_STALL_S=0); keyword-only, so subclasses may add fields.
     watchdog: PollWatchdog | None = field(default=None, kw_only=True)
+    # The rest of the watchdog (bot/runtime/vigil/; None when WATCHDOG_TICK_S=0).
+    vigil: Vigil | None = field(default=None, kw_only=True)
 
     @property
     def services(self) -> Services:
@@ -138,10 +142,15 @@ async def running_bot(
     watchdog = poll_watchdog(app, polling)  # as `python -m bot` watches its polling
     if watchdog is not None:
         watchdog.start()
+    vigil = process_vigil(app, watchdog)
+    if vigil is not None:
+        vigil.start()
     try:
-        yield Harness(tg, llm, app, settings, watchdog=watchdog)
+        yield Harness(tg, llm, app, settings, watchdog=watchdog, vigil=vigil)
     finally:
         llm.release_holds()  # a test that failed before releasing a held turn: the stop does not wait for it
+        if vigil is not None:
+            await vigil.aclose()
         if watchdog is not None:
             await watchdog.aclose()
         await app.updater.stop()

@@ -441,6 +441,8 @@ class FakeTelegram:
         self.descriptions: dict[str, str] = {}
         self.short_descriptions: dict[str, str] = {}
         self.webhook_url = ""
+        # getWebhookInfo's last_error_date (unix time) and last_error_message: Telegram could not deliver
+        self.webhook_error: tuple[int, str] | None = None
         # chat id (None: every private chat's default) -> the menu button set by setChatMenuButton
         self.menu_buttons: dict[int | None, JsonDict] = {}
         self.files: dict[str, tuple[str, bytes]] = {}
@@ -1201,11 +1203,7 @@ class FakeTelegram:
             },
             "deletewebhook": lambda: self._delete_webhook(p),
             "setwebhook": lambda: self._set_webhook(p),
-            "getwebhookinfo": lambda: {
-                "url": self.webhook_url,
-                "has_custom_certificate": False,
-                "pending_update_count": len(self.updates),
-            },
+            "getwebhookinfo": lambda: self._webhook_info(),
             "getfile": lambda: self._get_file(p),
             "setchatmenubutton": lambda: self._set_menu_button(p),
             "getchatmenubutton": lambda: self.menu_button_for(p.get("chat_id")),
@@ -1500,6 +1498,18 @@ class FakeTelegram:
         """The menu button a private chat shows: its own, else the default set for all, else "default"."""
         own = self.menu_buttons.get(chat_id) if isinstance(chat_id, int) else None
         return dict(own or self.menu_buttons.get(None) or {"type": "default"})
+
+    def _webhook_info(self) -> JsonDict:
+        """The updates not yet confirmed count as pending, as in the Bot API; `webhook_error` is the last
+        error Telegram met delivering them."""
+        info: JsonDict = {
+            "url": self.webhook_url,
+            "has_custom_certificate": False,
+            "pending_update_count": len(self.updates),
+        }
+        if self.webhook_error is not None:
+            info["last_error_date"], info["last_error_message"] = self.webhook_error
+        return info
 
     def _delete_webhook(self, p: JsonDict) -> bool:
         self.webhook_url = ""
