@@ -196,6 +196,8 @@ async def test_the_loop_logs_records_alerts_tells_once_and_writes_the_health_fil
         vigil.add(Condition("sends failing", probe, after_s=30))
         await vigil.tick()
         assert health.read_text().splitlines()[0] == "ok"
+        # The process's own pid: the container's health check (deploy/healthcheck --file) stops it when stuck.
+        assert f"pid {os.getpid()}" in health.read_text().splitlines()
         state["r"] = Reading(1000, "HTTP 502 and s3cret-value")
         clock.now = 1029
         assert (await vigil.tick())["sends failing"] is Change.NONE

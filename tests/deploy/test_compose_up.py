@@ -128,6 +128,25 @@ class Stack:
             record = await asyncio.to_thread(self.health, service)
         return record
 
+    async def wait_restarted(self, service: str, before: int, timeout: float = 240) -> str:
+        """Poll until the container's restart count passes `before` (its restart policy started it again);
+        the output of the failed probes seen while it was unhealthy, in order."""
+        deadline = time.monotonic() + timeout
+        seen: list[str] = []
+        while True:
+            count = await asyncio.to_thread(self.inspect, service, ".RestartCount")
+            if int(str(count)) > before:
+                return "\n".join(seen)
+            state = await asyncio.to_thread(self.inspect, service, ".State")
+            health = state.get("Health") or {}
+            for probe in health.get("Log") or []:
+                line = str(probe.get("Output", "")).strip()
+                if probe.get("ExitCode") != 0 and line and line not in seen:
+                    seen.append(line)
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{service} was not restarted within {timeout:.0f} s: {state}\n{seen}")
+            await asyncio.sleep(0.5)
+
     def down(self) -> None:
         """Remove the containers and the volumes (the images go once the module is done)."""
         subprocess.run(
@@ -241,6 +260,10 @@ def write_test_env(
 async def test_compose_up_runs_code_in_bwrap_end_to_end(stack: Stack, tmp_path: Path) -> None:
     async with FakeTelegram(token=TOKEN) as tg, FakeLLM() as llm:
         write_test_env(tmp_path / "test.env", tg, llm, token=TOKEN, users=[OWNER], key="sk-deploy-test")
+        # The probe's limits for a stuck process (deploy/healthcheck), shorter than shipped: stale after 15 s,
+        # stopped after 30 s, so that the probes see it unhealthy before the stop.
+        with (tmp_path / "test.env").open("a") as env:
+            env.write("HEALTH_STALE_S=15\nHEALTH_RESTART_S=30\n")
         started = time.monotonic()
         await stack.arun("up", "-d")
         assert (await stack.wait_health("sandbox", "healthy"))["Status"] == "healthy"
@@ -249,7 +272,10 @@ async def test_compose_up_runs_code_in_bwrap_end_to_end(stack: Stack, tmp_path: 
         # The shipped health checks, as Docker runs them: a probe every 5 s (so `dc ps` says healthy within
         # about 5 s of the service being ready, not after a minute of "starting"), the real check through
         # deploy/healthcheck, which runs it at most once a minute once it has passed.
-        for service, check in (("bot", ["bot", "doctor", "--quick"]), ("sandbox", ["--ping"])):
+        for service, check in (
+            ("bot", ["--file", "/tmp/bot-health", "bot", "doctor", "--quick"]),
+            ("sandbox", ["--ping"]),
+        ):
             config = await asyncio.to_thread(stack.inspect, service, ".Config.Healthcheck")
             assert config["Interval"] == 5 * 10**9, (service, config)
             assert config["Test"][:3] == ["CMD", "healthcheck", "60"], (service, config)
@@ -285,9 +311,27 @@ async def test_compose_up_runs_code_in_bwrap_end_to_end(stack: Stack, tmp_path: 
         # The conversation survived the restart in the data volume: the first question is in the history.
         history = json.dumps(llm.requests[before]["messages"])
         assert "what does this program print?" in history
+
+        # A bot process that hangs (SIGSTOP: its event loop runs no more, as a blocked one would not): its
+        # heartbeat (HEALTH_FILE) goes stale, the probes say so and the container turns unhealthy, the health
+        # check stops the process once it has been stuck for HEALTH_RESTART_S (test.env: 30 s), and the
+        # restart policy starts it again; the next message is answered.
+        hanging = time.monotonic()
+        heartbeat = await stack.arun("exec", "-T", "bot", "cat", "/tmp/bot-health")
+        pid = next(line.split()[1] for line in heartbeat.stdout.splitlines() if line.startswith("pid "))
+        restarts = int(str(await asyncio.to_thread(stack.inspect, "bot", ".RestartCount")))
+        await stack.arun("exec", "-T", "bot", "sh", "-c", f"kill -STOP {pid}")  # the image has no kill(1)
+        seen_unhealthy = await stack.wait_restarted("bot", restarts, timeout=240)
+        assert "has not written its heartbeat" in seen_unhealthy, seen_unhealthy
+        await stack.wait_health("bot", "healthy")
+        healed = time.monotonic()
+        before = len(llm.requests)
+        after_hang = await _code_turn(tg, llm, "and after a hang?")
+        assert PRINTED in after_hang and len(llm.requests) >= before + 2
         print(
             f"up -> both healthy {healthy - started:.1f} s; code turn {turned - healthy:.1f} s; "
-            f"restart -> both healthy {restarted - restarting:.1f} s"
+            f"restart -> both healthy {restarted - restarting:.1f} s; a hung bot restarted and healthy "
+            f"{healed - hanging:.1f} s after it hung"
         )
 
 

@@ -1,6 +1,8 @@
-"""The health file (HEALTH_FILE): the running process rewrites it at every watchdog tick, first line `ok` or
-`unhealthy: <reason>`; its mtime is the heartbeat. `python -m bot doctor --quick` (the container's health
-check) reads it: missing, stale (an event loop that is stuck) or unhealthy is a failure."""
+"""The health file (HEALTH_FILE): the running process rewrites it at every watchdog tick: first line `ok` or
+`unhealthy: <reason>`, then a line naming the process, then `pid N`; its mtime is the heartbeat. The
+container's health check reads it at every probe (deploy/healthcheck --file: it stops a process stuck for
+long) and `python -m bot doctor --quick` reads it too: missing, stale (an event loop that is stuck) or
+unhealthy is a failure."""
 
 from __future__ import annotations
 

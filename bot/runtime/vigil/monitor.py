@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -221,7 +222,8 @@ class Vigil:
         stamp = datetime.fromtimestamp(self.wall(), UTC).isoformat(timespec="seconds")
         try:
             write_health(
-                self.health_file, [self.status(), f"process {self.process}, tick {self.ticks}, {stamp}"]
+                self.health_file,
+                [self.status(), f"process {self.process}, tick {self.ticks}, {stamp}", f"pid {os.getpid()}"],
             )
             self._health_failed = False
         except OSError as exc:
@@ -257,4 +259,7 @@ class Vigil:
             await self.alert.drain()
         if self.health_file is not None and self.ticks:
             with contextlib.suppress(OSError):
-                write_health(self.health_file, ["unhealthy: the bot stopped", f"process {self.process}"])
+                write_health(
+                    self.health_file,
+                    ["unhealthy: the bot stopped", f"process {self.process}", f"pid {os.getpid()}"],
+                )
