@@ -5,8 +5,10 @@ few seconds: no successful getUpdates for WATCHDOG_POLL_STALL_S means the poll i
 pool, a proxy answering 502) even while other Bot API calls answer. The watchdog then aborts the stuck
 request (a fresh aiohttp session, `PollingRequest.reset`), restarts the Updater with the same arguments, and
 after WATCHDOG_POLL_RESTARTS restarts without progress stops the application with a non-zero exit code (the
-supervisor restarts the process). The condition is logged once with its cause; once getUpdates answers again
-the owner is told in Telegram what was missed. `PollHealth` holds the decisions, on an injected clock.
+supervisor restarts the process), unless the Bot API does not answer getMe either: a new process would find
+the same (and could not start), so it stays and keeps restarting the poller. The condition is logged once
+with its cause; once getUpdates answers again the owner is told in Telegram what was missed. `PollHealth`
+holds the decisions, on an injected clock.
 """
 
 from __future__ import annotations
@@ -136,6 +138,11 @@ class PollHealth:
         self.restarted_at = now
         return Action.RESTART
 
+    def keep_trying(self, now: float) -> None:
+        """Giving up would not help (the whole Bot API is out of reach): another threshold before the next
+        look, without counting a restart."""
+        self.restarted_at = now
+
     def reset(self) -> None:
         """Polling works again: the next stall is a new one."""
         self.stalled_since = None
@@ -154,6 +161,7 @@ def missed_notice(start: float, end: float, count: int) -> str:
     return told + f"{count} message(s) that arrived meanwhile are answered now."
 
 
+API_PROBE_S = 10.0  # how long getMe may take before giving up counts the Bot API as out of reach
 STALL_MARGIN_S = 1.0  # beyond the long poll's timeout, the least a stall threshold can be
 POLL_TIMEOUT_S = 10.0  # start_polling's default timeout
 
@@ -188,6 +196,8 @@ class PollWatchdog:
         self.gave_up = False
         self.notices = 0
         self._stall_wall = 0.0  # when the stall began, wall clock
+        self._unreachable_told = False  # logged once a stall: the whole Bot API is out of reach
+        self._restart_failed_told = False
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -235,6 +245,19 @@ class PollWatchdog:
                 request.count_next = True
                 self._stall_wall = self._wall_of(request.last_ok)
             await self._restart(updater)
+        elif action is Action.GIVE_UP and not await self._api_answers():
+            # Nothing of the Bot API answers (the network, or Telegram, is down): a new process would find
+            # the same and could not even start. Stay, and try the poller again after another threshold.
+            if not self._unreachable_told:
+                self._unreachable_told = True
+                log.warning(
+                    "polling still makes no progress and the Bot API does not answer getMe either: "
+                    "staying up and restarting the poller every %.0f s until it answers",
+                    health.stall_s,
+                )
+            health.keep_trying(request.clock())
+            await self._restart(updater)
+            action = Action.RESTART
         elif action is Action.GIVE_UP:
             log.error(
                 "polling still makes no progress after %d restart(s): stopping (exit %d)",
@@ -250,16 +273,32 @@ class PollWatchdog:
             request.count_next = False
             log.info("polling works again after %d restart(s)", health.restarts)
             health.reset()
+            self._unreachable_told = self._restart_failed_told = False
             await self._tell(missed_notice(self._stall_wall, self._wall_of(health.recovered_at), count))
         return action
 
     async def _restart(self, updater: Any) -> None:
         await self.request.reset()  # aborts the stuck getUpdates
-        with contextlib.suppress(RuntimeError):  # stopped meanwhile (the application stops)
+        try:
             if updater.running:
                 await updater.stop()
             if self.app.running:
                 await updater.start_polling(**self.polling)
+        except RuntimeError:  # stopped meanwhile (the application stops)
+            pass
+        except Exception as exc:  # its deleteWebhook failed (the Bot API out of reach): the next look retries
+            if not self._restart_failed_told:
+                self._restart_failed_told = True
+                log.warning("could not restart the poller (%s): trying again", type(exc).__name__)
+
+    async def _api_answers(self) -> bool:
+        """Whether the Bot API answers getMe (through the bot's own requests, not the poll's)."""
+        try:
+            async with asyncio.timeout(API_PROBE_S):
+                await self.app.bot.get_me()
+        except Exception:
+            return False
+        return True
 
     async def _tell(self, text: str) -> None:
         if self.owner_id is None:

@@ -238,7 +238,7 @@ class Settings(BaseSettings):
     typing_delay_s: float = Field(default=0.5, ge=0.0, le=10.0)
     # The long poll's watchdog (bot/adapter/watchdog.py): no successful getUpdates for this many seconds
     # restarts the poller (0: off); after this many restarts without progress the process exits non-zero.
-    watchdog_poll_stall_s: float = Field(default=90.0, ge=0.0)
+    watchdog_poll_stall_s: float = Field(default=30.0, ge=0.0)
     watchdog_poll_restarts: int = Field(default=3, ge=0, le=100)
     # The rest of the watchdog (bot/runtime/vigil/): how often it looks (0: off; the health file is rewritten
     # at every look), and after how long each condition counts (0: that one is not watched).

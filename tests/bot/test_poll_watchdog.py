@@ -91,6 +91,38 @@ async def test_polling_that_makes_no_progress_is_restarted_and_the_owner_told(
         assert "123456:" not in stalls[0].getMessage()  # no token in the line
 
 
+@pytest.mark.slow  # a real bot waits out a few small stall thresholds
+async def test_a_bot_api_out_of_reach_keeps_the_process_and_heals_when_it_is_back(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM, caplog: pytest.LogCaptureFixture
+) -> None:
+    """When getMe fails too (the network or Telegram is down), a new process would find the same and could
+    not even start: the watchdog does not give up, keeps restarting the poller (whose own start fails), and
+    heals once the Bot API is back."""
+    caplog.set_level(logging.INFO, logger="bot.adapter.watchdog")
+    llm.default = text("the answer")
+    async with running_bot(tmp_path, tg, llm, watchdog_poll_stall_s=1.0, watchdog_poll_restarts=1) as h:
+        await h.command(OWNER, "/start", "Hello")
+        tg.hold_updates("fail")
+        for method in ("getMe", "deleteWebhook"):  # the restarted poller's start calls deleteWebhook
+            tg.fail_when(method, lambda _params: True, "bad_gateway")
+        held = tg.held_polls
+        await tg.wait_for(lambda: tg.held_polls > held, what="a getUpdates held")
+        tg.push_text(OWNER, "are you there?")
+
+        def staying() -> bool:
+            return any("does not answer getMe either" in r.getMessage() for r in caplog.records)
+
+        await tg.wait_for(staying, timeout=60, what="the watchdog staying up")
+        assert h.watchdog is not None and not h.watchdog.gave_up and h.app.running
+        assert any("could not restart the poller" in r.getMessage() for r in caplog.records)
+        tg.clear_faults()
+        tg.release_updates()
+        notice = await h.final_text(OWNER, NOTICE)
+        assert notice.endswith("1 message(s) that arrived meanwhile are answered now."), notice
+        await h.final_text(OWNER, "the answer")
+        assert not h.watchdog.gave_up
+
+
 @pytest.mark.slow  # a real `python -m bot` process waits out two stall thresholds (11 s each)
 async def test_a_poll_that_restarts_do_not_heal_ends_the_process_with_exit_code_3(
     tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
