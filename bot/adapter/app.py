@@ -41,9 +41,8 @@ from bot.adapter.inline import InlineHandlers
 from bot.adapter.jobs import register_backup_jobs, register_jobs
 from bot.adapter.media import MediaHandlers, register_media_handlers
 from bot.adapter.menu import publish
-from bot.adapter.telegram_http import AiohttpRequest
+from bot.adapter.telegram_http import AiohttpRequest, PollingRequest
 from bot.adapter.topics import conversation_of, place_of
-from bot.adapter.watchdog import PollingRequest
 from bot.config.settings import Settings
 from bot.runtime.endings import NOTHING_RUNS
 from bot.runtime.front import ChatFront

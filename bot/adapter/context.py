@@ -12,7 +12,7 @@ from telegram.ext import Application, CallbackContext, ExtBot, JobQueue
 
 if TYPE_CHECKING:
     from bot.adapter.groups import Access
-    from bot.adapter.watchdog import PollingRequest
+    from bot.adapter.telegram_http import PollingRequest
     from bot.runtime.backup_jobs import BackupJobs
     from bot.runtime.runner import TurnRunner
     from bot.runtime.schedule_jobs import ScheduleRunner

@@ -6,10 +6,16 @@ calls in flight: with 50 chats answered at once it was the largest share of the 
 (bench/bench_chat.py's profile). aiohttp keeps its pool in a dict and parses in C; the openai client uses it
 already (core_tools/llm/). The timeouts keep PTB's defaults (HTTPXRequest's): connect, read, the wait for a
 free connection, and for an upload its write time (aiohttp has no write timeout: the whole upload is bounded).
+`PollingRequest` is the one getUpdates goes through: it notes each poll's outcome for the long poll's
+watchdog (bot/adapter/watchdog.py).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import time
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -112,3 +118,64 @@ class AiohttpRequest(BaseRequest):
             raise TimedOut from exc
         except aiohttp.ClientError as exc:
             raise NetworkError(f"aiohttp.{type(exc).__name__}: {exc}") from exc
+
+
+class PollingRequest(AiohttpRequest):
+    """The getUpdates request: records when a getUpdates last succeeded and why the last one failed."""
+
+    __slots__ = ("clock", "count_next", "counted", "failures", "last_failure", "last_ok")
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.clock = clock
+        self.last_ok = clock()
+        self.failures = 0
+        self.last_failure = ""
+        self.count_next = False  # the watchdog asks: how many updates the next successful poll brings
+        self.counted: int | None = None
+
+    async def reset(self) -> None:
+        """A fresh session (a fresh connection pool); the old one's requests are aborted."""
+        old = self._session
+        self._session = None
+        await self.initialize()
+        if old is not None and not old.closed:
+            await old.close()
+
+    async def do_request(
+        self,
+        url: str,
+        method: str,
+        request_data: RequestData | None = None,
+        read_timeout: Any = BaseRequest.DEFAULT_NONE,
+        write_timeout: Any = BaseRequest.DEFAULT_NONE,
+        connect_timeout: Any = BaseRequest.DEFAULT_NONE,
+        pool_timeout: Any = BaseRequest.DEFAULT_NONE,
+    ) -> tuple[int, bytes]:
+        """AiohttpRequest's request, its outcome noted when it is a getUpdates."""
+        polls = url.endswith("/getUpdates")
+        try:
+            status, body = await super().do_request(
+                url, method, request_data, read_timeout, write_timeout, connect_timeout, pool_timeout
+            )
+        except Exception as exc:
+            if polls:
+                self.failures += 1
+                self.last_failure = type(exc).__name__
+            raise
+        if polls:
+            if status == 200:
+                if self.count_next:
+                    self.count_next = False
+                    self.counted = _update_count(body)
+                self.last_ok = self.clock()
+            else:
+                self.failures += 1
+                self.last_failure = f"HTTP {status}"
+        return status, body
+
+
+def _update_count(body: bytes) -> int:
+    with contextlib.suppress(ValueError, TypeError, KeyError):
+        return len(json.loads(body)["result"])
+    return 0

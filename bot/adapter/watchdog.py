@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -24,9 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from telegram.request import BaseRequest, RequestData
-
-from bot.adapter.telegram_http import AiohttpRequest
+from bot.adapter.telegram_http import PollingRequest
 
 if TYPE_CHECKING:
     from bot.adapter.context import App
@@ -34,67 +31,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 EXIT_POLL_STALLED = 3  # `python -m bot`'s exit code when restarts did not bring polling back
-
-
-class PollingRequest(AiohttpRequest):
-    """The getUpdates request: records when a getUpdates last succeeded and why the last one failed."""
-
-    __slots__ = ("clock", "count_next", "counted", "failures", "last_failure", "last_ok")
-
-    def __init__(self, *, clock: Callable[[], float] = time.monotonic, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.clock = clock
-        self.last_ok = clock()
-        self.failures = 0
-        self.last_failure = ""
-        self.count_next = False  # the watchdog asks: how many updates the next successful poll brings
-        self.counted: int | None = None
-
-    async def reset(self) -> None:
-        """A fresh session (a fresh connection pool); the old one's requests are aborted."""
-        old = self._session
-        self._session = None
-        await self.initialize()
-        if old is not None and not old.closed:
-            await old.close()
-
-    async def do_request(
-        self,
-        url: str,
-        method: str,
-        request_data: RequestData | None = None,
-        read_timeout: Any = BaseRequest.DEFAULT_NONE,
-        write_timeout: Any = BaseRequest.DEFAULT_NONE,
-        connect_timeout: Any = BaseRequest.DEFAULT_NONE,
-        pool_timeout: Any = BaseRequest.DEFAULT_NONE,
-    ) -> tuple[int, bytes]:
-        """AiohttpRequest's request, its outcome noted when it is a getUpdates."""
-        polls = url.endswith("/getUpdates")
-        try:
-            status, body = await super().do_request(
-                url, method, request_data, read_timeout, write_timeout, connect_timeout, pool_timeout
-            )
-        except Exception as exc:
-            if polls:
-                self.failures += 1
-                self.last_failure = type(exc).__name__
-            raise
-        if polls:
-            if status == 200:
-                if self.count_next:
-                    self.count_next = False
-                    self.counted = _update_count(body)
-                self.last_ok = self.clock()
-            else:
-                self.failures += 1
-                self.last_failure = f"HTTP {status}"
-        return status, body
-
-
-def _update_count(body: bytes) -> int:
-    with contextlib.suppress(ValueError, TypeError, KeyError):
-        return len(json.loads(body)["result"])
-    return 0
 
 
 class Action(enum.Enum):

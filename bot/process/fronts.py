@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bot.config.settings import Settings
+from bot.process.upgrade.start import ensure_schema
 from bot.process.wiring import FrontEnd, Outlets, build_services, build_webapp
 from bot.runtime.replica import ReplicaEvents
 from bot.runtime.services import Services
@@ -37,7 +38,7 @@ def build_telegram(settings: Settings, adjust: Callable[[Services], None] | None
     from bot.adapter.notify import TelegramNotifier
     from bot.adapter.outbox import TelegramOutbox
     from bot.adapter.outfiles import TelegramFiles
-    from bot.adapter.watchdog import PollingRequest
+    from bot.adapter.telegram_http import PollingRequest
     from bot.runtime.backup_jobs import BackupJobs
     from bot.runtime.checkin_jobs import CheckinDelivery
     from bot.runtime.schedule_jobs import ScheduleRunner
@@ -70,6 +71,7 @@ def build_telegram(settings: Settings, adjust: Callable[[Services], None] | None
         running_turns=lambda: handlers.runner.running(),
         free_chats=lambda: handlers.runner.free(),
     )
+    ensure_schema(settings)  # a database behind this code: the checked upgrade (UpgradeFailed)
     services = build_services(settings, FrontEnd(outlets, events))
     if adjust is not None:
         adjust(services)
@@ -126,5 +128,6 @@ def build_terminal(settings: Settings, user_id: int, out_dir: Path) -> TerminalC
         notifier = TerminalNotifier(console, user_id)
         return Outlets(notifier, TerminalFiles(out_dir, console), woken.set)
 
+    ensure_schema(settings)
     services = build_services(settings, FrontEnd(outlets))
     return TerminalChat(services, user_id, out_dir, console, woken)

@@ -228,9 +228,11 @@ async def _serve(
     settings: Settings, user_id: int, http: tuple[str, int] | None, token: str, tools: tuple[str, ...]
 ) -> None:
     from bot.process import heap
+    from bot.process.upgrade.start import ensure_schema
     from bot.process.wiring import build_services
     from core_tools.mcp.server import UserGate, build_server, serve_http, serve_stdio
 
+    ensure_schema(settings)  # a database behind this code: the checked upgrade (UpgradeFailed)
     services = build_services(settings)
     try:
         registry = services.registry

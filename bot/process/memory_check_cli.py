@@ -17,6 +17,7 @@ USAGE = "memory-check: USER must be a Telegram user id (digits), e.g. python -m 
 def run(settings: Settings, user: str | None) -> int:
     """Check `user` (digits) or every user with memories; 0 when every check ran, 2 on a bad USER."""
     from bot.process.upgrade.errors import UpgradeFailed
+    from bot.process.upgrade.start import ensure_schema
     from bot.process.wiring import build_services
     from core_tools.memory.selfcheck import MemorySelfCheck
     from db.engine import make_sessionmaker
@@ -26,6 +27,7 @@ def run(settings: Settings, user: str | None) -> int:
         print(USAGE, file=sys.stderr)
         return 2
     try:
+        ensure_schema(settings)  # a database behind this code: the checked upgrade first
         services = build_services(settings)
     except UpgradeFailed as exc:  # a database behind this code whose checked upgrade failed
         print(exc.line(), file=sys.stderr)

@@ -27,7 +27,7 @@ from bot.process.builders import (
     usage_service,
 )
 from bot.process.parts import mcp_servers, search_tool
-from bot.process.upgrade.start import ensure_schema
+from bot.process.upgrade.plan import require_schema
 from bot.runtime.replica import Replica, ReplicaEvents
 from bot.runtime.services import Services
 from core_tools.llm import ChatClient
@@ -83,10 +83,10 @@ ModelMaker = Callable[[UsageLog, UsageService], ChatClient]
 def build_services(
     settings: Settings, front: FrontEnd | None = None, *, model: ModelMaker | None = None
 ) -> Services:
-    """Bring the database to head (a database behind it through the checked upgrade, bot/process/upgrade/)
-    and build the services for `front` (None: no front end), each given what it needs at construction,
-    in dependency order (bot/process/builders.py, one builder each); ValueError means a setting is
-    unusable, UpgradeFailed that the database's upgrade failed (it is left as it was).
+    """Bring an empty database to head and build the services for `front` (None: no front end), each given
+    what it needs at construction, in dependency order (bot/process/builders.py, one builder each);
+    ValueError means a setting is unusable, UpgradeFailed that the database is behind this code (the entry
+    points take it through the checked upgrade first: bot/process/upgrade/start.py, `ensure_schema`).
 
     Two callbacks close a cycle, each over an object built after the one that calls it, and nothing calls
     them before it exists: the code tool's registration, renewed when the toolkit or a sandbox service's
@@ -96,7 +96,7 @@ def build_services(
     the provider's client (LLM_MODEL at OPENAI_BASE_URL)."""
     front = front or FrontEnd()
     search = search_tool(settings)
-    ensure_schema(settings)
+    require_schema(settings)
     engine = make_engine(settings.database_url)
     replica = replica_of(settings, engine, front.replica)
     recall_cache.configure(settings.memory_recall_cache_mb)

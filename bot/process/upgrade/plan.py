@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bot.config.settings import Settings
+from bot.process.upgrade.errors import UpgradeFailed
 from db.engine import make_engine
-from db.migrate import alembic_config
+from db.migrate import alembic_config, at_head, upgrade
 from db.snapshot import revision_of
 
 
@@ -51,3 +53,28 @@ def plan_of(url: str) -> Plan:
         engine.dispose()
     known = frozenset(rev.revision for rev in scripts.walk_revisions())
     return Plan(current, scripts.get_current_head(), known)
+
+
+def require_schema(settings: Settings) -> None:
+    """What building the services does to DATABASE_URL (bot/process/wiring.py): an empty database is
+    migrated, one at head left alone (without Alembic: db.migrate.at_head), one behind migrated only with
+    UPGRADE_CHECK=off. Otherwise UpgradeFailed: the entry points take a database behind this code through
+    the checked upgrade before they build anything (bot/process/upgrade/start.py, `ensure_schema`), so a
+    caller that did not never migrates a live database unchecked."""
+    url = settings.database_url
+    engine = make_engine(url)
+    try:
+        if at_head(engine):
+            return
+    finally:
+        engine.dispose()
+    if settings.upgrade_check == "off" or plan_of(url).fresh:
+        upgrade(url)
+        return
+    plan = plan_of(url)
+    raise UpgradeFailed(
+        "building the services",
+        f"the database is at schema revision {plan.current}, behind this code's {plan.head}: "
+        "`python -m bot upgrade` upgrades it (checked on a copy first)",
+        revision=plan.current,
+    )

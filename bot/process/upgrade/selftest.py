@@ -68,10 +68,10 @@ def _failed(name: str, exc: BaseException) -> Check:
 async def self_test(settings: Settings, before: Before, say: Say) -> list[Check]:
     """Every check on the database `settings.database_url` names (the migrated copy); `before`: what it
     held before it was migrated."""
-    from bot.process.ops import check_database, check_postgresql
+    from bot.process.db_checks import check_postgresql, revision_check
     from bot.process.wiring import build_services
 
-    checks = [await asyncio.to_thread(check_database, settings)]
+    checks = [await asyncio.to_thread(revision_check, settings)]
     if make_url(settings.database_url).get_backend_name() == "postgresql":
         pg = await asyncio.to_thread(check_postgresql, settings)
         if pg is not None:
@@ -187,7 +187,7 @@ async def _schedules(services: Services, before: Before) -> Check:
 
 
 async def _toolkit(services: Services) -> Check:
-    from bot.process.ops import check_toolkit
+    from bot.process.db_checks import check_toolkit
 
     for module in TOOLKIT_MODULES:
         importlib.import_module(module)
