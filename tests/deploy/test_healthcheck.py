@@ -123,6 +123,15 @@ def beat(heartbeat: Path, status: str, pid: int, age_s: float = 0) -> None:
     os.utime(heartbeat, (then, then))
 
 
+def healthy_once(check: Check, folder: Path, pid: int) -> tuple[Path, Path]:
+    """A start of the container that passed once, its heartbeat naming `pid`: (the state, the heartbeat)."""
+    state, heartbeat = folder / "state", folder / "heartbeat"
+    beat(heartbeat, "ok", pid)
+    check.code.write_text("0")
+    assert beat_probe(check, state, heartbeat).returncode == 0
+    return state, heartbeat
+
+
 @pytest.fixture
 def stuck_process() -> Iterator[subprocess.Popen[bytes]]:
     """A process that stands in for a stuck bot: it ignores SIGTERM, as a blocked event loop does not act
@@ -173,10 +182,7 @@ def test_the_watchdogs_reason_fails_the_very_next_probe(check: Check, tmp_path: 
 def test_a_stale_heartbeat_fails_but_stops_nothing_before_the_limit(
     check: Check, tmp_path: Path, stuck_process: subprocess.Popen[bytes]
 ) -> None:
-    state, heartbeat = tmp_path / "state", tmp_path / "heartbeat"
-    beat(heartbeat, "ok", stuck_process.pid)
-    check.code.write_text("0")
-    assert beat_probe(check, state, heartbeat).returncode == 0
+    state, heartbeat = healthy_once(check, tmp_path, stuck_process.pid)
     beat(heartbeat, "ok", stuck_process.pid, age_s=45)
     stale = beat_probe(check, state, heartbeat, HEALTH_RESTART_S="90")
     assert stale.returncode == 1 and "has not written its heartbeat for 45 s" in stale.stdout
@@ -188,10 +194,7 @@ def test_a_process_stuck_past_the_limit_is_stopped_then_killed(
 ) -> None:
     """Docker never restarts an unhealthy container: the probe ends the stuck process instead, so the
     container exits and its restart policy starts it again."""
-    state, heartbeat = tmp_path / "state", tmp_path / "heartbeat"
-    beat(heartbeat, "ok", stuck_process.pid)
-    check.code.write_text("0")
-    assert beat_probe(check, state, heartbeat).returncode == 0
+    state, heartbeat = healthy_once(check, tmp_path, stuck_process.pid)
     beat(heartbeat, "ok", stuck_process.pid, age_s=100)
     asked = beat_probe(check, state, heartbeat, HEALTH_RESTART_S="90")
     assert asked.returncode == 1 and f"stopping process {stuck_process.pid}" in asked.stdout
@@ -216,10 +219,7 @@ def test_a_stale_heartbeat_of_an_earlier_start_stops_nothing(
 def test_a_restart_limit_of_zero_never_stops_the_process(
     check: Check, tmp_path: Path, stuck_process: subprocess.Popen[bytes]
 ) -> None:
-    state, heartbeat = tmp_path / "state", tmp_path / "heartbeat"
-    beat(heartbeat, "ok", stuck_process.pid)
-    check.code.write_text("0")
-    assert beat_probe(check, state, heartbeat).returncode == 0
+    state, heartbeat = healthy_once(check, tmp_path, stuck_process.pid)
     beat(heartbeat, "ok", stuck_process.pid, age_s=1000)
     assert beat_probe(check, state, heartbeat, HEALTH_RESTART_S="0").returncode == 1
     assert stuck_process.poll() is None

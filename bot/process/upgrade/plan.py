@@ -55,26 +55,37 @@ def plan_of(url: str) -> Plan:
     return Plan(current, scripts.get_current_head(), known)
 
 
-def require_schema(settings: Settings) -> None:
-    """What building the services does to DATABASE_URL (bot/process/wiring.py): an empty database is
-    migrated, one at head left alone (without Alembic: db.migrate.at_head), one behind migrated only with
-    UPGRADE_CHECK=off. Otherwise UpgradeFailed: the entry points take a database behind this code through
-    the checked upgrade before they build anything (bot/process/upgrade/start.py, `ensure_schema`), so a
-    caller that did not never migrates a live database unchecked."""
+def settle(settings: Settings) -> Plan | None:
+    """Bring DATABASE_URL to head where nothing needs protecting: at head (nothing to do, read without
+    Alembic: db.migrate.at_head), empty, or UPGRADE_CHECK=off (migrated at once). None once done; otherwise
+    the plan of a database that only the checked upgrade may take (behind this code, or ahead of it)."""
     url = settings.database_url
     engine = make_engine(url)
     try:
         if at_head(engine):
-            return
+            return None
     finally:
         engine.dispose()
-    if settings.upgrade_check == "off" or plan_of(url).fresh:
+    if settings.upgrade_check == "off":
         upgrade(url)
-        return
+        return None
     plan = plan_of(url)
-    raise UpgradeFailed(
-        "building the services",
-        f"the database is at schema revision {plan.current}, behind this code's {plan.head}: "
-        "`python -m bot upgrade` upgrades it (checked on a copy first)",
-        revision=plan.current,
-    )
+    if plan.fresh:  # nothing to protect (db.migrate serialises its migration)
+        upgrade(url)
+        return None
+    return plan
+
+
+def require_schema(settings: Settings) -> None:
+    """What building the services does to DATABASE_URL (bot/process/wiring.py): `settle`, and UpgradeFailed
+    for a database it leaves to the checked upgrade. The entry points take such a database through the
+    checked upgrade before they build anything (bot/process/upgrade/start.py, `ensure_schema`), so a caller
+    that did not never migrates a live database unchecked."""
+    plan = settle(settings)
+    if plan is not None:
+        raise UpgradeFailed(
+            "building the services",
+            f"the database is at schema revision {plan.current}, not this code's {plan.head}: "
+            "`python -m bot upgrade` upgrades it (checked on a copy first)",
+            revision=plan.current,
+        )

@@ -8,28 +8,14 @@ import logging
 
 from bot.config.settings import Settings
 from bot.process.upgrade.errors import UpgradeFailed
-from db.engine import make_engine
-from db.migrate import at_head, upgrade
+from bot.process.upgrade.plan import settle
 
 log = logging.getLogger(__name__)
 
 
 def ensure_schema(settings: Settings) -> None:
     """Bring DATABASE_URL to this code's head; UpgradeFailed (the owner told) when the upgrade failed."""
-    url = settings.database_url
-    engine = make_engine(url)
-    try:
-        if at_head(engine):
-            return
-    finally:
-        engine.dispose()
-    if settings.upgrade_check == "off":
-        upgrade(url)
-        return
-    from bot.process.upgrade.plan import plan_of
-
-    if plan_of(url).fresh:  # an empty database: nothing to protect (db.migrate serialises its migration)
-        upgrade(url)
+    if settle(settings) is None:  # at head, empty, or UPGRADE_CHECK=off
         return
     from bot.process.upgrade.notify import tell_owner
     from bot.process.upgrade.run import checked_upgrade
