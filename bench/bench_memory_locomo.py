@@ -8,13 +8,13 @@ PATH is a LoCoMo JSON file (a list of conversations: `conversation` with speaker
 and session_<n> turns {speaker, dia_id, text}; `qa` with question, answer, evidence dia_ids, category). It is
 read from where it lies and never copied (LoCoMo is CC BY-NC 4.0: evaluation only).
 
-Every turn of a conversation becomes one memory of that conversation's user through `MemoryStore.store`
-(default settings, no LLM judge, the store's clock at the session's date, as a turn stored by the bot at
+Every turn of a conversation becomes one memory of that conversation's user through `MemoryStore.store`,
+said by its speaker (default settings, no LLM judge, the store's clock at the session's date, as a turn stored by the bot at
 that time), remembering which memory is which turn. Each question of categories 1-4 (1 multi-hop, 2
 temporal, 3 open-domain, 4 single-hop; 5, adversarial, has no evidence and is left out) is asked through
 `MemoryStore.recall`, as the memory tool asks, at a time after the last session, for three stores over the
-same rows: keyword-only (vector and date weights 0), vector-only (keyword and date weights 0) and the
-default hybrid. recall@k is the share of the question's evidence turns in the first k, averaged over
+same rows: keyword-only (vector and date weights 0, no speaker boost), vector-only (keyword and date
+weights 0, no speaker boost) and the default hybrid. recall@k is the share of the question's evidence turns in the first k, averaged over
 questions (LoCoMo's usual retrieval measure); "any@k" counts a question when any of its evidence turns is
 there. Latency: recall (query embedding + date parsing + search) p50/p95 of the default hybrid, store p95.
 Prints figures; it is not a test.
@@ -51,6 +51,7 @@ from core_tools.memory.recall import (
     OUTSIDE_FACTOR,
     RECALL_DEPTH,
     RRF_K,
+    SPEAKER_FACTOR,
     VECTOR_DEPTH,
     VECTOR_WEIGHT,
 )
@@ -141,16 +142,19 @@ def load(path: Path, limit: int | None) -> list[Conversation]:
     return convs
 
 
-def content_of(turn: Turn, form: str) -> str:
-    """What one turn is stored as: `speaker: text` (the usual form), or a lever's variant."""
+def content_of(turn: Turn, form: str) -> tuple[str, str | None]:
+    """What one turn is stored as, (content, speaker): the text said by its speaker (the usual form), or a
+    lever's variant ('prefix': `speaker: text` in the content, as before memories carried a speaker)."""
     text = turn.text
     if form == "plain":
-        return text
+        return text, None
+    if form == "prefix":
+        return f"{turn.speaker}: {text}", None
     if form == "caption" and turn.caption:
         text = f"{text} [shares a photo: {turn.caption}]"
     if form == "dated":
-        return f"{turn.speaker} ({turn.at:%-d %B %Y}): {text}"
-    return f"{turn.speaker}: {text}"
+        return f"{turn.speaker} ({turn.at:%-d %B %Y}): {text}", None
+    return text, turn.speaker
 
 
 def context_of(turns: list[Turn], i: int, form: str) -> str | None:
@@ -176,6 +180,7 @@ class Mode:
     date: float = DATE_WEIGHT
     rrf_k: int = RRF_K
     outside: float = OUTSIDE_FACTOR
+    speaker: float = SPEAKER_FACTOR
     depth: int = RECALL_DEPTH
     vdepth: int | None = VECTOR_DEPTH
 
@@ -186,6 +191,7 @@ VARIANT_KEYS = {
     "date": "date",
     "k": "rrf_k",
     "out": "outside",
+    "spk": "speaker",
     "depth": "depth",
     "vdepth": "vdepth",
 }
@@ -274,18 +280,20 @@ async def measure(args: argparse.Namespace, convs: list[Conversation], db: Datab
     for uid, conv in enumerate(convs, start=1):
         for n, turn in enumerate(conv.turns):
             store.now = lambda at=turn.at: at  # type: ignore[misc]
+            content, speaker = content_of(turn, args.content)
             t0 = time.perf_counter()
             res = await store.store(
                 uid,
                 "long",
-                content_of(turn, args.content),
+                content,
                 category="fact",
                 said_at=turn.at,
                 context=context_of(conv.turns, n, args.context),
+                speaker=speaker,
             )
             store_ms.append((time.perf_counter() - t0) * 1000)
             turn_of.setdefault(res["memory"]["id"], set()).add(turn.dia_id)
-            kept_of.append((uid, content_of(turn, args.content), res["memory"]["id"]))
+            kept_of.append((uid, f"{speaker}: {content}" if speaker else content, res["memory"]["id"]))
     stored_s = time.perf_counter() - t_all
     if db.kind == "postgresql":  # the statistics autovacuum gathers after this many writes, at once
         with sessions() as s, s.begin():
@@ -307,8 +315,8 @@ async def measure(args: argparse.Namespace, convs: list[Conversation], db: Datab
     asked_at = {uid: max(t.at for t in c.turns) + timedelta(days=1) for uid, c in enumerate(convs, 1)}
     modes = [
         Mode(f"hybrid (defaults: kw {KEYWORD_WEIGHT} vec {VECTOR_WEIGHT} date {DATE_WEIGHT} k={RRF_K})"),
-        Mode("keyword only (BM25)", 1.0, 0.0, 0.0),
-        Mode("vector only", 0.0, 1.0, 0.0),
+        Mode("keyword only (BM25)", 1.0, 0.0, 0.0, speaker=1.0),
+        Mode("vector only", 0.0, 1.0, 0.0, speaker=1.0),
         *(variant(v) for v in args.variant),
     ]
     header = f"{'recall@5 / @10':40} | {'all':>11} n={n_q:<4}" + "".join(
@@ -327,6 +335,7 @@ async def measure(args: argparse.Namespace, convs: list[Conversation], db: Datab
             date_weight=mode.date,
             rrf_k=mode.rrf_k,
             outside_factor=mode.outside,
+            speaker_factor=mode.speaker,
             recall_depth=mode.depth,
             vector_depth=mode.vdepth,
         )
@@ -407,10 +416,11 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=None, help="only the first N conversations")
     ap.add_argument(
         "--content",
-        choices=("speaker", "plain", "caption", "dated"),
+        choices=("speaker", "prefix", "plain", "caption", "dated"),
         default="speaker",
-        help="what a turn is stored as (levers): 'speaker: text' (default), the text alone, with the "
-        "photo's caption, or 'speaker (8 May 2023): text'",
+        help="what a turn is stored as (levers): the text with its speaker (default), 'speaker: text' in "
+        "the content with no speaker, the text alone, with the photo's caption, or "
+        "'speaker (8 May 2023): text'",
     )
     ap.add_argument(
         "--context",

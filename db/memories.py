@@ -61,6 +61,7 @@ class MemoryRow:
     said_at: datetime | None = None
     event_at: datetime | None = None
     context: str | None = None
+    speaker: str | None = None
 
 
 # MemoryRow's fields as the memories table's columns, in their order: MemoryRow(*row) (db/rows.py).
@@ -113,6 +114,7 @@ class NewMemory:
     said_at: datetime | None = None
     event_at: datetime | None = None
     context: str | None = None
+    speaker: str | None = None
     public_id: str | None = None
 
 
@@ -125,6 +127,7 @@ def insert_memory(s: Session, new: NewMemory) -> Memory:
         said_at=new.said_at,
         event_at=new.event_at,
         context=new.context,
+        speaker=new.speaker,
         user_id=new.user_id,
         layer=new.layer,
         category=new.category,
@@ -137,7 +140,7 @@ def insert_memory(s: Session, new: NewMemory) -> Memory:
     )
     s.add(mem)
     s.flush()  # assigns the integer rowid the words and the vector are keyed by
-    index_words(s, mem.id, new.user_id, new.content, new.context)
+    index_words(s, mem.id, new.user_id, new.content, new.context, new.speaker)
     set_vector(s, mem, new.vector, new.embedder_id)
     return mem
 
@@ -162,7 +165,7 @@ def update_memory(
         mem.certainty = certainty
     mem.expires_at = expires_at
     s.flush()
-    index_words(s, mem.id, mem.user_id, content, mem.context)
+    index_words(s, mem.id, mem.user_id, content, mem.context, mem.speaker)
     set_vector(s, mem, vector, embedder_id)
     return mem
 
@@ -174,14 +177,15 @@ def get_memory(s: Session, user_id: int, public_id: str) -> Memory | None:
     ).scalar_one_or_none()
 
 
-def carried(s: Session, user_id: int, public_id: str) -> tuple[datetime, str | None] | None:
-    """When the user's memory was said (else stored) and its context; None when there is no such row."""
+def carried(s: Session, user_id: int, public_id: str) -> tuple[datetime, str | None, str | None] | None:
+    """When the user's memory was said (else stored), its context and who said it; None when there is no
+    such row."""
     row = s.execute(
-        select(func.coalesce(Memory.said_at, Memory.created_at).label("said_at"), Memory.context).where(
-            Memory.user_id == user_id, Memory.public_id == public_id
-        )
+        select(
+            func.coalesce(Memory.said_at, Memory.created_at).label("said_at"), Memory.context, Memory.speaker
+        ).where(Memory.user_id == user_id, Memory.public_id == public_id)
     ).first()
-    return None if row is None else (row.said_at, row.context)
+    return None if row is None else (row.said_at, row.context, row.speaker)
 
 
 def mark_superseded(s: Session, old: Memory, new_public_id: str) -> None:

@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from db.memories import active_filter
 from db.memory_vectors import PASSAGE_COLUMNS, PassageSource, passage_sources
-from db.memory_words import fts_text, index_words
+from db.memory_words import fts_text, index_words, said_text
 from db.models import Memory, MemoryCheck
 from db.recall import recall_backend
 
@@ -68,29 +68,31 @@ def rows_without_vector(s: Session, user_id: int, embedder_id: str) -> list[Pass
     return [rows[i] for i in sorted(rows)]
 
 
-def stale_word_rows(s: Session, user_id: int) -> list[tuple[int, str, str | None]]:
-    """(rowid, content, context) of the user's rows whose keyword-index words are missing or not their
-    text's and context's (SQLite's FTS5; none on PostgreSQL, whose words are generated from them)."""
+def stale_word_rows(s: Session, user_id: int) -> list[tuple[int, str, str | None, str | None]]:
+    """(rowid, content, context, speaker) of the user's rows whose keyword-index words are missing or not
+    their text's (with who said it) and context's (SQLite's FTS5; none on PostgreSQL, whose words are
+    generated from them)."""
     if recall_backend(s).name != "sqlite":
         return []
     found = s.execute(
         text(
-            "SELECT m.id, m.content, m.context, f.content, f.context FROM memories AS m "
+            "SELECT m.id, m.content, m.context, m.speaker, f.content, f.context FROM memories AS m "
             "LEFT JOIN memories_fts AS f ON f.rowid = m.id WHERE m.user_id = :u"
         ),
         {"u": user_id},
     ).all()
     return [
-        (int(i), str(c), ctx)
-        for i, c, ctx, words, context_words in found
-        if words != fts_text(user_id, str(c)) or context_words != (fts_text(user_id, ctx) if ctx else None)
+        (int(i), str(c), ctx, who)
+        for i, c, ctx, who, words, context_words in found
+        if words != fts_text(user_id, said_text(str(c), who))
+        or context_words != (fts_text(user_id, ctx) if ctx else None)
     ]
 
 
-def rewrite_words(s: Session, user_id: int, rows: Sequence[tuple[int, str, str | None]]) -> None:
+def rewrite_words(s: Session, user_id: int, rows: Sequence[tuple[int, str, str | None, str | None]]) -> None:
     """Write these rows' words in the keyword index again, as a store writes them."""
-    for memory_id, content, context in rows:
-        index_words(s, memory_id, user_id, content, context)
+    for memory_id, content, context, speaker in rows:
+        index_words(s, memory_id, user_id, content, context, speaker)
 
 
 @dataclass(frozen=True)

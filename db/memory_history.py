@@ -66,6 +66,7 @@ def snapshot(mem: Memory, revived: list[str]) -> dict[str, Any]:
         "said_at": mem.said_at.isoformat() if mem.said_at else None,
         "event_at": mem.event_at.isoformat() if mem.event_at else None,
         "context": mem.context,
+        "speaker": mem.speaker,
         "revived": revived,
     }
 

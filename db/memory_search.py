@@ -10,6 +10,7 @@ synchronous and takes a Session.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -194,7 +195,7 @@ def _scored_sql(layers: bool, session: bool, backend: RecallBackend) -> Select[A
         else_=None,
     )
     # `user_id + 0`: see active_filter's note on by_id.
-    stmt = select(m.id, dist).where(
+    stmt = select(m.id, dist, m.speaker).where(
         m.id.in_(bindparam("ids", expanding=True)),
         (m.user_id + 0) == bindparam("uid"),
         m.superseded_by.is_(None),
@@ -281,6 +282,14 @@ def _scored(backend: RecallBackend, layers: bool, session: bool) -> Select[Any]:
 _ROWS_BY_ID = select(*ROW_COLUMNS).where(Memory.id.in_(bindparam("ids", expanding=True)))
 
 
+def named_speakers(query_text: str, speakers: set[str]) -> set[str]:
+    """Which of these speakers the query names, as whole words in any case ("Anna's" names Anna)."""
+    low = query_text.lower()
+    return {
+        who for who in speakers if re.search(r"(?<!\w)" + re.escape(who.lower()) + r"(?!\w)", low) is not None
+    }
+
+
 def hybrid_search(
     s: Session,
     user_id: int,
@@ -300,6 +309,7 @@ def hybrid_search(
     period: tuple[datetime, datetime] | None = None,
     date_weight: float = 0.0,
     outside_factor: float = 1.0,
+    speaker_factor: float = 1.0,
 ) -> list[Hit]:
     """BM25 and KNN candidates fused by weighted reciprocal rank; only the user's current rows, best first.
 
@@ -307,7 +317,8 @@ def hybrid_search(
     applies the filter and re-scores), so filtered-out rows do not take ranks; only the winners' rows are
     read in full. With a `period` (UTC, from the query's date words) and `date_weight`, the rows dated in it
     are a third ranking (by cosine to the query, else most recent first), and the scores of rows outside it
-    are multiplied by `outside_factor` (0: only the period's rows, when it has any).
+    are multiplied by `outside_factor` (0: only the period's rows, when it has any). The scores of rows said
+    by someone the query names ("what did Anna say about the trip?") are multiplied by `speaker_factor`.
     """
     use_vec = vector is not None and embedder_id is not None and vector_weight > 0
     # The bit stage costs O(rows x k): ask for what can reach the fused top `limit` (a vector rank past
@@ -345,10 +356,13 @@ def hybrid_search(
         params["sid"] = session_id
     visible: set[int] = set()
     dists: dict[int, float] = {}
-    for rid, dist in s.execute(_scored(backend, bool(layers), session_id is not None), params):
+    speakers: dict[int, str] = {}
+    for rid, dist, speaker in s.execute(_scored(backend, bool(layers), session_id is not None), params):
         visible.add(rid)
         if dist is not None:
             dists[rid] = float(dist)
+        if speaker:
+            speakers[rid] = speaker
     vec_found = sorted(dists, key=lambda i: (dists[i], -i))[:candidates]
     scores: dict[int, float] = {}
     kw_rank: dict[int, int] = {}
@@ -374,12 +388,19 @@ def hybrid_search(
                 scores[i] *= outside_factor
         if outside_factor <= 0:
             scores = {i: v for i, v in scores.items() if i in inside}
+    boosted = False
+    if speaker_factor != 1.0 and speakers:
+        named = named_speakers(query_text, set(speakers.values()))
+        for i, who in speakers.items():
+            if who in named and i in scores:
+                scores[i] *= speaker_factor
+                boosted = True
     # Relevance 1.0 = ranked first by every retriever that ran.
     best = (
         (keyword_weight if kw_ids else 0.0)
         + (vector_weight if vec_found and use_vec else 0.0)
         + (date_weight if dated else 0.0)
-    )
+    ) * (max(1.0, speaker_factor) if boosted else 1.0)
     top = sorted(scores, key=lambda i: (-scores[i], -i))[:limit]
     rows = {r.id: r for r in (MemoryRow(*r) for r in s.execute(_ROWS_BY_ID, {"ids": top}))} if top else {}
     return [

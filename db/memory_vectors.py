@@ -143,6 +143,7 @@ class PassageSource:
     content: str
     when: datetime
     context: str | None
+    speaker: str | None = None
 
 
 PASSAGE_COLUMNS = (
@@ -150,12 +151,13 @@ PASSAGE_COLUMNS = (
     Memory.content,
     func.coalesce(Memory.said_at, Memory.created_at).label("when"),
     Memory.context,
+    Memory.speaker,
 )
 
 
 def passage_sources(rows: Sequence[Any]) -> list[PassageSource]:
     """PassageSource of rows selected with PASSAGE_COLUMNS."""
-    return [PassageSource(int(r.id), str(r.content), _aware(r.when), r.context) for r in rows]
+    return [PassageSource(int(r.id), str(r.content), _aware(r.when), r.context, r.speaker) for r in rows]
 
 
 def _aware(t: Any) -> datetime:

@@ -148,9 +148,22 @@ def fts_text(user_id: int, content: str) -> str:
 CONTEXT_WEIGHT = 0.4
 
 
-def index_words(s: Session, memory_id: int, user_id: int, content: str, context: str | None = None) -> None:
+def said_text(content: str, speaker: str | None) -> str:
+    """A memory's own words as its indexes hold them: "speaker: text" when someone other than the user
+    said it (PostgreSQL's generated words do the same: migration 0032)."""
+    return f"{speaker}: {content}" if speaker else content
+
+
+def index_words(
+    s: Session,
+    memory_id: int,
+    user_id: int,
+    content: str,
+    context: str | None = None,
+    speaker: str | None = None,
+) -> None:
     """Write (or rewrite) the row's words in the keyword index (db.recall: FTS5 or a tsvector column)."""
-    recall_backend(s).index_words(s, memory_id, user_id, content, context)
+    recall_backend(s).index_words(s, memory_id, user_id, said_text(content, speaker), context)
 
 
 def normalise(content: str) -> str:

@@ -18,6 +18,7 @@ from sqlalchemy import Connection, Engine, Table, func, inspect, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from db.memory_words import said_text
 from db.migrate import upgrade
 from db.models import Base
 from db.recall import recall_backend
@@ -212,5 +213,11 @@ def _index_words(conn: Connection, rows: list[dict[str, Any]]) -> None:
     with Session(bind=conn) as s:
         backend = recall_backend(s)
         for row in rows:
-            backend.index_words(s, row["id"], row["user_id"], row["content"], row.get("context"))
+            backend.index_words(
+                s,
+                row["id"],
+                row["user_id"],
+                said_text(row["content"], row.get("speaker")),
+                row.get("context"),
+            )
         s.flush()

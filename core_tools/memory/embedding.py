@@ -150,7 +150,7 @@ class MemoryEmbedding:
 
 def source_text(row: memory_vectors.PassageSource) -> str:
     """The passage text of a row read for re-embedding."""
-    return passage_text(row.content, row.when, row.context)
+    return passage_text(row.content, row.when, row.context, row.speaker)
 
 
 def _rows_to_embed(

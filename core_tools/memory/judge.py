@@ -46,7 +46,7 @@ class Candidate:
     """An existing memory shown to the judge."""
 
     id: str
-    content: str
+    content: str  # with who said it when not the user: "speaker: text" (db.memory_words.said_text)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from db.memory_words import said_text
+
 # p1: the text alone (no '#' in the id: rows made before what a memory carries).
 PASSAGE_FORMAT = "p2"
 # How much of the context the vector sees (a long turn before would drown the memory's own words);
@@ -39,14 +41,26 @@ def same_space(embedder_id: str) -> tuple[str, ...]:
     return (embedder_id, index_id(embedder_id))
 
 
-def passage_text(content: str, when: datetime | None, context: str | None) -> str:
-    """The text a memory's vector is made from."""
+def passage_text(content: str, when: datetime | None, context: str | None, speaker: str | None = None) -> str:
+    """The text a memory's vector is made from ("speaker: text" when someone other than the user said it:
+    rows without a speaker keep the text of format p2, so adding the column re-embeds nothing)."""
     head = f"[{when.day} {when:%B %Y}] " if when is not None else ""
+    content = said_text(content, speaker)
     tail = ""
     if context:
         cut = " ".join(context.split())[:CONTEXT_VECTOR_CHARS]
         tail = f" (answering: {cut})"
     return f"{head}{content}{tail}"
+
+
+MAX_SPEAKER_CHARS = 64  # memories.speaker
+
+
+def bounded_speaker(speaker: str | None) -> str | None:
+    """Who said a memory as stored: one line of at most MAX_SPEAKER_CHARS, None when empty."""
+    if speaker is None:
+        return None
+    return " ".join(speaker.split())[:MAX_SPEAKER_CHARS].strip() or None
 
 
 def bounded_context(context: str | None) -> str | None:

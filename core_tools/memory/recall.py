@@ -49,6 +49,11 @@ DATE_WEIGHT = 1.0
 OUTSIDE_FACTOR = 1.0
 PERIOD_ONLY_FACTOR = 0.0
 PERIOD_QUERY = "Today I went to"
+# A query naming who said a memory ("what did Anna say about the trip?") ranks that person's memories
+# higher: their fused scores are multiplied by SPEAKER_FACTOR. On LoCoMo (bench/bench_memory_locomo.py,
+# every turn stored with its speaker) recall@5/@10 67.2/75.2 -> 71.0/78.3, the two-memory questions
+# 34.6 -> 41.1 @5 (1.2: 68.6/75.8; 1.5: 70.4/77.2; 2.5: 70.8/78.9; 3: 69.9/79.0).
+SPEAKER_FACTOR = 2.0
 # Candidates each ranking contributes before fusion (keywords; the vector's bit stage asks for VECTOR_DEPTH
 # or, when None, twice the limit with a floor of 20: db.memory_search.hybrid_search).
 RECALL_DEPTH = 50
@@ -72,6 +77,7 @@ class MemoryRecall:
     rrf_k: int
     date_weight: float
     outside_factor: float
+    speaker_factor: float
     recall_depth: int
     vector_depth: int | None
     timezone_of: Callable[[int], tzinfo] | None
@@ -150,6 +156,7 @@ class MemoryRecall:
                 period=(named.start, named.end) if named is not None else None,
                 date_weight=self.date_weight,
                 outside_factor=PERIOD_ONLY_FACTOR if only_period else self.outside_factor,
+                speaker_factor=self.speaker_factor,
                 candidates=self.recall_depth,
                 vector_candidates=self.vector_depth,
             )

@@ -15,6 +15,7 @@ Without an LLM or over a cap, a store adds. Every add, update, supersede and for
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timedelta, tzinfo
 from typing import Any
 
@@ -25,7 +26,7 @@ from core_tools.errors import ToolError
 from core_tools.memory.embedders import Embedder
 from core_tools.memory.embedding import MemoryEmbedding
 from core_tools.memory.judge import ADD, Candidate, Decision, MemoryJudge, content_tokens, key_tokens, overlap
-from core_tools.memory.passage import bounded_context, passage_text
+from core_tools.memory.passage import bounded_context, bounded_speaker, passage_text
 from core_tools.memory.recall import (
     DATE_WEIGHT,
     KEYWORD_WEIGHT,
@@ -33,6 +34,7 @@ from core_tools.memory.recall import (
     OUTSIDE_FACTOR,
     RECALL_DEPTH,
     RRF_K,
+    SPEAKER_FACTOR,
     VECTOR_DEPTH,
     VECTOR_WEIGHT,
     MemoryRecall,
@@ -88,6 +90,7 @@ class MemoryStore(MemoryRecall):
         rrf_k: int = RRF_K,
         date_weight: float = DATE_WEIGHT,
         outside_factor: float = OUTSIDE_FACTOR,
+        speaker_factor: float = SPEAKER_FACTOR,
         recall_depth: int = RECALL_DEPTH,
         vector_depth: int | None = VECTOR_DEPTH,
         timezone_of: Callable[[int], tzinfo] | None = None,
@@ -110,6 +113,7 @@ class MemoryStore(MemoryRecall):
         self.rrf_k = rrf_k
         self.date_weight = date_weight
         self.outside_factor = outside_factor
+        self.speaker_factor = speaker_factor
         self.recall_depth = recall_depth
         self.vector_depth = vector_depth
         # The user's time zone for dates in recall queries ("yesterday" is the user's); UTC when unset.
@@ -160,6 +164,7 @@ class MemoryStore(MemoryRecall):
         said_at: datetime | None = None,
         event_at: datetime | None = None,
         context: str | None = None,
+        speaker: str | None = None,
         actor: str = "model",
     ) -> dict[str, Any]:
         """Save a memory: added, merged into, superseding or already said by an existing one (judged).
@@ -167,6 +172,8 @@ class MemoryStore(MemoryRecall):
         `dedupe=False` always adds (session summaries). `actor` (model | user | extraction) is who asked, for
         the history; `origin` and `untrusted` say where the content came from. `context` is the conversation
         it came from (the turn it answers, the reply): carried in its indexes (core_tools/memory/passage.py).
+        `speaker` is who said it when not the user (a forwarded message's author): "speaker: text" in its
+        indexes, and a query naming them ranks it higher.
         """
         layer, category = self.check_layer_category(layer, category)
         content = content.strip()
@@ -182,23 +189,30 @@ class MemoryStore(MemoryRecall):
             raise ToolError(f"unknown origin {origin!r}")
         sid = session_id if layer == "session" else None
         context = bounded_context(context)
+        speaker = bounded_speaker(speaker)
         now = self.now()
         when = said_at or now
-        vector, emb_id = await self.embedding.embed_passage(passage_text(content, when, context), user_id)
+        vector, emb_id = await self.embedding.embed_passage(
+            passage_text(content, when, context, speaker), user_id
+        )
         decision = ADD
         if dedupe and not supersedes:
             found = await self._candidates(user_id, layer, sid, content, vector, emb_id)
+            said = memory_words.said_text(content, speaker)
             same = next(
-                (c for c in found if memory_words.normalise(c.content) == memory_words.normalise(content)),
+                (c for c in found if memory_words.normalise(c.content) == memory_words.normalise(said)),
                 None,
             )
-            if same is not None:  # the very same words: nothing to judge
+            if same is not None:  # the very same words (by the same speaker): nothing to judge
                 decision = Decision("NONE", same.id, reason="same text")
             elif found and self.judge is not None:
-                decision = await self.judge.decide(user_id, content, found, session_id)
+                decision = await self.judge.decide(user_id, said, found, session_id)
+                if decision.text and speaker and decision.text.startswith(f"{speaker}:"):
+                    # The judge saw "speaker: text" (its guard keeps the speaker); the row keeps the text.
+                    decision = replace(decision, text=decision.text[len(speaker) + 1 :].strip())
         merged_vec: tuple[list[float] | None, str | None] = (None, None)
         if decision.action == "UPDATE" and decision.text:
-            merged = passage_text(decision.text, when, context)
+            merged = passage_text(decision.text, when, context, speaker)
             merged_vec = await self.embedding.embed_passage(merged, user_id)
         expires = self._expiry(layer, now)
 
@@ -219,6 +233,7 @@ class MemoryStore(MemoryRecall):
                 said_at=said_at,
                 event_at=event_at,
                 context=context,
+                speaker=speaker,
             ),
             actor=actor,
             supersedes=supersedes,
@@ -261,7 +276,7 @@ class MemoryStore(MemoryRecall):
                 rrf_k=self.rrf_k,
             )
             return [
-                Candidate(h.memory.public_id, h.memory.content)
+                Candidate(h.memory.public_id, memory_words.said_text(h.memory.content, h.memory.speaker))
                 for h in hits
                 if h.memory.layer == layer and (layer != "session" or h.memory.session_id == session_id)
             ]
@@ -364,10 +379,16 @@ class MemoryStore(MemoryRecall):
             carried = (
                 await self._db(lambda s: q.carried(s, user_id, found.memory_id))
                 if found.action == "update"
-                else (_when(snap.get("said_at") or snap.get("created_at")), snap.get("context"))
+                else (
+                    _when(snap.get("said_at") or snap.get("created_at")),
+                    snap.get("context"),
+                    snap.get("speaker"),
+                )
             )
-            when, context = carried or (None, None)
-            vector, emb_id = await self.embedding.embed_passage(passage_text(text_, when, context), user_id)
+            when, context, speaker = carried or (None, None, None)
+            vector, emb_id = await self.embedding.embed_passage(
+                passage_text(text_, when, context, speaker), user_id
+            )
         now = self.now()
         change_id = found.id
 

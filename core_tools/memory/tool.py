@@ -119,6 +119,14 @@ class MemoryTool:
                 "it is kept but no longer recalled"
             ),
         ] = None,
+        said_by: Annotated[
+            str | None,
+            Field(
+                max_length=64,
+                description="store: who said it, when not the user (a forwarded message's author, someone "
+                "the user quotes); a recall naming them ranks their memories first",
+            ),
+        ] = None,
     ) -> dict[str, Any]:
         """Remember things about the user across conversations, in four layers, and recall them by meaning.
 
@@ -152,6 +160,7 @@ class MemoryTool:
                 untrusted=untrusted,
                 # What the user said in this turn: the memory is found by their words too (passage.py).
                 context=ctx.trigger_message or None,
+                speaker=said_by,
             )
             return {"success": True, **result, "note": DATA_NOTE}
         if action == "recall":

@@ -28,6 +28,8 @@ def memory_view(mem: Memory | MemoryRow, relevance: float | None = None) -> dict
         out["updated_at"] = iso(mem.updated_at)
     if mem.untrusted:
         out["untrusted"] = True
+    if mem.speaker:
+        out["said_by"] = mem.speaker
     if mem.said_at is not None:
         out["said_at"] = iso(mem.said_at)
     if mem.event_at is not None:

@@ -176,6 +176,7 @@ def apply_undo(
             said_at=_dt(snap.get("said_at")),
             event_at=_dt(snap.get("event_at")),
             context=snap.get("context"),
+            speaker=snap.get("speaker"),
             public_id=change.memory_id,
         )
         mem = q.insert_memory(s, restored)

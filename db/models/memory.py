@@ -60,6 +60,9 @@ class Memory(Base):
     # The conversation it came from (the turn it answers, the reply it got): in its keyword words and, cut,
     # in what its vector is made from (core_tools/memory/passage.py; migration 0027).
     context: Mapped[str | None] = mapped_column(Text)
+    # Who said it, when not the user (a forwarded message's author, a person in a quoted conversation): in
+    # its words and vector as "speaker: text", and a query naming them ranks it higher (migration 0032).
+    speaker: Mapped[str | None] = mapped_column(String(64))
 
 
 class MemoryChange(Base):
