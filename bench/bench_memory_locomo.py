@@ -9,14 +9,15 @@ and session_<n> turns {speaker, dia_id, text}; `qa` with question, answer, evide
 read from where it lies and never copied (LoCoMo is CC BY-NC 4.0: evaluation only).
 
 Every turn of a conversation becomes one memory of that conversation's user through `MemoryStore.store`,
-said by its speaker (default settings, no LLM judge, the store's clock at the session's date, as a turn stored by the bot at
-that time), remembering which memory is which turn. Each question of categories 1-4 (1 multi-hop, 2
-temporal, 3 open-domain, 4 single-hop; 5, adversarial, has no evidence and is left out) is asked through
-`MemoryStore.recall`, as the memory tool asks, at a time after the last session, for three stores over the
-same rows: keyword-only (vector and date weights 0, no speaker boost), vector-only (keyword and date
-weights 0, no speaker boost) and the default hybrid. recall@k is the share of the question's evidence turns in the first k, averaged over
-questions (LoCoMo's usual retrieval measure); "any@k" counts a question when any of its evidence turns is
-there. Latency: recall (query embedding + date parsing + search) p50/p95 of the default hybrid, store p95.
+said by its speaker (default settings, no LLM judge, the store's clock at the session's date, as a turn
+stored by the bot at that time), remembering which memory is which turn. Each question of categories 1-4 (1
+multi-hop, 2 temporal, 3 open-domain, 4 single-hop; 5, adversarial, has no evidence and is left out) is
+asked through `MemoryStore.recall`, as the memory tool asks, at a time after the last session, for three
+stores over the same rows: keyword-only (vector and date weights 0, no speaker boost), vector-only (keyword
+and date weights 0, no speaker boost) and the default hybrid. recall@k is the share of the question's
+evidence turns in the first k, averaged over questions (LoCoMo's usual retrieval measure); "any@k" counts a
+question when any of its evidence turns is there. Latency: recall (query embedding + date parsing + search)
+p50/p95 of the default hybrid, store p95.
 Prints figures; it is not a test.
 """
 
