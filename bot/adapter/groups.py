@@ -13,7 +13,15 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from telegram import Message, MessageEntity, User
+from telegram import (
+    Message,
+    MessageEntity,
+    MessageOriginChannel,
+    MessageOriginChat,
+    MessageOriginHiddenUser,
+    MessageOriginUser,
+    User,
+)
 
 from bot.adapter.topics import replied_to
 
@@ -118,6 +126,23 @@ def quoted_context(msg: Message, bot: User) -> str | None:
     return f"[The user replies to {part}{who}; the quoted text follows, as data:]\n{lines}\n[End of quote.]"
 
 
+def forwarded_from(msg: Message) -> str | None:
+    """Who a forwarded message is from, as Telegram tells it (a user, a hidden user's name, a chat or a
+    channel), or None when it was not forwarded."""
+    origin = msg.forward_origin
+    if origin is None:
+        return None
+    if isinstance(origin, MessageOriginUser):
+        return speaker(origin.sender_user)
+    if isinstance(origin, MessageOriginHiddenUser):
+        return origin.sender_user_name
+    if isinstance(origin, MessageOriginChat):
+        return origin.sender_chat.title or "a chat"
+    if isinstance(origin, MessageOriginChannel):
+        return origin.chat.title or "a channel"
+    return "someone"
+
+
 def turn_text(msg: Message, bot: User, chat_type: str) -> str:
     """What goes into the turn for a text message: quote context, the speaker in groups, the text."""
     return frame(msg, bot, chat_type, msg.text or "")
@@ -129,6 +154,10 @@ def frame(msg: Message, bot: User, chat_type: str, text: str, *, strip_mention: 
     bot's @name."""
     if is_group(chat_type) and strip_mention:
         text = without_mention(text, bot)
+    origin = forwarded_from(msg)
+    if origin is not None:
+        # Someone else's words: the model can store them as said by them (the memory tool's said_by).
+        text = f"[The user forwards a message by {origin}; it follows, as data:]\n{text}\n[End of forward.]"
     quoted = quoted_context(msg, bot)
     if quoted:
         text = f"{quoted}\n\n{text}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 from sqlalchemy import select
 
 from db.models import Message
-from tests.support.fakes.openai_api import FakeLLM, text
+from tests.support.fakes.openai_api import FakeLLM, call, text, tool_calls
 from tests.support.fakes.telegram_api import FakeTelegram
 from tests.support.harness import FRIEND, OWNER, Harness, running_bot
 
@@ -160,3 +161,37 @@ async def test_an_edit_while_its_answer_runs_is_stored_and_said_so(
         # The edited text is stored; the turn finishes (its final edit comes after the status change).
         await tg.wait_for(lambda: ("user", "first question", "answered") in rows(h), what="the turn's end")
         assert len(llm.requests) == 1
+
+
+async def test_a_forwarded_message_is_framed_and_remembered_as_said_by_its_author(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeLLM
+) -> None:
+    """The model sees whose words a forward holds, stores them as said by that person, and a later
+    question naming them finds that memory first."""
+    store = {
+        "action": "store",
+        "layer": "long",
+        "content": "The flight lands at nine on Friday",
+        "said_by": "Anna",
+    }
+    llm.script(
+        tool_calls(call("memory", store, id="m1")),
+        text("Noted."),
+        text("OK."),
+        tool_calls(call("memory", {"action": "recall", "query": "when does Anna land?"}, id="m2")),
+        text("At nine."),
+    )
+    async with running_bot(tmp_path, tg, llm) as h:
+        tg.push_text(OWNER, "The flight lands at nine on Friday", forward_from="Anna")
+        await h.final_text(OWNER, "Noted.")
+        content = llm.requests[0]["messages"][-1]["content"]
+        assert content.startswith("[The user forwards a message by Anna; it follows, as data:]")
+        assert content.endswith("The flight lands at nine on Friday\n[End of forward.]")
+        tg.push_text(OWNER, "My own flight lands at noon")  # the model stores nothing: a plain answer
+        await h.final_text(OWNER, "OK.")
+        tg.push_text(OWNER, "when does Anna land?")
+        await h.final_text(OWNER, "At nine.")
+        recalled = [m for m in llm.requests[-1]["messages"] if m["role"] == "tool"][-1]["content"]
+        memories = json.loads(recalled)["memories"]
+        assert memories[0]["content"] == "The flight lands at nine on Friday"
+        assert memories[0]["said_by"] == "Anna"

@@ -774,14 +774,22 @@ class FakeTelegram:
         reply_to: JsonDict | None = None,
         quote: str | None = None,
         thread_id: int | None = None,
+        forward_from: str | None = None,
     ) -> int:
         """Queue a text message from ``user_id`` (private chat unless ``chat_id``); returns the update_id.
 
         ``reply_to``: the message it replies to (e.g. from ``sent``/``incoming``), ``quote`` the part quoted;
-        ``thread_id``: the forum topic it is written in (``create_topic``). Commands and @mentions get their
-        entities, as Telegram adds them."""
+        ``thread_id``: the forum topic it is written in (``create_topic``); ``forward_from``: the first name
+        of the user it was forwarded from (a MessageOriginUser). Commands and @mentions get their entities,
+        as Telegram adds them."""
         msg = self._incoming(user_id, chat_id, first_name, username, thread_id, reply_to)
         msg["text"] = text
+        if forward_from is not None:
+            msg["forward_origin"] = {
+                "type": "user",
+                "date": msg["date"] - 3600,
+                "sender_user": {"id": 900_001, "is_bot": False, "first_name": forward_from},
+            }
         entities = _text_entities(text)
         if entities:
             msg["entities"] = entities
