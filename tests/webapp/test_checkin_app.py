@@ -3,7 +3,7 @@ last one contained (with the presses' marks), and turning it on and off from the
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import update
 
 from db.models import Memory
-from tests.bot.test_checkins import checkin_messages, fire_next, press
+from tests.bot.test_checkins import checkin_messages, checkin_schedule, fire_next, press
 from tests.support.fakes.openai_api import FakeLLM
 from tests.support.fakes.telegram_api import FakeTelegram
 from tests.support.harness import OWNER, running_bot
@@ -26,11 +26,11 @@ async def test_the_app_shows_the_check_in_schedule_and_the_last_one_and_sets_it(
     async with running_bot(tmp_path, tg, llm, webapp_listen="127.0.0.1:0") as h:
         stored = await h.services.memory.store(OWNER, "mid", "Paint the fence", category="goal", dedupe=False)
         mid = str(stored["memory"]["id"])
-        with h.services.engine.begin() as conn:
-            soon = datetime.now(UTC) + timedelta(days=2)
-            conn.execute(update(Memory).where(Memory.public_id == mid).values(expires_at=soon))
         await h.command(OWNER, "/timezone Europe/Berlin", "Europe/Berlin")
         await h.command(OWNER, "/checkin weekly fri 18:30", "Check-in set")
+        with h.services.engine.begin() as conn:  # near its end at the firing, whatever today's weekday
+            soon = checkin_schedule(h)["next_fire_at"] + timedelta(days=2)
+            conn.execute(update(Memory).where(Memory.public_id == mid).values(expires_at=soon))
         assert (await fire_next(h))["status"] == "sent"
         (msg,) = checkin_messages(tg, OWNER)
         await press(h, f"ci:still:{mid}", msg["message_id"])
