@@ -16,6 +16,7 @@ from pydantic import Field
 
 from core_tools.capabilities import declares
 from core_tools.errors import ToolError
+from core_tools.memory.passage import MAX_SPEAKER_CHARS
 from core_tools.memory.store import DATA_NOTE, MemoryStore
 from core_tools.types import ToolContext
 from db.conversations import Conversations
@@ -122,7 +123,7 @@ class MemoryTool:
         said_by: Annotated[
             str | None,
             Field(
-                max_length=64,
+                max_length=MAX_SPEAKER_CHARS,
                 description="store: who said it, when not the user (a forwarded message's author, someone "
                 "the user quotes); a recall naming them ranks their memories first",
             ),
