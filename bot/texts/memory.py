@@ -29,6 +29,8 @@ def _line(m: dict[str, Any]) -> str:
     text = m["content"] if len(m["content"]) <= 200 else m["content"][:197] + "..."
     score = f" ({m['relevance']:.2f})" if m.get("relevance") is not None else ""
     tags = [m["category"]]
+    if m.get("said_by"):
+        tags.append(f"said by {m['said_by']}")
     if m.get("untrusted"):
         tags.append(UNTRUSTED_NOTE)
     elif m.get("origin") in ORIGIN_NOTES:

@@ -69,6 +69,8 @@ async def test_the_page_shows_the_users_memories_saves_an_edit_and_runs_no_injec
         await memory.store(OWNER, "long", XSS, dedupe=False, origin="tool", untrusted=True)
         await memory.store(OWNER, "mid", "Plans a trip to Porto in June", dedupe=False, origin="extraction")
         await memory.store(FRIEND, "long", "Friend's diary: secret recipe", dedupe=False)
+        # A forwarded message's words, stored as said by their author.
+        await memory.store(OWNER, "long", "The rehearsal moved to Thursday", dedupe=False, speaker="Anna")
 
         page = Page(await browser.new_page(viewport=PHONE))
         text = await page.open(link(h.app_url, OWNER))
@@ -82,6 +84,8 @@ async def test_the_page_shows_the_users_memories_saves_an_edit_and_runs_no_injec
         assert await page.page.evaluate("window.__xss") is None
         assert "⚠ untrusted" in await cards.filter(has_text="onerror").inner_text()
         assert "remembered from our chat" in await cards.filter(has_text="Porto").inner_text()
+        assert "said by Anna" in await cards.filter(has_text="rehearsal").inner_text()
+        assert "said by" not in await cards.filter(has_text="cycling").inner_text()
 
         # Edit in the page; the chat's /memory shows the new text.
         memory_id = await cards.filter(has_text="cycling").get_attribute("data-id")
@@ -92,6 +96,7 @@ async def test_the_page_shows_the_users_memories_saves_an_edit_and_runs_no_injec
         await page.page.locator("#memories .content", has_text="cycling and swimming").wait_for()
         listing = await h.command(OWNER, "/memory", "Long-term:")
         assert "User likes cycling and swimming" in listing and "along the river" not in listing
+        assert "The rehearsal moved to Thursday [fact, said by Anna," in listing
 
         # Layers and search narrow the list.
         from playwright.async_api import expect

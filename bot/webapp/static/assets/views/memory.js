@@ -94,6 +94,7 @@ export async function memoryView(ctx, root) {
 
   function tags(m) {
     const out = [el("span", { class: "tag" }, m.layer_title), el("span", { class: "tag" }, m.category)];
+    if (m.said_by) out.push(el("span", { class: "tag" }, `said by ${m.said_by}`));
     if (m.untrusted) out.push(el("span", { class: "tag warn", title: "saved while reading web or tool content" }, m.note));
     else if (m.note) out.push(el("span", { class: "tag" }, m.note));
     if (m.event_at) out.push(el("span", { class: "tag" }, `happened ${m.event_at.slice(0, 10)}`));
